@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Runs one Apache Kafka broker (KRaft, combined broker+controller) on 127.0.0.1
+# with its data under ./var/kafka. Jars come from Maven Central through Maven.
+#   infra/kafka/kafka.sh install|start|stop|status
+# Idempotent: `start` reuses a broker that already answers; `stop` is quiet
+# when nothing runs.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+var="${FABRICSCOPE_VAR:-$root/var}/kafka"
+port="${KAFKA_PORT:-9092}"
+cport="${KAFKA_CONTROLLER_PORT:-9093}"
+libs="$var/libs"
+pidfile="$var/broker.pid"
+log="$var/broker.log"
+
+install() {
+  if [ -f "$libs/.complete" ]; then return 0; fi
+  mkdir -p "$libs"
+  mvn -q -B -f "$here/pom.xml" dependency:copy-dependencies \
+      -DoutputDirectory="$libs" -DincludeScope=runtime
+  touch "$libs/.complete"
+}
+
+answers() {
+  # A TCP accept on the listener is not enough: ask for metadata.
+  timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null || return 1
+  python3 - "$port" <<'PY' 2>/dev/null
+import sys
+try:
+    from confluent_kafka.admin import AdminClient
+except ImportError:  # bare TCP check is all we can do before the venv exists
+    sys.exit(0)
+md = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}"}).list_topics(timeout=5)
+sys.exit(0 if md.brokers else 1)
+PY
+}
+
+running_pid() {
+  [ -f "$pidfile" ] || return 1
+  local pid; pid=$(cat "$pidfile")
+  kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+start() {
+  install
+  if running_pid >/dev/null && answers; then
+    echo "kafka: already running on 127.0.0.1:$port (pid $(cat "$pidfile"))"; return 0
+  fi
+  mkdir -p "$var/data"
+  cat > "$var/server.properties" <<PROPS
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@127.0.0.1:$cport
+listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=PLAINTEXT://127.0.0.1:$port
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=$var/data
+num.partitions=1
+offsets.topic.replication.factor=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+share.coordinator.state.topic.replication.factor=1
+group.initial.rebalance.delay.ms=0
+auto.create.topics.enable=false
+PROPS
+  local cp="$libs/*"
+  if [ ! -f "$var/data/meta.properties" ]; then
+    local id; id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
+    java -cp "$cp" kafka.tools.StorageTool format -t "$id" -c "$var/server.properties" >/dev/null
+  fi
+  nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+      -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
+      -cp "$cp" kafka.Kafka "$var/server.properties" >"$log" 2>&1 &
+  echo $! > "$pidfile"
+  for _ in $(seq 1 120); do
+    if answers; then echo "kafka: started on 127.0.0.1:$port (pid $(cat "$pidfile"))"; return 0; fi
+    if ! running_pid >/dev/null; then echo "kafka: broker exited; see $log" >&2; tail -20 "$log" >&2; return 1; fi
+    sleep 0.5
+  done
+  echo "kafka: broker did not answer within 60 s; see $log" >&2; return 1
+}
+
+stop() {
+  local pid
+  if pid=$(running_pid); then
+    kill "$pid"
+    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
+    echo "kafka: stopped"
+  fi
+  rm -f "$pidfile"
+}
+
+status() {
+  if running_pid >/dev/null && answers; then echo "kafka: running on 127.0.0.1:$port"; else echo "kafka: not running"; return 1; fi
+}
+
+case "${1:-}" in
+  install) install ;;
+  start) start ;;
+  stop) stop ;;
+  status) status ;;
+  *) echo "usage: $0 install|start|stop|status" >&2; exit 2 ;;
+esac
