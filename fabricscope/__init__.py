@@ -1,0 +1,1 @@
+"""fabricscope: the console script that wires producers, streams, sinks and schemas together."""

@@ -1,0 +1,111 @@
+"""The Kafka codec: one message carries one Arrow record batch (IPC stream format).
+
+The schema key (``probe.v1``) travels twice: in the Kafka header ``schema`` and
+in the Arrow schema metadata ``fabricscope.schema``, so a message read from a
+file or a dead-letter topic still says what it is.
+
+Errors are :class:`CodecError` subclasses whose message names what is wrong;
+the workers put the message on the dead-letter topic with that reason.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from schemas.arrow_pa import SCHEMA_METADATA_KEY, arrow_schema
+from schemas.records import UnknownSchemaError, lookup
+
+SCHEMA_HEADER = "schema"
+
+
+class CodecError(ValueError):
+    """A message could not be decoded; ``str(err)`` is the reason for the dead-letter record."""
+
+
+class TruncatedPayloadError(CodecError):
+    """The bytes are not a complete Arrow IPC stream."""
+
+
+class SchemaMismatchError(CodecError):
+    """The batch's columns or types differ from the schema it claims."""
+
+
+class UnknownSchemaVersionError(CodecError):
+    """The message names a schema/version this build does not know."""
+
+
+def headers_for(key: str) -> list[tuple[str, bytes]]:
+    """Kafka headers for a message of schema ``key``."""
+    lookup(key)
+    return [(SCHEMA_HEADER, key.encode())]
+
+
+def schema_key_from_headers(headers: object) -> str | None:
+    """The schema key in Kafka ``headers`` (a list of pairs or a dict), or None."""
+    if headers is None:
+        return None
+    items = headers.items() if isinstance(headers, dict) else headers
+    for k, v in items:
+        if k == SCHEMA_HEADER:
+            return v.decode() if isinstance(v, bytes | bytearray) else str(v)
+    return None
+
+
+def encode(table: pa.Table | pa.RecordBatch) -> bytes:
+    """Serialise a pyarrow table (combined into one batch) as an IPC stream."""
+    if isinstance(table, pa.Table):
+        table = table.combine_chunks()
+        batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
+    else:
+        batches = [table]
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batches[0].schema) as writer:
+        for b in batches:
+            writer.write_batch(b)
+    return sink.getvalue().to_pybytes()
+
+
+def decode(payload: bytes, expected: str | None = None) -> tuple[str, pa.Table]:
+    """Decode one message into ``(schema key, table)`` and check it against its schema.
+
+    Args:
+        payload: the Kafka message value.
+        expected: the schema key from the Kafka header, if any; it must match the
+            key in the Arrow metadata.
+
+    Raises:
+        TruncatedPayloadError: the bytes are not a complete IPC stream.
+        UnknownSchemaVersionError: no key, or a key this build does not know.
+        SchemaMismatchError: missing columns or a column of another type.
+    """
+    if not payload:
+        raise TruncatedPayloadError("empty payload: expected an Arrow IPC stream")
+    try:
+        reader = pa.ipc.open_stream(payload)
+        table = reader.read_all()
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as err:
+        raise TruncatedPayloadError(
+            f"payload of {len(payload)} bytes is not a complete Arrow IPC stream: {err}"
+        ) from None
+    meta = table.schema.metadata or {}
+    key = meta.get(SCHEMA_METADATA_KEY, b"").decode() or expected
+    if not key:
+        raise UnknownSchemaVersionError("message names no schema (no 'schema' header, no Arrow metadata)")
+    if expected and key != expected:
+        raise UnknownSchemaVersionError(f"header says schema {expected!r} but the Arrow metadata says {key!r}")
+    try:
+        want = arrow_schema(key)
+    except UnknownSchemaError as err:
+        raise UnknownSchemaVersionError(str(err)) from None
+    missing = [n for n in want.names if n not in table.schema.names]
+    if missing:
+        raise SchemaMismatchError(f"{key}: missing columns {', '.join(missing)}")
+    wrong = [
+        f"{f.name} is {table.schema.field(f.name).type}, expected {f.type}"
+        for f in want
+        if table.schema.field(f.name).type != f.type
+    ]
+    if wrong:
+        raise SchemaMismatchError(f"{key}: " + "; ".join(wrong))
+    # Arrow does not enforce nullability; the workers' validation does, row by row.
+    return key, pa.Table.from_arrays(table.select(want.names).columns, schema=want)

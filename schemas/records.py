@@ -1,0 +1,253 @@
+"""Record schemas of fabricscope, defined once as plain data.
+
+Every record type has a name and an integer version (``probe.v1``). The field
+lists here are the single source of truth: :mod:`schemas.arrow_pa` builds
+pyarrow schemas from them (workers, sinks) and :mod:`schemas.arrow_nano`
+builds nanoarrow schemas and batches from them (host agents, which never import
+pyarrow; DESIGN.md "Probe backends").
+
+Type names are Arrow's: ``int64``, ``uint32``, ``string``, ``bool``,
+``float64``. All timestamps are integer nanoseconds (``*_ns``) since the Unix
+epoch on the clock named by the field's comment; differences are only taken
+between readings of one clock (R-Pingmesh §4.2.1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Field:
+    """One column: Arrow type name, nullability and a one-line meaning."""
+
+    name: str
+    type: str
+    nullable: bool = False
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class RecordSchema:
+    """A named, versioned list of fields; ``key`` is ``"probe.v1"``."""
+
+    name: str
+    version: int
+    fields: tuple[Field, ...]
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}.v{self.version}"
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.fields]
+
+    def field(self, name: str) -> Field:
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise KeyError(f"{self.key} has no field {name!r}; fields are {', '.join(self.names)}")
+
+
+PINGLISTS = ("tor_mesh", "inter_tor", "service")
+PROBE_STATUS = ("ok", "timeout")
+TS_SOURCES = ("hardware", "software")
+
+# Columns every agent upload carries, whatever the record.
+_UPLOAD = (
+    Field("agent_id", "string", doc="agent that uploaded the batch (one per host)"),
+    Field("upload_ns", "int64", doc="prober host clock: when the batch was built"),
+)
+
+PROBE_V1 = RecordSchema(
+    "probe",
+    1,
+    _UPLOAD
+    + (
+        Field("seq", "uint64", doc="per-agent probe sequence number"),
+        Field("pinglist", "string", doc="tor_mesh | inter_tor | service"),
+        Field("prober_host", "string"),
+        Field("prober_rnic", "string"),
+        Field("responder_host", "string"),
+        Field("responder_rnic", "string"),
+        Field("src_ip", "string"),
+        Field("dst_ip", "string"),
+        Field("src_port", "uint16", doc="UDP source port (RoCEv2: derived from the flow label)"),
+        Field("dst_port", "uint16", doc="UDP destination port (RoCEv2: 4791)"),
+        Field("flow_label", "uint32"),
+        Field("traffic_class", "uint8", doc="DSCP of the job's queue"),
+        Field("priority", "uint8", doc="PFC priority of the job's queue"),
+        Field("qpn", "uint32", doc="responder QPN the probe was addressed to"),
+        Field("gid_index", "uint16"),
+        Field("job_id", "string", nullable=True, doc="service pinglist: the job whose 5-tuple is copied"),
+        Field("t1", "int64", nullable=True, doc="prober host clock: probe posted"),
+        Field("t2", "int64", nullable=True, doc="prober RNIC clock: probe sent"),
+        Field("t3", "int64", nullable=True, doc="responder RNIC clock: probe received"),
+        Field("t4", "int64", nullable=True, doc="responder RNIC clock: ACK1 sent"),
+        Field("t5", "int64", nullable=True, doc="prober RNIC clock: ACK1 received"),
+        Field("t6", "int64", nullable=True, doc="prober host clock: ACK1 polled"),
+        Field("ts_source", "string", doc="hardware | software: the clock of t2..t5"),
+        Field("status", "string", doc="ok | timeout (500 ms)"),
+    ),
+)
+
+# probe.v1 plus the decomposition (R-Pingmesh §4.2.1), what workers send to sinks.
+PROBE_ENRICHED_V1 = RecordSchema(
+    "probe_enriched",
+    1,
+    PROBE_V1.fields
+    + (
+        Field("network_rtt_ns", "int64", nullable=True, doc="(t5-t2)-(t4-t3)"),
+        Field("responder_delay_ns", "int64", nullable=True, doc="t4-t3"),
+        Field("prober_delay_ns", "int64", nullable=True, doc="(t6-t1)-(t5-t2)"),
+        Field("batch_id", "string", doc="identity of the source batch: topic/partition/offset"),
+    ),
+)
+
+PATH_V1 = RecordSchema(
+    "path",
+    1,
+    _UPLOAD
+    + (
+        Field("trace_ns", "int64", doc="tracer host clock: when the trace finished"),
+        Field("direction", "string", doc="forward (probe path) | reverse (ACK path, traced by the responder)"),
+        Field("src_rnic", "string"),
+        Field("dst_rnic", "string"),
+        Field("src_ip", "string"),
+        Field("dst_ip", "string"),
+        Field("src_port", "uint16"),
+        Field("dst_port", "uint16"),
+        Field("hops", "string", doc="comma-separated node names from source RNIC to destination RNIC"),
+        Field("complete", "bool", doc="every hop answered"),
+    ),
+)
+
+VERDICT_V1 = RecordSchema(
+    "verdict",
+    1,
+    (
+        Field("verdict_id", "string"),
+        Field("window_start_ns", "int64"),
+        Field("window_end_ns", "int64"),
+        Field("kind", "string", doc="host_down | stale_qpn | rnic | busy_host | switch | *_latency | undetermined"),
+        Field("location", "string", doc="RNIC id, host id or link 'a->b'"),
+        Field("votes", "float64", doc="tomography votes (normalised) or failing probes"),
+        Field("confidence", "float64", doc="calibrated probability that the verdict is right"),
+        Field("failed_probes", "int64"),
+        Field("total_probes", "int64"),
+        Field("impact", "string", doc="P0 | P1 | P2"),
+        Field("job_id", "string", nullable=True),
+        Field("revision_of", "string", nullable=True, doc="verdict_id this record replaces"),
+        Field("evidence", "string", doc="JSON object of counts behind the verdict"),
+        Field("emitted_ns", "int64"),
+    ),
+)
+
+LOOPBACK_V1 = RecordSchema(
+    "loopback",
+    1,
+    _UPLOAD
+    + (
+        Field("host", "string"),
+        Field("rnic", "string"),
+        Field("src_endpoint", "string", doc="memory region source: numa0, gpu3, ..."),
+        Field("dst_endpoint", "string"),
+        Field("msg_bytes", "uint32"),
+        Field("latency_ns", "int64", nullable=True, doc="T_proc + Lat_host (Hostping Eq. 1)"),
+        Field("bandwidth_gbps", "float64", nullable=True, doc="BW_host in Gb/s (Hostping Eq. 3)"),
+        Field("mode", "string", doc="idle | busy"),
+        Field("status", "string", doc="ok | error"),
+    ),
+)
+
+HOSTMETRIC_V1 = RecordSchema(
+    "hostmetric",
+    1,
+    _UPLOAD
+    + (
+        Field("host", "string"),
+        Field("device", "string", doc="RNIC, PCI address, GPU or bus name"),
+        Field("metric", "string", doc="e.g. tx_bytes, tx_pause_duration, pcie_link_speed_gtps"),
+        Field("value", "float64"),
+        Field("unit", "string"),
+        Field("sample_ns", "int64"),
+    ),
+)
+
+HOST_LINK_V1 = RecordSchema(
+    "host_link",
+    1,
+    (
+        Field("host", "string"),
+        Field("link", "string", doc="intra-host link 'a->b' (PCIe, memory channel, UPI)"),
+        Field("state", "string", doc="normal | abnormal | gray | flapping"),
+        Field("cause", "string", doc="failure | congestion | config | ''"),
+        Field("round_ns", "int64"),
+        Field("evidence", "string", doc="JSON"),
+    ),
+)
+
+REGISTRY_V1 = RecordSchema(
+    "registry",
+    1,
+    _UPLOAD
+    + (
+        Field("host", "string"),
+        Field("rnic", "string"),
+        Field("tor", "string"),
+        Field("ip", "string"),
+        Field("gid", "string"),
+        Field("gid_index", "uint16"),
+        Field("qpn", "uint32"),
+    ),
+)
+
+# Dead letters keep the record's reason next to the original payload.
+DEADLETTER_V1 = RecordSchema(
+    "deadletter",
+    1,
+    (
+        Field("source_topic", "string"),
+        Field("source_partition", "int32"),
+        Field("source_offset", "int64"),
+        Field("schema", "string", doc="schema key claimed by the message, '' if unreadable"),
+        Field("reason", "string"),
+        Field("row", "int64", nullable=True, doc="row index in the batch; null for the whole message"),
+        Field("payload", "binary", nullable=True, doc="the bad rows as an Arrow IPC stream, or the raw bytes"),
+        Field("received_ns", "int64"),
+    ),
+)
+
+SCHEMAS: dict[str, RecordSchema] = {
+    s.key: s
+    for s in (
+        PROBE_V1,
+        PROBE_ENRICHED_V1,
+        PATH_V1,
+        VERDICT_V1,
+        LOOPBACK_V1,
+        HOSTMETRIC_V1,
+        HOST_LINK_V1,
+        REGISTRY_V1,
+        DEADLETTER_V1,
+    )
+}
+
+
+class UnknownSchemaError(ValueError):
+    """A message names a schema or version this build does not know."""
+
+
+def lookup(key: str) -> RecordSchema:
+    """Return the schema registered as ``key`` (``"probe.v1"``).
+
+    Raises:
+        UnknownSchemaError: ``key`` is not registered; the message lists the known keys.
+    """
+    try:
+        return SCHEMAS[key]
+    except KeyError:
+        raise UnknownSchemaError(
+            f"unknown schema {key!r}; this build knows {', '.join(sorted(SCHEMAS))}"
+        ) from None

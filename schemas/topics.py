@@ -1,0 +1,61 @@
+"""The topic registry: every Kafka topic of the pipeline, in one visible place.
+
+Partition counts are fixed here because Faust tables over a topic need a
+changelog with the same count (issue 2: create topics explicitly).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Topic:
+    """A Kafka topic: name, partitions, what keys its messages, which schema they carry, and its config."""
+
+    name: str
+    partitions: int
+    key: str
+    schema: str
+    config: dict[str, str] = field(default_factory=dict)
+    doc: str = ""
+
+
+_DAY_MS = 24 * 3600 * 1000
+_RETAIN_7D = {"retention.ms": str(7 * _DAY_MS)}
+_COMPACTED = {"cleanup.policy": "compact"}
+
+PROBES_RAW = Topic("probes.raw", 4, "agent_id", "probe.v1", _RETAIN_7D, "agent uploads, one batch each 5 s")
+PROBES_ENRICHED = Topic(
+    "probes.enriched", 4, "agent_id", "probe_enriched.v1", _RETAIN_7D, "decomposed RTTs, to the store"
+)
+PATHS_TRACED = Topic("paths.traced", 4, "agent_id", "path.v1", _RETAIN_7D, "forward and ACK path traces")
+LOOPBACK_RAW = Topic("loopback.raw", 1, "host", "loopback.v1", _RETAIN_7D, "Hostping loopback results")
+HOSTMETRICS_RAW = Topic("hostmetrics.raw", 1, "host", "hostmetric.v1", _RETAIN_7D, "hardware monitor samples")
+REGISTRY = Topic("registry", 1, "rnic", "registry.v1", _COMPACTED, "RNIC registry: GID, QPN per RNIC")
+PINGLISTS = Topic("pinglists", 1, "agent_id", "probe.v1", _COMPACTED, "controller pinglists per agent")
+VERDICTS = Topic("verdicts", 1, "location", "verdict.v1", {"retention.ms": str(30 * _DAY_MS)})
+HOST_LINKS = Topic("host_links", 1, "host", "host_link.v1", {"retention.ms": str(30 * _DAY_MS)})
+JOB_METRICS = Topic("jobs.metrics", 1, "job_id", "", _RETAIN_7D, "job throughput samples for impact grading")
+GROUND_TRUTH = Topic("sim.truth", 1, "", "", _RETAIN_7D, "simulator fault labels; the analyzer never reads it")
+DEADLETTER = Topic("deadletter", 1, "source_topic", "deadletter.v1", {"retention.ms": str(30 * _DAY_MS)})
+
+ALL_TOPICS: tuple[Topic, ...] = (
+    PROBES_RAW,
+    PROBES_ENRICHED,
+    PATHS_TRACED,
+    LOOPBACK_RAW,
+    HOSTMETRICS_RAW,
+    REGISTRY,
+    PINGLISTS,
+    VERDICTS,
+    HOST_LINKS,
+    JOB_METRICS,
+    GROUND_TRUTH,
+    DEADLETTER,
+)
+
+
+def topic_name(topic: Topic, prefix: str = "") -> str:
+    """The broker-side name: ``prefix`` lets tests and demos run side by side on one broker."""
+    return f"{prefix}{topic.name}"
