@@ -1,0 +1,172 @@
+"""Parser and rules for ``lspci -vvv`` output (pciutils).
+
+Reads the link registers (LnkCap, LnkCap2, LnkCtl2, LnkSta) and the ACS/ATS
+control registers of every device. Rules:
+
+- link trained below capability -> :func:`producers.hostping.pcie_link.assess_link`
+  (Hostping failures #1/#2; field cases 11 and 12);
+- ACS request/completion redirect or egress control enabled -> ``acs_redirect``:
+  GPUDirect RDMA detours through the CPU root complex (Hostping #7; field case 7);
+- ATS disabled on a device that has it -> ``ats_disabled``: with an IOMMU every GDR
+  packet is translated at the root complex (Hostping #8).
+
+Device blocks start at a header line (``3b:00.0 Ethernet controller: ...``) and
+end at a blank line or at an unindented line that is not a known register line,
+so registers pasted without a header still parse (they get a ``line N`` location).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from producers.hostping.findings import Finding
+from producers.hostping.pcie_link import LinkReading, assess_link
+
+_HEADER = re.compile(
+    r"^(?P<bdf>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<cls>[^:]+?)(?:\s*\[[0-9a-f]{4}\])?:\s*(?P<desc>.*)$"
+)
+_FIELD = re.compile(r"^\s*(?P<key>LnkCap2|LnkCap|LnkCtl2|LnkSta|ACSCtl|ACSCap|ATSCtl|ATSCap):\s*(?P<val>.*)$")
+_SPEED = re.compile(r"Speed\s+(?P<s>[\d.]+)GT/s(?P<down>\s*\(downgraded\))?")
+_WIDTH = re.compile(r"Width\s+x(?P<w>\d+)(?P<down>\s*\(downgraded\))?")
+_SPEEDS = re.compile(r"Supported Link Speeds:\s*(?:[\d.]+-)?(?P<max>[\d.]+)GT/s")
+_TARGET = re.compile(r"Target Link Speed:\s*(?P<t>[\d.]+)GT/s")
+_FLAG = re.compile(r"(?P<name>[A-Za-z]+)(?P<on>[+-])")
+
+GPU_CLASSES = ("vga compatible controller", "3d controller", "display controller")
+RNIC_CLASSES = ("ethernet controller", "infiniband controller", "network controller")
+ACS_REDIRECT_FLAGS = ("ReqRedir", "CmpltRedir", "EgressCtrl")
+
+
+@dataclass
+class LspciDevice:
+    """One device block: its address (or ``line N``), class, and raw register values."""
+
+    location: str
+    device_class: str
+    description: str
+    line: int
+    registers: dict[str, str] = field(default_factory=dict)
+    register_lines: dict[str, int] = field(default_factory=dict)
+
+
+def _class_of(cls: str, desc: str) -> str:
+    c = cls.lower()
+    if c in GPU_CLASSES:
+        return "gpu"
+    if c in RNIC_CLASSES:
+        return "rnic"
+    if "bridge" in c:
+        return "bridge"
+    if "non-volatile" in c:
+        return "nvme"
+    return "unknown"
+
+
+def parse(text: str) -> list[LspciDevice]:
+    """Split ``lspci -vvv`` text into device blocks holding the registers this module reads."""
+    devices: list[LspciDevice] = []
+    cur: LspciDevice | None = None
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.rstrip()
+        h = _HEADER.match(line)
+        if h:
+            bdf = h["bdf"] if h["bdf"].count(":") == 2 else "0000:" + h["bdf"]
+            cur = LspciDevice(bdf.lower(), _class_of(h["cls"], h["desc"]), h["desc"], n)
+            devices.append(cur)
+            continue
+        f = _FIELD.match(line)
+        if f:
+            if cur is None:
+                cur = LspciDevice(f"device at line {n}", "unknown", "", n)
+                devices.append(cur)
+            cur.registers[f["key"]] = f["val"]
+            cur.register_lines[f["key"]] = n
+            continue
+        if not line or not raw[:1].isspace():
+            cur = None
+    return [d for d in devices if d.registers]
+
+
+def flags(value: str) -> dict[str, bool]:
+    """``"SrcValid+ ReqRedir-"`` -> ``{"SrcValid": True, "ReqRedir": False}``."""
+    return {m["name"]: m["on"] == "+" for m in _FLAG.finditer(value)}
+
+
+def link_reading(dev: LspciDevice) -> LinkReading | None:
+    """The device's link as a :class:`LinkReading`, or ``None`` without LnkSta."""
+    sta = dev.registers.get("LnkSta")
+    if sta is None:
+        return None
+    sp, wd = _SPEED.search(sta), _WIDTH.search(sta)
+    cap = dev.registers.get("LnkCap", "")
+    csp, cwd = _SPEED.search(cap), _WIDTH.search(cap)
+    cap2 = _SPEEDS.search(dev.registers.get("LnkCap2", ""))
+    tgt = _TARGET.search(dev.registers.get("LnkCtl2", ""))
+    max_speed = [float(m) for m in (csp and csp["s"], cap2 and cap2["max"]) if m]
+    return LinkReading(
+        location=dev.location,
+        speed_gtps=float(sp["s"]) if sp else None,
+        width=int(wd["w"]) if wd else None,
+        max_speed_gtps=min(max_speed) if max_speed else None,
+        max_width=int(cwd["w"]) if cwd else None,
+        target_speed_gtps=float(tgt["t"]) if tgt else None,
+        device_class=dev.device_class,
+        speed_marked_downgraded=bool(sp and sp["down"]),
+        width_marked_downgraded=bool(wd and wd["down"]),
+        line=dev.register_lines["LnkSta"],
+    )
+
+
+def _acs(dev: LspciDevice) -> Finding | None:
+    ctl = dev.registers.get("ACSCtl")
+    if ctl is None:
+        return None
+    fl = flags(ctl)
+    on = [k for k in ACS_REDIRECT_FLAGS if fl.get(k)]
+    if not on:
+        return None
+    return Finding(
+        "acs_redirect",
+        dev.location,
+        "error",
+        f"ACS {', '.join(on)} enabled on a PCIe switch/bridge port: peer-to-peer (GPUDirect RDMA) traffic "
+        "is redirected through the CPU root complex, raising latency and halving bandwidth (Hostping #7). "
+        "Clear ACSCtl (setpci) on the PCIe switch downstream ports, and again after every reboot, "
+        "or disable ACS in the BIOS.",
+        {"ACSCtl": fl, "enabled_redirects": on},
+        "config",
+        str(dev.register_lines["ACSCtl"]),
+    )
+
+
+def _ats(dev: LspciDevice) -> Finding | None:
+    ctl = dev.registers.get("ATSCtl")
+    if ctl is None or flags(ctl).get("Enable", True):
+        return None
+    return Finding(
+        "ats_disabled",
+        dev.location,
+        "warning",
+        "ATS is disabled: with an IOMMU (virtualised hosts) every GPUDirect RDMA packet is translated at "
+        "the CPU root complex, adding latency (Hostping #8). Enable ATS on the RNIC/GPU and the IOMMU.",
+        {"ATSCtl": ctl, "device_class": dev.device_class},
+        "config",
+        str(dev.register_lines["ATSCtl"]),
+    )
+
+
+def findings(devices: list[LspciDevice]) -> list[Finding]:
+    """Every rule of this module over parsed devices."""
+    out: list[Finding] = []
+    for dev in devices:
+        reading = link_reading(dev)
+        for f in (assess_link(reading) if reading else None, _acs(dev), _ats(dev)):
+            if f is not None:
+                out.append(f)
+    return out
+
+
+def detect(text: str) -> bool:
+    """True when the text holds at least one lspci register line this module reads."""
+    return any(_FIELD.match(line) for line in text.splitlines())
