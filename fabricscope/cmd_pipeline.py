@@ -1,0 +1,235 @@
+"""Pipeline commands: kafka, topics, worker, sink, source, up, query."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fabricscope.settings import Settings, load
+
+console = Console(stderr=True)
+REPO_ROOT = Path(__file__).resolve().parents[1]
+KAFKA_SH = REPO_ROOT / "infra" / "kafka" / "kafka.sh"
+
+
+def _kafka(action: str, settings: Settings) -> int:
+    env = {**os.environ, "FABRICSCOPE_VAR": str(settings.fabricscope_var.resolve())}
+    return subprocess.call(["bash", str(KAFKA_SH), action], env=env)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the pipeline commands to ``app``."""
+    kafka_app = typer.Typer(help="The local Apache Kafka broker (KRaft, 127.0.0.1, data under ./var/kafka).")
+    app.add_typer(kafka_app, name="kafka")
+
+    @kafka_app.command("start")
+    def kafka_start() -> None:
+        """Install (Maven Central) and start the local broker; reuse one that already runs."""
+        raise typer.Exit(_kafka("start", load()))
+
+    @kafka_app.command("stop")
+    def kafka_stop() -> None:
+        """Stop the local broker."""
+        raise typer.Exit(_kafka("stop", load()))
+
+    @kafka_app.command("status")
+    def kafka_status() -> None:
+        """Say whether the local broker answers."""
+        raise typer.Exit(_kafka("status", load()))
+
+    @app.command("topics")
+    def topics(prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)")) -> None:
+        """Create every topic of the pipeline with its partitions and retention (idempotent)."""
+        from fabricscope.kafka_admin import create_topics
+
+        s = load()
+        for name, state in sorted(create_topics(s.kafka_bootstrap, prefix if prefix is not None
+                                                 else s.fabricscope_topic_prefix, s.kafka_client_config()).items()):
+            console.print(f"{name}: {state}")
+
+    @app.command("worker")
+    def worker(loglevel: str = "warning") -> None:
+        """Run one Faust stream worker (RTT decomposition, dead letters). Start more for more partitions."""
+        s = load()
+        os.environ["KAFKA_BOOTSTRAP"] = s.kafka_bootstrap
+        os.environ["FABRICSCOPE_TOPIC_PREFIX"] = s.fabricscope_topic_prefix
+        from streams.app import run_worker
+
+        run_worker(loglevel)
+
+    @app.command("sink")
+    def sink() -> None:
+        """Write result topics into ClickHouse (embedded chdb by default) and serve local queries."""
+        run_sink(load())
+
+    @app.command("source")
+    def source(
+        kind: str = typer.Argument("synthetic", help="synthetic (the minimal seeded prober)"),
+        hosts: int = 4,
+        rnics: int = 2,
+        seed: int = 1,
+        probes_per_batch: int = 100,
+        batches: int = typer.Option(0, help="stop after this many uploads (0 = run until stopped)"),
+        realtime: bool = typer.Option(True, help="pace uploads every 5 s of wall time"),
+    ) -> None:
+        """Publish probe batches from a source to probes.raw."""
+        run_source(load(), kind, hosts, rnics, seed, probes_per_batch, batches, realtime)
+
+    @app.command("up")
+    def up(
+        source: str = typer.Option("synthetic", help="probe source"),
+        workers: int = typer.Option(1, help="Faust workers in the consumer group"),
+        duration: float = typer.Option(0, help="stop after this many seconds (0 = until Ctrl-C)"),
+    ) -> None:
+        """Start (or reuse) Kafka, create topics, run the worker, the sink and the source; Ctrl-C stops all."""
+        run_up(load(), source, workers, duration)
+
+    @app.command("query")
+    def query(
+        sql: str = typer.Argument(..., help="SQL, or the name of a saved query"),
+        as_json: bool = typer.Option(False, "--json", help="JSON lines for machines"),
+        as_csv: bool = typer.Option(False, "--csv", help="CSV"),
+    ) -> None:
+        """Run SQL on the store: through the running sink if there is one, else directly."""
+        from fabricscope.store_access import run_query
+
+        try:
+            result = run_query(load(), sql)
+        except Exception as err:
+            console.print(f"[red]query failed:[/red] {err}")
+            raise typer.Exit(1) from None
+        print_table(result, as_json, as_csv)
+
+
+def print_table(result: pa.Table, as_json: bool = False, as_csv: bool = False) -> None:
+    """Print a result table as a rich table, JSON lines or CSV on stdout."""
+    if as_json:
+        for row in result.to_pylist():
+            print(json.dumps(row, default=str))
+        return
+    if as_csv:
+        import pyarrow.csv as pacsv
+
+        sink = pa.BufferOutputStream()
+        pacsv.write_csv(result, sink)
+        sys.stdout.write(sink.getvalue().to_pybytes().decode())
+        return
+    t = Table(*result.column_names)
+    for row in result.to_pylist():
+        t.add_row(*(str(v) for v in row.values()))
+    Console().print(t)
+
+
+def run_sink(s: Settings) -> None:
+    """The store writer process: migrate, serve queries, consume result topics until SIGTERM/SIGINT."""
+    from sinks.clickhouse import migrate, open_store
+    from sinks.kafka_sink import StoreWriter
+    from sinks.query_endpoint import endpoint_file, serve
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s sink %(levelname)s %(message)s")
+    store = open_store(s.store_path, s.clickhouse_dsn())
+    migrate(store)
+    server = serve(store, s.store_path) if not s.clickhouse_dsn() else None
+    stopping = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    writer = StoreWriter(store, s.kafka_bootstrap, s.fabricscope_topic_prefix, kafka_config=s.kafka_client_config())
+    try:
+        writer.run(lambda: stopping)
+    finally:
+        writer.close()
+        if server:
+            server.shutdown()
+            endpoint_file(s.store_path).unlink(missing_ok=True)
+        store.close()
+
+
+def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes_per_batch: int,
+               batches: int, realtime: bool) -> None:
+    """Publish uploads of one source until stopped or ``batches`` uploads were sent."""
+    from producers.kafka_producer import AgentProducer
+    from producers.synthetic import synthetic_stream
+    from schemas.topics import PROBES_RAW, topic_name
+
+    if kind != "synthetic":
+        raise typer.BadParameter(f"unknown source {kind!r}; available: synthetic", param_hint="KIND")
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    topic = topic_name(PROBES_RAW, s.fabricscope_topic_prefix)
+    start = (time.time_ns() // 5_000_000_000) * 5_000_000_000
+    sent = 0
+    stopping = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    for agent, payload in synthetic_stream(hosts, rnics, start, seed, probes_per_batch):
+        if stopping:
+            break
+        producer.publish(topic, payload, "probe.v1", key=agent)
+        sent += 1
+        if batches and sent >= batches:
+            break
+        if realtime and sent % hosts == 0:
+            time.sleep(5.0)
+    producer.flush()
+
+
+def run_up(s: Settings, source: str, workers: int, duration: float) -> None:
+    """Start everything as child processes, show rows arriving, stop all on Ctrl-C or after ``duration``."""
+    from fabricscope.kafka_admin import create_topics
+    from fabricscope.store_access import run_query
+
+    if not s.kafka_bootstrap.startswith("127.0.0.1") or _kafka("start", s) != 0:
+        if s.kafka_bootstrap.startswith("127.0.0.1"):
+            raise typer.Exit(1)
+    create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config())
+    exe = [sys.executable, "-m", "fabricscope.cli"]
+    children = [subprocess.Popen([*exe, "sink"])]
+    children += [subprocess.Popen([*exe, "worker"]) for _ in range(workers)]
+    children.append(subprocess.Popen([*exe, "source", source]))
+    console.print(f"[green]fabricscope up[/green]: source={source}, workers={workers}; Ctrl-C stops")
+    t0 = time.time()
+    try:
+        with console.status("waiting for rows…") as status:
+            while not duration or time.time() - t0 < duration:
+                time.sleep(2)
+                try:
+                    n = run_query(s, "SELECT count() AS n, countIf(status='timeout') AS timeouts FROM probes")
+                    row = n.to_pylist()[0]
+                    status.update(f"{int(time.time() - t0)} s: {row['n']} probe rows in the store, "
+                                  f"{row['timeouts']} timeouts")
+                except Exception:
+                    pass
+                if any(c.poll() is not None for c in children):
+                    console.print("[red]a child process exited; stopping[/red]")
+                    break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        for c in reversed(children):
+            if c.poll() is None:
+                c.send_signal(signal.SIGTERM)
+        for c in children:
+            try:
+                c.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                c.kill()
+        console.print("stopped")

@@ -1,0 +1,92 @@
+"""The agent's Kafka producer: idempotent, acks=all, with a bounded local buffer.
+
+When the broker is unreachable, librdkafka queues messages locally; the queue is
+bounded (``queue.buffering.max.messages``) and :meth:`AgentProducer.publish`
+never blocks the prober: when the queue is full the oldest pending batch is
+dropped first and counted (issue 8, "Delivery").
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from dataclasses import dataclass
+
+from confluent_kafka import KafkaException, Producer
+
+from schemas.codec import headers_for
+
+log = logging.getLogger("fabricscope.agent.producer")
+
+
+@dataclass
+class ProducerStats:
+    """Counters: batches published, delivered, failed, and dropped from the local buffer."""
+
+    published: int = 0
+    delivered: int = 0
+    failed: int = 0
+    dropped_oldest: int = 0
+
+
+class AgentProducer:
+    """Publishes Arrow IPC batches (bytes) to Kafka with the schema key in the headers.
+
+    Args:
+        bootstrap: ``host:port[,host:port]``.
+        max_buffered: batches kept locally while the broker is unreachable (oldest dropped first).
+        kafka_config: extra librdkafka settings (SASL/TLS); never logged.
+    """
+
+    def __init__(self, bootstrap: str, max_buffered: int = 1000, kafka_config: dict[str, str] | None = None):
+        conf = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "compression.type": "lz4",
+            "message.max.bytes": 16 * 1024 * 1024,
+            "queue.buffering.max.messages": max_buffered,
+            "message.timeout.ms": 0,  # never expire a queued batch: the buffer bound drops the oldest instead
+        }
+        conf.update(kafka_config or {})
+        self._producer = Producer(conf)
+        self._backlog: collections.deque[tuple[str, bytes, bytes | None, str]] = collections.deque()
+        self.max_buffered = max_buffered
+        self.stats = ProducerStats()
+
+    def _on_delivery(self, err: object, _msg: object) -> None:
+        if err is None:
+            self.stats.delivered += 1
+        else:
+            self.stats.failed += 1
+            log.error("batch delivery failed: %s", err)
+
+    def publish(self, topic: str, payload: bytes, schema_key: str, key: str | None = None) -> None:
+        """Queue one batch; never blocks. Serves the delivery callbacks of earlier batches."""
+        self._backlog.append((topic, payload, key.encode() if key else None, schema_key))
+        while len(self._backlog) > self.max_buffered:
+            self._backlog.popleft()
+            self.stats.dropped_oldest += 1
+        self._drain()
+        self._producer.poll(0)
+
+    def _drain(self) -> None:
+        while self._backlog:
+            topic, payload, key, schema_key = self._backlog[0]
+            try:
+                self._producer.produce(
+                    topic, payload, key=key, headers=headers_for(schema_key), on_delivery=self._on_delivery
+                )
+            except BufferError:
+                return  # librdkafka's queue is full: keep the rest in our bounded backlog
+            except KafkaException as err:
+                log.error("produce to %s failed: %s", topic, err)
+                return
+            self._backlog.popleft()
+            self.stats.published += 1
+
+    def flush(self, timeout: float = 30.0) -> int:
+        """Send everything queued; returns the number of batches still undelivered."""
+        self._drain()
+        return self._producer.flush(timeout) + len(self._backlog)

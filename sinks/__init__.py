@@ -1,0 +1,1 @@
+"""Sinks: the ClickHouse writer (server or embedded chdb) and the chatops sender."""

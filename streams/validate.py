@@ -1,0 +1,99 @@
+"""Row checks of probe batches: which rows are bad, and why.
+
+A bad row never stops its batch: the workers send it to the dead-letter topic
+with its reason and let the good rows flow (issue 2, "Bad input").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.records import PINGLISTS, PROBE_STATUS, TS_SOURCES, lookup
+
+# A round trip longer than this cannot be a probe answer (the timeout is 500 ms):
+# a bigger difference means a clock jump or a counter wrap.
+MAX_SPAN_NS = 10_000_000_000
+
+
+@dataclass(frozen=True)
+class Split:
+    """A batch split into the rows that pass and the rows that fail, with one reason per bad row."""
+
+    good: pa.Table
+    bad: pa.Table
+    reasons: list[str]
+    bad_index: list[int]
+
+
+def _rule_masks(t: pa.Table) -> list[tuple[str, pa.Array]]:
+    ok = pc.equal(t["status"], "ok")
+    rules: list[tuple[str, pa.Array]] = []
+    for f in lookup("probe.v1").fields:
+        if not f.nullable:
+            rules.append((f"{f.name} is null (the field is required)", pc.is_null(t[f.name])))
+    rules += [
+        (f"status is not one of {PROBE_STATUS}", pc.invert(pc.is_in(t["status"], pa.array(PROBE_STATUS)))),
+        (f"pinglist is not one of {PINGLISTS}", pc.invert(pc.is_in(t["pinglist"], pa.array(PINGLISTS)))),
+        (f"ts_source is not one of {TS_SOURCES}", pc.invert(pc.is_in(t["ts_source"], pa.array(TS_SOURCES)))),
+    ]
+    for name in ("t1", "t2", "t3", "t4", "t5", "t6"):
+        rules.append((f"status ok but {name} is null", pc.and_(ok, pc.is_null(t[name]))))
+    for a, b, clock in (("t2", "t5", "prober RNIC"), ("t3", "t4", "responder RNIC"), ("t1", "t6", "prober host")):
+        span = pc.subtract(t[b], t[a])
+        rules.append((f"negative {b}-{a} on the {clock} clock", pc.and_(ok, pc.less(span, 0))))
+        rules.append(
+            (f"{b}-{a} over {MAX_SPAN_NS} ns on the {clock} clock (clock jump or counter wrap)",
+             pc.and_(ok, pc.greater(span, MAX_SPAN_NS)))
+        )
+    rules.append(
+        ("responder delay t4-t3 exceeds the prober span t5-t2 (clocks mixed?)",
+         pc.and_(ok, pc.greater(pc.subtract(t["t4"], t["t3"]), pc.subtract(t["t5"], t["t2"]))))
+    )
+    return rules
+
+
+def split_probes(t: pa.Table, known_rnics: set[str] | None = None) -> Split:
+    """Split a ``probe.v1`` table into good and bad rows.
+
+    Rules: required fields present; enumerations valid; for ``ok`` rows all of
+    t1..t6 present, no negative or absurd (> 10 s) span on any clock, and
+    t4−t3 ≤ t5−t2; prober and responder RNIC in ``known_rnics`` when given;
+    no repeated (agent_id, seq) inside the batch.
+
+    Returns:
+        :class:`Split`; ``reasons[i]`` explains ``bad`` row i (the first rule it broke).
+    """
+    n = t.num_rows
+    reason = np.full(n, None, dtype=object)
+    for text, mask in _rule_masks(t):
+        m = np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
+        reason[m & (reason == None)] = text  # noqa: E711 - numpy elementwise comparison
+    if known_rnics is not None:
+        known = pa.array(sorted(known_rnics), pa.string())
+        for col in ("prober_rnic", "responder_rnic"):
+            m = np.asarray(pc.fill_null(pc.invert(pc.is_in(t[col], known)), False), dtype=bool)
+            bad_names = np.asarray(t[col].to_numpy(zero_copy_only=False), dtype=object)
+            for i in np.nonzero(m & (reason == None))[0]:  # noqa: E711 - only over the (rare) bad rows
+                reason[i] = f"unknown RNIC {bad_names[i]!r} in {col} (not in the registry)"
+    if n:
+        keys = np.char.add(
+            np.asarray(t["agent_id"].to_numpy(zero_copy_only=False), dtype=str),
+            np.char.add("/", np.asarray(t["seq"].to_numpy(zero_copy_only=False)).astype(str)),
+        )
+        _, first = np.unique(keys, return_index=True)
+        dup = np.ones(n, dtype=bool)
+        dup[first] = False
+        reason[dup & (reason == None)] = "duplicate (agent_id, seq) in the batch"  # noqa: E711
+    bad_mask = reason != None  # noqa: E711
+    bad_idx = np.nonzero(bad_mask)[0]
+    good_idx = np.nonzero(~bad_mask)[0]
+    return Split(
+        t.take(pa.array(good_idx, pa.int64())),
+        t.take(pa.array(bad_idx, pa.int64())),
+        [str(r) for r in reason[bad_idx]],
+        [int(i) for i in bad_idx],
+    )
