@@ -118,13 +118,9 @@ def assess_link(r: LinkReading) -> Finding | None:
         want = f"{expected:g} GT/s" if expected else "its capability"
         parts.append(f"speed {r.speed_gtps:g} GT/s below {want}")
     if width_down:
-        parts.append(
-            f"width x{r.width} below x{r.max_width}" if r.max_width else f"width x{r.width} downgraded"
-        )
+        parts.append(f"width x{r.width} below x{r.max_width}" if r.max_width else f"width x{r.width} downgraded")
     elif r.max_width is not None and r.width == r.max_width and r.max_width < 16:
-        evidence["width_limit"] = (
-            f"x{r.max_width} equals the port's capability: a slot limit, not a downgrade"
-        )
+        evidence["width_limit"] = f"x{r.max_width} equals the port's capability: a slot limit, not a downgrade"
     text = "PCIe link trained below capability: " + "; ".join(parts) + "."
     if "width_limit" in evidence:
         text += f" Width x{r.width} equals the capability (slot limit, not a width downgrade)."

@@ -41,9 +41,7 @@ class SysfsSnapshot:
         """A live (or copied) sysfs tree. Raises FileNotFoundError naming the root if it is missing."""
         p = Path(root)
         if not p.is_dir():
-            raise FileNotFoundError(
-                f"sysfs root {p} is not a directory; pass --path.sysfs pointing at /sys or a copy"
-            )
+            raise FileNotFoundError(f"sysfs root {p} is not a directory; pass --path.sysfs pointing at /sys or a copy")
         return cls(root=p)
 
     @classmethod
@@ -112,6 +110,4 @@ class SysfsSnapshot:
 
 def detect(text: str) -> bool:
     """True when the text holds a ``tail -v`` or ``grep ""`` capture of sysfs files."""
-    return any(
-        _TAIL.match(x.strip()) or _GREP.match(x.strip()) or _CAT.match(x.strip()) for x in text.splitlines()
-    )
+    return any(_TAIL.match(x.strip()) or _GREP.match(x.strip()) or _CAT.match(x.strip()) for x in text.splitlines())

@@ -104,9 +104,7 @@ def read_hops(snap: SysfsSnapshot) -> dict[str, PcieHop]:
         if speed is None and width is None:
             continue
         cls = class_of(get("class"))
-        line = snap.lines.get(f"{alias}/current_link_speed") or snap.lines.get(
-            f"{path}/current_link_speed", 0
-        )
+        line = snap.lines.get(f"{alias}/current_link_speed") or snap.lines.get(f"{path}/current_link_speed", 0)
         reading = LinkReading(
             location=bdf,
             speed_gtps=speed,
