@@ -251,7 +251,9 @@ class Inventory:
                 problems.append(f"{where}: host {r.host!r} does not list this RNIC; list it under its host")
             if r.tor not in self.tors:
                 known = ", ".join(sorted(self.tors)) or "none"
-                problems.append(f"{where}.tor: unknown ToR {r.tor!r} (known: {known}); add it under tors or fix the name")
+                problems.append(
+                    f"{where}.tor: unknown ToR {r.tor!r} (known: {known}); add it under tors or fix the name"
+                )
             try:
                 ipaddress.ip_address(r.ip)
             except ValueError:
