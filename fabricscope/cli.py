@@ -18,6 +18,7 @@ def _register() -> None:
     from fabricscope import cmd_pipeline
 
     cmd_pipeline.register(app)
+    __import__("fabricscope.cmd_diagnose", fromlist=["register"]).register(app)
 
 
 def main() -> None:

@@ -1,0 +1,53 @@
+"""``fabricscope diagnose FILE...``: Hostping parsers and rules over captured outputs.
+
+Only wiring and printing here; the parsers and rules are in :mod:`producers.hostping`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.padding import Padding
+
+from producers.hostping.diagnose import diagnose_paths
+
+_STYLE = {"info": "dim", "warning": "yellow", "error": "red", "critical": "bold red"}
+
+
+def diagnose(
+    files: list[Path] = typer.Argument(
+        ...,
+        help="Captured outputs (lspci -vvv, sysfs tail/grep, ethtool -S, hw_counters, dmesg, NCCL logs, "
+        "nccl-tests pair tables) or a sysfs root directory.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print findings as a JSON list."),
+) -> None:
+    """Diagnose intra-host and RDMA faults from captured command outputs and logs."""
+    try:
+        found = diagnose_paths(files)
+    except (FileNotFoundError, ValueError) as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(json.dumps([f.to_dict() for f in found], indent=2, sort_keys=True))
+        return
+    console = Console()
+    if not found:
+        console.print("No findings: nothing these parsers recognise is wrong.")
+        return
+    for f in found:
+        style = _STYLE[f.severity]
+        console.print(
+            f"[{style}]{f.severity.upper():<8}[/] [bold]{f.kind}[/] at [cyan]{f.location}[/]  [dim]{f.source}[/]"
+        )
+        console.print(Padding(f.explanation, (0, 0, 1, 9)))
+    problems = sum(f.is_problem for f in found)
+    console.print(f"{problems} problem(s), {len(found) - problems} informational.")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``diagnose`` command to the console script."""
+    app.command("diagnose")(diagnose)

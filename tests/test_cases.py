@@ -1,0 +1,132 @@
+"""Every field case in ../shared/cases gets its stated right diagnosis from ``fabricscope diagnose``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from fabricscope import cmd_diagnose
+from producers.hostping.diagnose import diagnose_paths
+from producers.hostping.findings import Finding
+
+CASES = Path(__file__).parents[2] / "shared" / "cases"
+NETWORK_KINDS = {"switch", "rnic", "lossy_roce"}
+
+
+def case(prefix: str) -> Path:
+    found = sorted(CASES.glob(f"{prefix}_*.txt"))
+    if not found:
+        pytest.skip(f"field case {prefix} not found under {CASES}")
+    return found[0]
+
+
+def problems(prefix: str) -> list[Finding]:
+    return [f for f in diagnose_paths([case(prefix)]) if f.is_problem]
+
+
+def test_case_03_port_error_is_rnic_on_host_b_not_host_down():
+    found = problems("case_03")
+    assert [(f.kind, f.location) for f in found] == [("rnic", "host-b")]
+    ev = found[0].evidence
+    assert ev["subkind"] == "port_flapping"
+    assert ev["ranks_reporting"] == 8
+    assert ev["error12_reported_by"] == ["host-c"]  # charged to host-b's RNIC, not a switch
+
+
+def test_case_04_socket_errors_are_peer_process_failure_not_network():
+    found = problems("case_04")
+    assert [f.kind for f in found] == ["host_down"]
+    assert "10.0.0.7" in found[0].location
+    assert found[0].evidence["network_innocent"] is True
+    assert found[0].evidence["proxy_retcodes"] == [6]
+    assert not NETWORK_KINDS & {f.kind for f in found}
+
+
+def test_case_05_pairwise_vote_names_host_a_and_leaves_e_f_undetermined():
+    found = problems("case_05")
+    assert [(f.kind, f.location) for f in found] == [("slow_host", "host-A"), ("undetermined", "host-E,host-F")]
+    assert found[0].evidence["votes"] == 2
+    assert found[0].evidence["crossing_predicts_slowness"] is False
+    assert "switch" not in {f.kind for f in found}
+
+
+def test_case_07_acs_redirect_only_in_the_broken_block():
+    found = problems("case_07")
+    assert [(f.kind, f.cause) for f in found] == [("acs_redirect", "config")]
+    assert found[0].evidence["enabled_redirects"] == ["ReqRedir", "CmpltRedir"]
+    text = case("case_07").read_text().splitlines()
+    line = int(found[0].source.rsplit(":", 1)[1])
+    assert "ReqRedir+" in text[line - 1]  # the 'ACS on' line, not the healthy one
+
+
+def test_case_10_all_traffic_on_prio0_with_ack_timeouts_is_lossy_roce_misconfiguration():
+    found = problems("case_10")
+    assert [(f.kind, f.location, f.cause) for f in found] == [("lossy_roce", "enp178s0f0 (mlx5_0/port1)", "config")]
+    ev = found[0].evidence
+    assert ev["priority"] == 0
+    assert ev["loss"] == {"local_ack_timeout_err": 2705}
+    assert ev["congestion"] == {"np_cnp_sent": 1333}
+    assert ev["cumulative"] is True
+
+
+def test_case_11_speed_downgrade_and_width_is_slot_limit():
+    found = problems("case_11")
+    assert [f.kind for f in found] == ["pcie_downgrade"]
+    ev = found[0].evidence
+    assert ev["downgraded"] == ["speed"]
+    assert (ev["current_speed_gtps"], ev["max_speed_gtps"], ev["target_speed_gtps"]) == (8.0, 16.0, 16.0)
+    assert "slot limit" in ev["width_limit"]
+    assert ev["current_gbps"] == pytest.approx(31.5, abs=0.1)
+
+
+def test_case_12_idle_gpu_at_gen1_full_width_raises_no_problem():
+    found = diagnose_paths([case("case_12")])
+    assert found, "the idle reading should still be noted"
+    assert {f.kind for f in found} == {"pcie_idle_power_saving"}
+    assert not [f for f in found if f.is_problem]
+
+
+def test_case_13_downgrade_reported_at_upstream_port_not_gpu_function():
+    found = problems("case_13")
+    assert [(f.kind, f.location) for f in found] == [("pcie_downgrade", "0000:01:00.0")]
+    ev = found[0].evidence
+    assert (ev["current_speed_gtps"], ev["current_width"]) == (16.0, 8)
+    assert (ev["max_speed_gtps"], ev["max_width"]) == (32.0, 16)
+    assert ev["downgraded"] == ["speed", "width"]
+    levels = next(iter(ev["pp_dpm_pcie"].values()))
+    assert [lv for lv in levels if lv["active"]] == [{"level": 1, "speed_gtps": 16.0, "width": 8, "active": True}]
+
+
+def test_case_14_aer_escalation_and_xid79_is_gpu_link_failure():
+    found = problems("case_14")
+    assert [(f.kind, f.location, f.severity) for f in found] == [
+        ("gpu_pcie_link_failure", "0000:00:02.0->0000:02:00.0", "critical")
+    ]
+    ev = found[0].evidence
+    assert ev["xid"] == 79
+    assert ev["aer_corrected"] == {"Replay Timer Timeout": 1}
+    assert ev["aer_uncorrected"] == {"Surprise Down Error": 1}
+
+
+def test_cli_json_over_all_cases():
+    app = typer.Typer()
+    cmd_diagnose.register(app)
+    app.command("noop")(lambda: None)  # keep a multi-command app so 'diagnose' is a subcommand
+    files = [str(case(p)) for p in ("case_11", "case_12", "case_14")]
+    result = CliRunner().invoke(app, ["diagnose", *files, "--json"])
+    assert result.exit_code == 0, result.output
+    kinds = [d["kind"] for d in json.loads(result.output)]
+    assert kinds == ["pcie_downgrade", "pcie_idle_power_saving", "pcie_idle_power_saving", "gpu_pcie_link_failure"]
+
+
+def test_cli_missing_file_names_it():
+    app = typer.Typer()
+    cmd_diagnose.register(app)
+    app.command("noop")(lambda: None)
+    result = CliRunner().invoke(app, ["diagnose", "/nonexistent/lspci.txt"])
+    assert result.exit_code == 2
+    assert "/nonexistent/lspci.txt" in result.output
