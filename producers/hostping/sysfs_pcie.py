@@ -157,6 +157,15 @@ def dpm_levels(text: str | None) -> list[dict[str, object]]:
     return out
 
 
+def _reported_by_child(hops: dict[str, PcieHop], hop: PcieHop) -> bool:
+    """A root/downstream port reads the link to its one child; that child reports the link."""
+    children = [h for h in hops.values() if h.chain and h.chain[-1] == hop.bdf]
+    return len(children) == 1 and (children[0].reading.speed_gtps, children[0].reading.width) == (
+        hop.reading.speed_gtps,
+        hop.reading.width,
+    )
+
+
 def findings(snap: SysfsSnapshot) -> list[Finding]:
     """Judge every hop; a downgraded hop names the endpoints whose effective link it limits."""
     hops = read_hops(snap)
@@ -164,10 +173,12 @@ def findings(snap: SysfsSnapshot) -> list[Finding]:
     out: list[Finding] = []
     for bdf, hop in hops.items():
         f = assess_link(hop.reading)
-        if f is None:
+        if f is None or _reported_by_child(hops, hop):
             continue
         behind = sorted(b for b, h in hops.items() if bdf in h.chain)
         ev = dict(f.evidence, sysfs_path=hop.path, path_to_root=list(hop.chain))
+        if hop.chain:
+            ev["link"] = f"{hop.chain[-1]}->{bdf}"
         text = f.explanation
         if behind and f.is_problem:
             ev["limits_endpoints"] = behind
