@@ -1,0 +1,11 @@
+"""The netns fabric lab: a real ECMP Clos fabric on this machine (issue 4).
+
+``up(spec)`` builds spines, ToRs and two-NIC hosts as network namespaces joined
+by veth pairs; ``down()`` removes everything; :mod:`infra.lab.faults` injects the
+R-Pingmesh fault classes; :mod:`infra.lab.agents` starts the udp agents.
+"""
+
+from infra.lab.netns import LabError, down, lab_dir, load, up
+from infra.lab.topology import Fabric, LabSpec, plan
+
+__all__ = ["Fabric", "LabError", "LabSpec", "down", "lab_dir", "load", "plan", "up"]

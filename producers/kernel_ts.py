@@ -1,0 +1,186 @@
+"""Kernel packet timestamps for UDP sockets (``SO_TIMESTAMPING``), and network namespaces.
+
+Linux ``Documentation/networking/timestamping.rst``: a socket with
+``SOF_TIMESTAMPING_TX_SOFTWARE | RX_SOFTWARE | SOFTWARE`` gets, for every packet
+it sends, a copy on its error queue carrying the time the packet was handed to
+the device driver (``SCM_TSTAMP_SND``), and, for every packet it receives, the
+time the kernel took it from the device; both are ``CLOCK_REALTIME`` nanoseconds.
+With ``TX_HARDWARE | RX_HARDWARE | RAW_HARDWARE`` on a NIC whose hardware
+timestamping is enabled (``SIOCSHWTSTAMP``) the third slot holds the NIC clock.
+These stand in for R-Pingmesh's RNIC CQE timestamps (§4.2.1): t2, t5 on the
+prober and t3, t4 on the responder.
+
+Only the standard library is used (agents stay light, DESIGN.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import fcntl
+import os
+import socket
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+# <asm-generic/socket.h>, <linux/net_tstamp.h>, <linux/errqueue.h>
+SO_TIMESTAMPING = 37
+SCM_TIMESTAMPING = SO_TIMESTAMPING
+SOF_TX_HARDWARE = 1 << 0
+SOF_TX_SOFTWARE = 1 << 1
+SOF_RX_HARDWARE = 1 << 2
+SOF_RX_SOFTWARE = 1 << 3
+SOF_SOFTWARE = 1 << 4
+SOF_RAW_HARDWARE = 1 << 6
+SOF_OPT_ID = 1 << 7
+SOF_OPT_TSONLY = 1 << 11
+SO_EE_ORIGIN_ICMP = 2
+SO_EE_ORIGIN_TIMESTAMPING = 4
+SCM_TSTAMP_SND = 0
+SCM_TS_OPT_ID = 81  # per-send timestamp key (Linux 6.13+)
+IP_RECVERR = 11
+IP_TTL = 2
+MSG_ERRQUEUE = 0x2000
+SIOCETHTOOL = 0x8946
+SIOCSHWTSTAMP = 0x89B0
+ETHTOOL_GET_TS_INFO = 0x41
+HWTSTAMP_TX_ON = 1
+HWTSTAMP_FILTER_ALL = 1
+
+SOFTWARE_FLAGS = SOF_TX_SOFTWARE | SOF_RX_SOFTWARE | SOF_SOFTWARE | SOF_OPT_ID | SOF_OPT_TSONLY
+HARDWARE_FLAGS = SOF_TX_HARDWARE | SOF_RX_HARDWARE | SOF_RAW_HARDWARE | SOF_OPT_ID | SOF_OPT_TSONLY
+
+_TS = struct.Struct("=qqqqqq")  # struct scm_timestamping: ts[3] of (tv_sec, tv_nsec)
+_EE = struct.Struct("=IBBBBII")  # struct sock_extended_err
+ANCBUF = 512
+
+
+@dataclass(frozen=True)
+class ErrQueueEntry:
+    """One message read from a socket's error queue.
+
+    Attributes:
+        origin: ``SO_EE_ORIGIN_TIMESTAMPING`` (a TX timestamp) or ``SO_EE_ORIGIN_ICMP``.
+        ts_ns: the timestamp (ns, kernel or NIC clock) for a TX timestamp, else None.
+        key: ``SOF_TIMESTAMPING_OPT_ID`` counter of the timestamped send (0-based per socket).
+        icmp_type, icmp_code: for ICMP errors (11 = time exceeded, 3 = unreachable).
+        offender: IPv4 address that sent the ICMP error, "" if none.
+        payload: the UDP payload of the offending datagram (ICMP errors only).
+    """
+
+    origin: int
+    ts_ns: int | None
+    key: int
+    icmp_type: int
+    icmp_code: int
+    offender: str
+    payload: bytes
+
+
+def enable(sock: socket.socket, hardware: bool = False) -> None:
+    """Turn on TX/RX timestamps (software, or raw hardware) and ICMP error reporting on ``sock``."""
+    sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, HARDWARE_FLAGS if hardware else SOFTWARE_FLAGS)
+    sock.setsockopt(socket.SOL_IP, IP_RECVERR, 1)
+
+
+def timestamp_from_cmsgs(ancdata: list[tuple[int, int, bytes]], hardware: bool) -> int | None:
+    """The ``SCM_TIMESTAMPING`` time in ns (slot 0 software, slot 2 raw hardware), or None."""
+    for level, ctype, data in ancdata:
+        if level == socket.SOL_SOCKET and ctype == SCM_TIMESTAMPING and len(data) >= _TS.size:
+            v = _TS.unpack_from(data)
+            sec, nsec = (v[4], v[5]) if hardware else (v[0], v[1])
+            if sec or nsec:
+                return sec * 1_000_000_000 + nsec
+    return None
+
+
+def read_errqueue(sock: socket.socket, hardware: bool = False) -> Iterator[ErrQueueEntry]:
+    """Drain ``sock``'s error queue: TX timestamps and ICMP errors, oldest first."""
+    while True:
+        try:
+            data, anc, _flags, _addr = sock.recvmsg(256, ANCBUF, MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        ts = timestamp_from_cmsgs(anc, hardware)
+        for level, ctype, cdata in anc:
+            if level == socket.SOL_IP and ctype == IP_RECVERR and len(cdata) >= _EE.size:
+                ee_errno, origin, itype, icode, _pad, info, key = _EE.unpack_from(cdata)
+                offender = ""
+                if len(cdata) >= _EE.size + 8:
+                    family = struct.unpack_from("=H", cdata, _EE.size)[0]
+                    if family == socket.AF_INET:
+                        offender = socket.inet_ntoa(cdata[_EE.size + 4 : _EE.size + 8])
+                if origin == SO_EE_ORIGIN_TIMESTAMPING:
+                    if info == SCM_TSTAMP_SND and ee_errno == errno.ENOMSG:
+                        yield ErrQueueEntry(origin, ts, key, 0, 0, "", b"")
+                elif origin == SO_EE_ORIGIN_ICMP:
+                    yield ErrQueueEntry(origin, None, 0, itype, icode, offender, data)
+                break
+
+
+def hardware_timestamping(ifname: str) -> bool:
+    """Whether ``ifname`` can do raw hardware TX/RX timestamps, and enable them on the device.
+
+    Asks ``ETHTOOL_GET_TS_INFO`` for the capabilities, then ``SIOCSHWTSTAMP`` with
+    TX on and RX filter ALL. Returns False (software timestamps) for veth and any
+    NIC that refuses; needs CAP_NET_ADMIN to enable.
+    """
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        info = bytearray(struct.pack("=II", ETHTOOL_GET_TS_INFO, 0) + bytes(40))
+        ifr = struct.pack("=16sP", ifname.encode()[:15], ctypes.addressof(ctypes.c_char.from_buffer(info)))
+        try:
+            fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifr)
+        except OSError:
+            return False
+        caps = struct.unpack_from("=I", info, 4)[0]
+        need = SOF_TX_HARDWARE | SOF_RX_HARDWARE | SOF_RAW_HARDWARE
+        if caps & need != need:
+            return False
+        cfg = bytearray(struct.pack("=iii", 0, HWTSTAMP_TX_ON, HWTSTAMP_FILTER_ALL))
+        ifr = struct.pack("=16sP", ifname.encode()[:15], ctypes.addressof(ctypes.c_char.from_buffer(cfg)))
+        try:
+            fcntl.ioctl(s.fileno(), SIOCSHWTSTAMP, ifr)
+        except OSError:
+            return False
+        return True
+    finally:
+        s.close()
+
+
+_CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, _CLONE_NEWNET) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"setns: {os.strerror(e)}")
+
+
+@contextlib.contextmanager
+def in_netns(name: str | None) -> Iterator[None]:
+    """Run the block in network namespace ``name`` (``/run/netns/<name>``), then come back.
+
+    Sockets created inside stay in that namespace for their whole life, so an
+    agent can open its probe sockets in a host namespace and keep its Kafka
+    connection in the root one. ``None`` does nothing. Needs CAP_SYS_ADMIN.
+    """
+    if not name:
+        yield
+        return
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(f"/run/netns/{name}", os.O_RDONLY)
+        try:
+            _setns(target)
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            _setns(home)
+    finally:
+        os.close(home)

@@ -1,0 +1,489 @@
+"""The ``udp`` probe backend: R-Pingmesh's prober, responder and tracer over UDP.
+
+One :class:`UdpEngine` per agent process owns a UDP socket per 5-tuple source
+(RNIC address, source port, DSCP) and runs the paper's protocol (§4.2.1):
+
+1. the prober reads its clock (t1) and sends a 50-byte probe; the kernel's TX
+   timestamp of it is t2 (prober clock);
+2. the responder's kernel stamps its arrival (t3), the responder sends ACK1,
+   whose TX timestamp is t4 (responder clock), then ACK2 carrying t3 and t4;
+3. the prober's kernel stamps ACK1's arrival (t5) and the prober reads its clock
+   when it sees ACK1 (t6). No reply within 500 ms is a timeout.
+
+So network RTT = (t5 - t2) - (t4 - t3), responder delay = t4 - t3, prober delay
+= (t6 - t1) - (t5 - t2), each difference on one clock. A responder answers only
+registered sources, rate-limits each, and ignores probes addressed to another
+QPN (a restarted responder has a new one, so stale probes time out as in RoCE).
+
+Path tracing sends TTL-limited copies on the same socket (same 5-tuple, so the
+same ECMP path) and reads the ICMP time-exceeded sources from the error queue
+(``IP_RECVERR``); the destination answers with a trace reply. Rows are plain
+column dicts of ``probe.v1`` / ``path.v1`` (:mod:`schemas.records`).
+"""
+
+from __future__ import annotations
+
+import errno
+import heapq
+import logging
+import os
+import selectors
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from producers import kernel_ts
+from producers.udp_wire import ACK1, ACK2, PROBE, TRACE, TRACE_REPLY, Packet, decode
+
+log = logging.getLogger("fabricscope.agent.udp")
+
+TIMEOUT_NS = 500_000_000  # R-Pingmesh §4: a reply later than 500 ms is a timeout
+DEFAULT_DST_PORT = 4791  # RoCEv2's UDP port; the lab has no RDMA, so the udp backend may use it
+MAX_HOPS = 8
+
+
+@dataclass(frozen=True)
+class LocalRnic:
+    """An RNIC of this host: name (``A1``), address, netdev and its ToR."""
+
+    name: str
+    ip: str
+    netdev: str = ""
+    tor: str = ""
+
+
+@dataclass
+class TokenBucket:
+    """Per-source rate limit of the responder: ``rate`` packets/s, ``burst`` packets."""
+
+    rate: float
+    burst: float
+    tokens: float = 0.0
+    last: float = 0.0
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate) if self.last else self.burst
+        self.last = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+@dataclass
+class Endpoint:
+    """One UDP socket bound to ``(ip, port)`` with DSCP ``tos``; ``sent`` maps OPT_ID keys to owners."""
+
+    sock: socket.socket
+    ip: str
+    port: int
+    tos: int
+    rnic: str
+    hardware: bool
+    responder: bool = False
+    next_key: int = 0
+    explicit_keys: ClassVar[bool] = True
+    sent: dict[int, tuple[str, Any]] = field(default_factory=dict)
+
+    def send(self, pkt: Packet, addr: tuple[str, int], ref: tuple[str, Any] | None = None, ttl: int = 0) -> bool:
+        """Send ``pkt``; ``ref`` is told the TX timestamp. Returns False when the kernel refused.
+
+        Each send names its timestamp key with ``SCM_TS_OPT_ID`` (Linux 6.13+), so a
+        failed send can never shift the keys of later ones; older kernels count.
+        An ICMP error queued on the socket fails the next send once (``sk_err``),
+        so a failed send is retried once.
+        """
+        key = self.next_key & 0xFFFF_FFFF
+        anc = [(socket.SOL_IP, kernel_ts.IP_TTL, struct.pack("=i", ttl))] if ttl else []
+        if Endpoint.explicit_keys:
+            anc.append((socket.SOL_SOCKET, kernel_ts.SCM_TS_OPT_ID, struct.pack("=I", key)))
+        for attempt in range(2):
+            try:
+                self.sock.sendmsg([pkt.encode()], anc, 0, addr)
+                break
+            except OSError as e:
+                if e.errno == errno.EINVAL and Endpoint.explicit_keys:
+                    Endpoint.explicit_keys = False  # kernel without SCM_TS_OPT_ID
+                    return self.send(pkt, addr, ref, ttl)
+                if attempt:  # no route (link down), ...: nothing left, no timestamp will come
+                    log.debug("send %s -> %s failed: %s", self.ip, addr, e)
+                    return False
+        if ref is not None:
+            self.sent[key] = ref
+            if len(self.sent) > 4096:  # timestamps that never came (dropped by the kernel)
+                for k in sorted(self.sent)[:1024]:
+                    del self.sent[k]
+        self.next_key += 1
+        return True
+
+
+@dataclass
+class PendingProbe:
+    """A probe in flight: its pinglist entry, timestamps so far and deadline (monotonic ns)."""
+
+    entry: dict[str, Any]
+    seq: int
+    t1: int
+    deadline: int
+    hardware: bool
+    t2: int | None = None
+    t3: int | None = None
+    t4: int | None = None
+    t5: int | None = None
+    t6: int | None = None
+    responder_hw: bool | None = None
+
+
+@dataclass
+class Trace:
+    """A path trace in flight: one TTL-limited packet per hop; ``hops[ttl]`` = ICMP source."""
+
+    direction: str
+    src_rnic: str
+    dst_rnic: str
+    src: tuple[str, int]
+    dst: tuple[str, int]
+    deadline: int
+    hops: dict[int, str] = field(default_factory=dict)
+    reached: int | None = None
+
+
+class UdpEngine:
+    """Prober, responder and tracer of one agent over kernel-timestamped UDP sockets.
+
+    Args:
+        agent_id: the uploading agent (one per host).
+        host: this host's name.
+        rnics: this host's RNICs.
+        netns: network namespace to open sockets in (``None``: the current one).
+        qpn: this responder's QPN (random per start; R-Pingmesh's stale-QPN rule).
+        allowed_sources: addresses the responder answers (the registry); others are ignored.
+        responder: answer probes on ``dst_port`` of every RNIC.
+        hardware: try NIC hardware timestamps (falls back to software per RNIC).
+        rate_limit: per-source responder limit, packets/s (burst = the same number).
+        address_names: interface address -> node name, to name traced hops.
+        on_probe, on_path: called with each finished ``probe.v1`` / ``path.v1`` row (a dict).
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        host: str,
+        rnics: Iterable[LocalRnic],
+        *,
+        netns: str | None = None,
+        qpn: int | None = None,
+        allowed_sources: Iterable[str] = (),
+        responder: bool = True,
+        dst_port: int = DEFAULT_DST_PORT,
+        hardware: bool = False,
+        rate_limit: float = 500.0,
+        address_names: dict[str, str] | None = None,
+        on_probe: Callable[[dict[str, Any]], None] | None = None,
+        on_path: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.agent_id = agent_id
+        self.host = host
+        self.rnics = {r.name: r for r in rnics}
+        self.netns = netns
+        self.qpn = qpn if qpn is not None else int.from_bytes(os.urandom(3), "big") or 1
+        self.allowed = set(allowed_sources)
+        self.dst_port = dst_port
+        self.hardware_wanted = hardware
+        self.rate_limit = rate_limit
+        self.address_names = dict(address_names or {})
+        self.on_probe = on_probe or (lambda row: None)
+        self.on_path = on_path or (lambda row: None)
+        self.sel = selectors.DefaultSelector()
+        self.endpoints: dict[tuple[str, int, int], Endpoint] = {}
+        self._hw: dict[str, bool] = {}
+        self._buckets: dict[str, TokenBucket] = {}
+        self.pending: dict[int, PendingProbe] = {}
+        self._deadlines: list[tuple[int, int]] = []
+        self.traces: dict[int, tuple[int, int]] = {}  # trace packet seq -> (trace id, ttl)
+        self._trace_state: dict[int, Trace] = {}
+        self._seq = int.from_bytes(os.urandom(4), "big") << 16
+        self.reverse_seen: dict[tuple[str, int, str, int], int] = {}
+        self.counters = {"dropped_unregistered": 0, "dropped_rate": 0, "dropped_stale_qpn": 0, "answered": 0}
+        if responder:
+            for r in self.rnics.values():
+                self.endpoint(r.name, self.dst_port, 0, responder=True)
+
+    # ---- sockets -----------------------------------------------------------------
+
+    def _hardware_for(self, rnic: LocalRnic) -> bool:
+        if rnic.name not in self._hw:
+            ok = False
+            if self.hardware_wanted and rnic.netdev:
+                with kernel_ts.in_netns(self.netns):
+                    ok = kernel_ts.hardware_timestamping(rnic.netdev)
+            self._hw[rnic.name] = ok
+        return self._hw[rnic.name]
+
+    def endpoint(self, rnic: str, port: int = 0, tos: int = 0, responder: bool = False) -> Endpoint:
+        """The socket for source ``(rnic's address, port)`` with DSCP ``tos``; opened on first use.
+
+        Port 0 picks an ephemeral port (the endpoint is then keyed by the real one).
+        """
+        r = self.rnics[rnic]
+        key = (r.ip, port, tos)
+        if port and key in self.endpoints:
+            return self.endpoints[key]
+        hw = self._hardware_for(r)
+        with kernel_ts.in_netns(self.netns):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if tos:
+            s.setsockopt(socket.SOL_IP, socket.IP_TOS, tos << 2)
+        kernel_ts.enable(s, hw)
+        s.bind((r.ip, port))
+        s.setblocking(False)
+        ep = Endpoint(s, r.ip, s.getsockname()[1], tos, rnic, hw, responder)
+        self.endpoints[(r.ip, ep.port, tos)] = ep
+        self.sel.register(s, selectors.EVENT_READ, ep)
+        return ep
+
+    def close(self) -> None:
+        """Close every socket."""
+        for ep in self.endpoints.values():
+            self.sel.unregister(ep.sock)
+            ep.sock.close()
+        self.endpoints.clear()
+        self.sel.close()
+
+    def _next_seq(self) -> int:
+        self._seq = (self._seq + 1) & 0xFFFF_FFFF_FFFF_FFFF
+        return self._seq
+
+    # ---- prober ------------------------------------------------------------------
+
+    def send_probe(self, entry: dict[str, Any]) -> int:
+        """Send one probe for pinglist ``entry`` (a ``probe.v1``-shaped dict); returns its seq.
+
+        The entry needs ``prober_rnic``, ``dst_ip``, ``qpn`` and may set ``src_port``
+        (0: ephemeral), ``dst_port`` and ``traffic_class``.
+        """
+        ep = self.endpoint(entry["prober_rnic"], int(entry.get("src_port") or 0), int(entry.get("traffic_class") or 0))
+        seq = self._next_seq()
+        dst = (entry["dst_ip"], int(entry.get("dst_port") or self.dst_port))
+        t1 = time.time_ns()
+        p = PendingProbe(dict(entry, src_ip=ep.ip, src_port=ep.port, dst_port=dst[1]), seq, t1,
+                         time.monotonic_ns() + TIMEOUT_NS, ep.hardware)
+        self.pending[seq] = p
+        heapq.heappush(self._deadlines, (p.deadline, seq))
+        ep.send(Packet(PROBE, seq, int(entry.get("qpn") or 0), self.qpn), dst, ("probe", seq))
+        return seq
+
+    def _finish(self, p: PendingProbe) -> None:
+        self.pending.pop(p.seq, None)
+        ok = p.t5 is not None
+        e = p.entry
+        both_hw = p.hardware and bool(p.responder_hw)
+        row = {
+            "agent_id": self.agent_id,
+            "seq": p.seq,
+            "pinglist": e.get("pinglist", "tor_mesh"),
+            "prober_host": e.get("prober_host", self.host),
+            "prober_rnic": e["prober_rnic"],
+            "responder_host": e.get("responder_host", ""),
+            "responder_rnic": e.get("responder_rnic", ""),
+            "src_ip": e["src_ip"],
+            "dst_ip": e["dst_ip"],
+            "src_port": e["src_port"],
+            "dst_port": e["dst_port"],
+            "flow_label": int(e.get("flow_label") or 0),
+            "traffic_class": int(e.get("traffic_class") or 0),
+            "priority": int(e.get("priority") or 0),
+            "qpn": int(e.get("qpn") or 0),
+            "gid_index": int(e.get("gid_index") or 0),
+            "job_id": e.get("job_id"),
+            "t1": p.t1,
+            "t2": p.t2,
+            "t3": p.t3 if ok else None,
+            "t4": p.t4 if ok else None,
+            "t5": p.t5,
+            "t6": p.t6,
+            "ts_source": "hardware" if both_hw else "software",
+            "status": "ok" if ok else "timeout",
+        }
+        self.on_probe(row)
+
+    def expire(self, now_mono: int | None = None) -> int:
+        """Finish probes past their deadline (timeouts, or ok without ACK2); returns how many."""
+        now = now_mono if now_mono is not None else time.monotonic_ns()
+        n = 0
+        while self._deadlines and self._deadlines[0][0] <= now:
+            _, seq = heapq.heappop(self._deadlines)
+            p = self.pending.get(seq)
+            if p is not None:
+                self._finish(p)
+                n += 1
+        for tid, tr in list(self._trace_state.items()):
+            if tr.deadline <= now:
+                self._finish_trace(tid)
+        return n
+
+    # ---- tracer ------------------------------------------------------------------
+
+    def trace(self, ep: Endpoint, dst: tuple[str, int], dst_rnic: str, direction: str = "forward",
+              max_hops: int = MAX_HOPS) -> int:
+        """Trace the path of 5-tuple ``(ep, dst)``: one TTL-limited packet per hop, sent at once.
+
+        The row goes to ``on_path`` when every hop answered or after 500 ms.
+        Returns the trace id.
+        """
+        tid = self._next_seq()
+        self._trace_state[tid] = Trace(direction, ep.rnic, dst_rnic, (ep.ip, ep.port), dst,
+                                       time.monotonic_ns() + TIMEOUT_NS)
+        for ttl in range(1, max_hops + 1):
+            seq = self._next_seq()
+            self.traces[seq] = (tid, ttl)
+            ep.send(Packet(TRACE, seq, 0, self.qpn), dst, None, ttl=ttl)
+        return tid
+
+    def _trace_hit(self, seq: int, offender: str | None) -> None:
+        hit = self.traces.get(seq)
+        if hit is None:
+            return
+        tid, ttl = hit
+        tr = self._trace_state.get(tid)
+        if tr is None:
+            return
+        if offender is None:
+            tr.reached = ttl if tr.reached is None else min(tr.reached, ttl)
+        else:
+            tr.hops[ttl] = offender
+        if tr.reached is not None and all(t in tr.hops for t in range(1, tr.reached)):
+            self._finish_trace(tid)
+
+    def _finish_trace(self, tid: int) -> None:
+        tr = self._trace_state.pop(tid)
+        for seq in [s for s, (t, _) in self.traces.items() if t == tid]:
+            del self.traces[seq]
+        last = (tr.reached - 1) if tr.reached else max(tr.hops, default=0)
+        names = [tr.src_rnic]
+        for ttl in range(1, last + 1):
+            ip = tr.hops.get(ttl)
+            names.append(self.address_names.get(ip, ip) if ip else "?")
+        complete = tr.reached is not None and "?" not in names
+        if tr.reached is not None:
+            names.append(tr.dst_rnic)
+        self.on_path({
+            "agent_id": self.agent_id,
+            "trace_ns": time.time_ns(),
+            "direction": tr.direction,
+            "src_rnic": tr.src_rnic,
+            "dst_rnic": tr.dst_rnic,
+            "src_ip": tr.src[0],
+            "dst_ip": tr.dst[0],
+            "src_port": tr.src[1],
+            "dst_port": tr.dst[1],
+            "hops": ",".join(names),
+            "complete": complete,
+        })
+
+    def trace_reverse_paths(self, since_mono: int) -> int:
+        """Responder side: trace the ACK path (reverse 5-tuple) of every prober answered since ``since_mono``."""
+        n = 0
+        for (lip, lport, rip, rport), seen in list(self.reverse_seen.items()):
+            if seen < since_mono:
+                continue
+            ep = self.endpoints.get((lip, lport, 0))
+            if ep is None:
+                continue
+            self.trace(ep, (rip, rport), self.address_names.get(rip, rip), direction="reverse")
+            n += 1
+        return n
+
+    # ---- event loop --------------------------------------------------------------
+
+    def poll(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for packets and timestamps, handle them, expire deadlines."""
+        for key, _mask in self.sel.select(timeout_s):
+            ep: Endpoint = key.data
+            self._drain_errqueue(ep)
+            self._drain_rx(ep)
+            self._drain_errqueue(ep)
+        self.expire()
+
+    def _drain_rx(self, ep: Endpoint) -> None:
+        while True:
+            try:
+                data, anc, _flags, addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # a queued ICMP error surfaced as sk_err; the error queue has it
+                continue
+            t_user = time.time_ns()
+            pkt = decode(data)
+            if pkt is None:
+                continue
+            t_rx = kernel_ts.timestamp_from_cmsgs(anc, ep.hardware)
+            self._on_packet(ep, pkt, addr, t_rx, t_user)
+
+    def _drain_errqueue(self, ep: Endpoint) -> None:
+        for e in kernel_ts.read_errqueue(ep.sock, ep.hardware):
+            if e.origin == kernel_ts.SO_EE_ORIGIN_TIMESTAMPING:
+                ref = ep.sent.pop(e.key, None)
+                if ref is not None and e.ts_ns is not None:
+                    self._on_tx_timestamp(ep, ref, e.ts_ns)
+            elif e.icmp_type == 11:  # time exceeded: one hop of a trace
+                pkt = decode(e.payload)
+                if pkt is not None and pkt.kind == TRACE:
+                    self._trace_hit(pkt.seq, e.offender)
+
+    def _admit(self, src: str) -> bool:
+        if src not in self.allowed:
+            self.counters["dropped_unregistered"] += 1
+            return False
+        b = self._buckets.get(src)
+        if b is None:
+            b = self._buckets[src] = TokenBucket(self.rate_limit, self.rate_limit)
+        if not b.take(time.monotonic()):
+            self.counters["dropped_rate"] += 1
+            return False
+        return True
+
+    def _on_packet(self, ep: Endpoint, pkt: Packet, addr: tuple[str, int], t_rx: int | None, t_user: int) -> None:
+        if pkt.kind == PROBE:
+            if not ep.responder or not self._admit(addr[0]):
+                return
+            if pkt.qpn != self.qpn:
+                self.counters["dropped_stale_qpn"] += 1
+                return
+            t3 = t_rx if t_rx is not None else t_user
+            ack_ref = ("ack1", (addr, pkt.seq, t3, pkt.prober_qpn))
+            if ep.send(Packet(ACK1, pkt.seq, self.qpn, pkt.prober_qpn), addr, ack_ref):
+                self.counters["answered"] += 1
+                self.reverse_seen[(ep.ip, ep.port, addr[0], addr[1])] = time.monotonic_ns()
+        elif pkt.kind == TRACE:
+            if self._admit(addr[0]):
+                ep.send(Packet(TRACE_REPLY, pkt.seq, self.qpn), addr)
+        elif pkt.kind == TRACE_REPLY:
+            self._trace_hit(pkt.seq, None)
+        elif pkt.kind == ACK1:
+            p = self.pending.get(pkt.seq)
+            if p is not None and p.t5 is None and addr[0] == p.entry["dst_ip"]:
+                p.t5 = t_rx if t_rx is not None else t_user
+                p.t6 = t_user
+                if p.t3 is not None:
+                    self._finish(p)
+        elif pkt.kind == ACK2:
+            p = self.pending.get(pkt.seq)
+            if p is not None and addr[0] == p.entry["dst_ip"]:
+                p.t3, p.t4, p.responder_hw = pkt.t3, pkt.t4, pkt.hardware
+                if p.t5 is not None:
+                    self._finish(p)
+
+    def _on_tx_timestamp(self, ep: Endpoint, ref: tuple[str, Any], ts: int) -> None:
+        kind, data = ref
+        if kind == "probe":
+            p = self.pending.get(data)
+            if p is not None:
+                p.t2 = ts
+        elif kind == "ack1":
+            addr, seq, t3, prober_qpn = data
+            ep.send(Packet(ACK2, seq, self.qpn, prober_qpn, t3, ts, ep.hardware), addr)
