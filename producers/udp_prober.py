@@ -270,8 +270,13 @@ class UdpEngine:
         seq = self._next_seq()
         dst = (entry["dst_ip"], int(entry.get("dst_port") or self.dst_port))
         t1 = time.time_ns()
-        p = PendingProbe(dict(entry, src_ip=ep.ip, src_port=ep.port, dst_port=dst[1]), seq, t1,
-                         time.monotonic_ns() + TIMEOUT_NS, ep.hardware)
+        p = PendingProbe(
+            dict(entry, src_ip=ep.ip, src_port=ep.port, dst_port=dst[1]),
+            seq,
+            t1,
+            time.monotonic_ns() + TIMEOUT_NS,
+            ep.hardware,
+        )
         self.pending[seq] = p
         heapq.heappush(self._deadlines, (p.deadline, seq))
         ep.send(Packet(PROBE, seq, int(entry.get("qpn") or 0), self.qpn), dst, ("probe", seq))
@@ -328,16 +333,18 @@ class UdpEngine:
 
     # ---- tracer ------------------------------------------------------------------
 
-    def trace(self, ep: Endpoint, dst: tuple[str, int], dst_rnic: str, direction: str = "forward",
-              max_hops: int = MAX_HOPS) -> int:
+    def trace(
+        self, ep: Endpoint, dst: tuple[str, int], dst_rnic: str, direction: str = "forward", max_hops: int = MAX_HOPS
+    ) -> int:
         """Trace the path of 5-tuple ``(ep, dst)``: one TTL-limited packet per hop, sent at once.
 
         The row goes to ``on_path`` when every hop answered or after 500 ms.
         Returns the trace id.
         """
         tid = self._next_seq()
-        self._trace_state[tid] = Trace(direction, ep.rnic, dst_rnic, (ep.ip, ep.port), dst,
-                                       time.monotonic_ns() + TIMEOUT_NS)
+        self._trace_state[tid] = Trace(
+            direction, ep.rnic, dst_rnic, (ep.ip, ep.port), dst, time.monotonic_ns() + TIMEOUT_NS
+        )
         for ttl in range(1, max_hops + 1):
             seq = self._next_seq()
             self.traces[seq] = (tid, ttl)
@@ -371,19 +378,21 @@ class UdpEngine:
         complete = tr.reached is not None and "?" not in names
         if tr.reached is not None:
             names.append(tr.dst_rnic)
-        self.on_path({
-            "agent_id": self.agent_id,
-            "trace_ns": time.time_ns(),
-            "direction": tr.direction,
-            "src_rnic": tr.src_rnic,
-            "dst_rnic": tr.dst_rnic,
-            "src_ip": tr.src[0],
-            "dst_ip": tr.dst[0],
-            "src_port": tr.src[1],
-            "dst_port": tr.dst[1],
-            "hops": ",".join(names),
-            "complete": complete,
-        })
+        self.on_path(
+            {
+                "agent_id": self.agent_id,
+                "trace_ns": time.time_ns(),
+                "direction": tr.direction,
+                "src_rnic": tr.src_rnic,
+                "dst_rnic": tr.dst_rnic,
+                "src_ip": tr.src[0],
+                "dst_ip": tr.dst[0],
+                "src_port": tr.src[1],
+                "dst_port": tr.dst[1],
+                "hops": ",".join(names),
+                "complete": complete,
+            }
+        )
 
     def trace_reverse_paths(self, since_mono: int) -> int:
         """Responder side: trace the ACK path (reverse 5-tuple) of every prober answered since ``since_mono``."""

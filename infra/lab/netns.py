@@ -159,8 +159,10 @@ def _build(fab: Fabric) -> None:
     handles = {n: IPRoute(netns=fab.netns(n)) for n in fab.nodes}
     try:
         for ln in fab.links:
-            handles[ln.a].link("add", ifname=ln.a_if, kind="veth", peer={"ifname": ln.b_if, "net_ns_fd": fab.netns(ln.b)})
-        for node, ipr in handles.items():
+            handles[ln.a].link(
+                "add", ifname=ln.a_if, kind="veth", peer={"ifname": ln.b_if, "net_ns_fd": fab.netns(ln.b)}
+            )
+        for ipr in handles.values():
             for link in ipr.get_links():
                 ipr.link("set", index=link["index"], state="up")
         for ln in fab.links:

@@ -8,6 +8,7 @@ is ever killed).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -27,7 +28,11 @@ def start(directory: Path, state: dict[str, Any], name: str, argv: list[str], **
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / f"{name}.log", "ab") as log:
         p = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             cwd=os.getcwd(),
         )
     state.setdefault("processes", {})[name] = {"pid": p.pid, "argv": argv, "start_ns": time.time_ns(), **meta}
@@ -54,10 +59,8 @@ def alive(entry: dict[str, Any]) -> bool:
 
 
 def _reap(pid: int) -> None:
-    try:
+    with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
 
 
 def signal_entry(entry: dict[str, Any], sig: int) -> bool:
