@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
             console.print(f"{name}: {state}")
 
     @app.command("worker")
-    def worker(loglevel: str = "warning") -> None:
+    def worker(loglevel: str = "warn") -> None:
         """Run one Faust stream worker (RTT decomposition, dead letters). Start more for more partitions."""
         s = load()
         os.environ["KAFKA_BOOTSTRAP"] = s.kafka_bootstrap
@@ -195,7 +195,7 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
 def run_up(s: Settings, source: str, workers: int, duration: float) -> None:
     """Start everything as child processes, show rows arriving, stop all on Ctrl-C or after ``duration``."""
     from fabricscope.kafka_admin import create_topics
-    from fabricscope.store_access import run_query
+    from sinks.query_endpoint import find_endpoint, query_remote
 
     if not s.kafka_bootstrap.startswith("127.0.0.1") or _kafka("start", s) != 0:
         if s.kafka_bootstrap.startswith("127.0.0.1"):
@@ -211,8 +211,10 @@ def run_up(s: Settings, source: str, workers: int, duration: float) -> None:
         with console.status("waiting for rows…") as status:
             while not duration or time.time() - t0 < duration:
                 time.sleep(2)
+                # Only through the sink: opening the embedded store here would take its lock.
+                url = find_endpoint(s.store_path)
                 try:
-                    n = run_query(s, "SELECT count() AS n, countIf(status='timeout') AS timeouts FROM probes")
+                    n = query_remote(url, "SELECT count() AS n, countIf(status='timeout') AS timeouts FROM probes")
                     row = n.to_pylist()[0]
                     status.update(f"{int(time.time() - t0)} s: {row['n']} probe rows in the store, "
                                   f"{row['timeouts']} timeouts")

@@ -36,6 +36,7 @@ app = faust.App(
     broker_commit_every=100,
     consumer_auto_offset_reset="earliest",
     store="memory://",
+    datadir=os.path.join(os.environ.get("FABRICSCOPE_VAR", "var"), "faust"),
 )
 
 probes_raw = app.topic(T.topic_name(T.PROBES_RAW, PREFIX), value_serializer="raw", key_serializer="raw")
@@ -59,7 +60,7 @@ async def rtt(stream: faust.StreamT) -> None:
             await deadletter.send(key=msg.topic.encode(), value=encode(result.dead), headers=headers_for("deadletter.v1"))
 
 
-def run_worker(loglevel: str = "warning") -> None:
+def run_worker(loglevel: str = "warn") -> None:
     """Run one Faust worker of this app in the foreground (more workers share the partitions)."""
     sys.argv = ["fabricscope-worker", "worker", "-l", loglevel, "--without-web"]
     app.main()
