@@ -1,0 +1,130 @@
+"""Impact classes P0/P1/P2 and per-job coverage (R-Pingmesh §3.3 step 5, §5; digest §2).
+
+A problem on the job's paths — the links, RNICs and hosts its service-tracing
+probes cross — is **P0** when the job's metric crosses the threshold its team
+set (fix at once), **P1** when it does not or no metric arrived (fix by cost and
+benefit). Any other problem is **P2**: real, but not this job's cause.
+
+Job metrics arrive as a table ``job_id`` (string), ``sample_ns`` (int64 ns),
+``value`` (float64), e.g. training throughput samples; thresholds are per job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streams.links import probe_links
+
+NETWORK_KINDS = frozenset({"switch", "rnic", "switch_latency", "rnic_latency"})
+"""Verdict kinds that blame the network (the others are host or probe problems)."""
+
+
+@dataclass(frozen=True)
+class JobThreshold:
+    """The job team's threshold: a window mean ``value`` below it (or above, if ``higher_is_worse``) is a breach."""
+
+    value: float
+    higher_is_worse: bool = False
+
+
+@dataclass
+class Footprint:
+    """What a job's service-tracing probes crossed in a window."""
+
+    links: set[str] = field(default_factory=set)
+    rnics: set[str] = field(default_factory=set)
+    hosts: set[str] = field(default_factory=set)
+    flows: set[str] = field(default_factory=set)
+
+
+def footprints(service: pa.Table) -> dict[str, Footprint]:
+    """Per job: links, RNICs, hosts and flows of its ``service`` probes (a :class:`WindowPartial` table)."""
+    out: dict[str, Footprint] = {}
+    if service.num_rows == 0:
+        return out
+    pl = probe_links(service["fwd_hops"], service["rev_hops"])
+    jobs = service["job_id"].to_pylist()
+    for row, link in zip(pl["row"].to_pylist(), pl["link"].to_pylist(), strict=True):
+        out.setdefault(jobs[row], Footprint()).links.add(link)
+    cols = [service[c].to_pylist() for c in ("prober_rnic", "responder_rnic", "prober_host",
+                                             "responder_host", "src_port")]
+    for j, pr, rr, ph, rh, sp in zip(jobs, *cols, strict=True):
+        fp = out.setdefault(j, Footprint())
+        fp.rnics.update((pr, rr))
+        fp.hosts.update((ph, rh))
+        fp.flows.add(f"{pr}|{rr}|{sp}")
+    return out
+
+
+def breaches(job_metrics: pa.Table | None, start_ns: int, end_ns: int,
+             thresholds: Mapping[str, JobThreshold]) -> dict[str, tuple[float | None, bool]]:
+    """Per job with a threshold: (window mean of its metric or None, whether it crossed the threshold)."""
+    out: dict[str, tuple[float | None, bool]] = {j: (None, False) for j in thresholds}
+    if job_metrics is None or job_metrics.num_rows == 0:
+        return out
+    m = job_metrics.filter(pc.and_(pc.greater_equal(job_metrics["sample_ns"], start_ns),
+                                   pc.less(job_metrics["sample_ns"], end_ns)))
+    if m.num_rows == 0:
+        return out
+    g = m.group_by(["job_id"]).aggregate([("value", "mean")])
+    for j, v in zip(g["job_id"].to_pylist(), g["value_mean"].to_pylist(), strict=True):
+        th = thresholds.get(j)
+        if th is not None:
+            out[j] = (float(v), bool(v > th.value if th.higher_is_worse else v < th.value))
+    return out
+
+
+def on_path(kind: str, location: str, fp: Footprint, rnic_host: Mapping[str, str]) -> bool:
+    """Whether a problem at ``location`` lies on the job's paths (link, RNIC or host)."""
+    if "->" in location:
+        return location in fp.links
+    if location in fp.rnics:
+        return True
+    return location in fp.hosts or rnic_host.get(location) in fp.hosts and kind in ("busy_host", "host_down")
+
+
+def grade(kind: str, location: str, fps: Mapping[str, Footprint],
+          breach: Mapping[str, tuple[float | None, bool]],
+          rnic_host: Mapping[str, str]) -> list[tuple[str, str | None, float | None]]:
+    """Impact of one problem: ``[(impact, job_id, metric)]``, one per job it lies on, else ``[("P2", None, None)]``."""
+    out = []
+    for job in sorted(fps):
+        if on_path(kind, location, fps[job], rnic_host):
+            value, crossed = breach.get(job, (None, False))
+            out.append(("P0" if crossed else "P1", job, value))
+    return out or [("P2", None, None)]
+
+
+@dataclass(frozen=True)
+class CoverageConfig:
+    """What makes a job's window covered enough to call the network innocent.
+
+    Attributes:
+        min_connection_share: share of the job's known connections probed in the window (0.8).
+        min_link_share: share of the job's links crossed by at least ``min_link_probes`` probes (0.8).
+        min_link_probes: probes a link needs in the window to count as covered (10).
+    """
+
+    min_connection_share: float = 0.8
+    min_link_share: float = 0.8
+    min_link_probes: int = 10
+
+
+def coverage_row(job: str, fp: Footprint, known_flows: set[str], crossing: Mapping[str, int],
+                 down: set[str], cfg: CoverageConfig) -> dict[str, object]:
+    """Coverage of one job in one window (the columns of :data:`streams.blame.COVERAGE_SCHEMA`)."""
+    expected = len(known_flows | fp.flows)
+    probed = len(fp.flows)
+    links = sorted(fp.links)
+    covered = int(np.sum([crossing.get(lk, 0) >= cfg.min_link_probes for lk in links])) if links else 0
+    silent = sorted(down & fp.hosts)
+    ok = (expected > 0 and probed / expected >= cfg.min_connection_share
+          and bool(links) and covered / len(links) >= cfg.min_link_share and not silent)
+    return {"job_id": job, "connections_expected": expected, "connections_probed": probed,
+            "links_total": len(links), "links_covered": covered, "agents_silent": ",".join(silent),
+            "sufficient": ok}

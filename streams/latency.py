@@ -1,0 +1,132 @@
+"""Latency anomalies without loss (issue 3; R-Pingmesh §5 and Table 2: PFC storms, ECMP congestion).
+
+On a lossless RoCE fabric a PFC storm or an ECMP collision raises the network
+RTT tail without a single timeout. Each flow (pinglist, prober RNIC, responder
+RNIC, source port) keeps a baseline of its P99 network RTT; a flow whose window
+P99 exceeds ``factor`` × baseline (and the baseline by at least
+``min_excess_ns``) is *slow*. Slow flows vote over their forward and ACK paths
+exactly like failing probes (:func:`streams.tomography.greedy_cover`, counted
+per flow): a fabric link gives ``switch_latency``, an access link
+``rnic_latency``.
+
+Only the network RTT ``(t5−t2)−(t4−t3)`` (R-Pingmesh §4.2.1) enters, so host
+delay rising while the network RTT stays flat is never blamed on the network.
+A flow seen for the first time is compared with the median P99 of its
+pinglist's flows in the same window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streams.partial import FLOW_KEYS, link_counts
+from streams.tomography import CoverResult, VoteConfig, greedy_cover
+from streams.triage import _group_quantile
+
+
+@dataclass(frozen=True)
+class LatencyConfig:
+    """Thresholds of the latency rule.
+
+    Attributes:
+        quantile: tail quantile compared with the baseline (0.99).
+        factor: window P99 over baseline that makes a flow slow (3x).
+        min_excess_ns: and at least this much over the baseline (20 µs).
+        min_samples: successful probes a flow needs in the window (5).
+        ewma: weight of a new window in the baseline (0.2); slow windows do not update it.
+    """
+
+    quantile: float = 0.99
+    factor: float = 3.0
+    min_excess_ns: int = 20_000
+    min_samples: int = 5
+    ewma: float = 0.2
+
+
+def _flow_key(t: pa.Table) -> pa.Array:
+    parts = [pc.cast(t[c], pa.string()) for c in ("pinglist", "prober_rnic", "responder_rnic", "src_port")]
+    return pc.binary_join_element_wise(*parts, "|")
+
+
+def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.Table:
+    """Window P99 network RTT per flow from the merged histograms.
+
+    Returns:
+        Table of ``flow`` (key ``pinglist|prober|responder|src_port``), the flow
+        columns, ``n`` (samples) and ``p99_ns`` (float64 ns).
+    """
+    if flows.num_rows == 0:
+        return pa.table({"flow": pa.array([], pa.string()), "pinglist": pa.array([], pa.string()),
+                         "fwd_hops": pa.array([], pa.string()), "rev_hops": pa.array([], pa.string()),
+                         "n": pa.array([], pa.int64()), "p99_ns": pa.array([], pa.float64())})
+    t = flows.append_column("flow", _flow_key(flows))
+    t = t.sort_by([("flow", "ascending"), ("bucket", "ascending")])
+    key = np.array(t["flow"].to_pylist(), dtype=object)
+    keys, q = _group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), cfg.quantile)
+    g = t.group_by(["flow", *FLOW_KEYS]).aggregate([("n", "sum")])
+    g = g.select(["flow", *FLOW_KEYS, "n_sum"]).rename_columns(["flow", *FLOW_KEYS, "n"])
+    g = g.group_by(["flow"], use_threads=False).aggregate(
+        [(c, "max") for c in FLOW_KEYS] + [("n", "sum")]
+    )
+    g = g.select(["flow", *[f"{c}_max" for c in FLOW_KEYS], "n_sum"]).rename_columns(["flow", *FLOW_KEYS, "n"])
+    qt = pa.table({"flow": pa.array(keys.astype(str), pa.string()), "p99_ns": pa.array(q, pa.float64())})
+    return g.join(qt, "flow").sort_by("flow")
+
+
+def slow_flows(fq: pa.Table, baseline: pa.Table | None, cfg: LatencyConfig = LatencyConfig()) -> pa.Table:
+    """Mark slow flows: ``fq`` plus ``baseline_ns`` and ``slow`` (bool).
+
+    Args:
+        fq: output of :func:`flow_quantiles`.
+        baseline: table ``flow``, ``baseline_ns`` from earlier windows, or None.
+    """
+    if fq.num_rows == 0:
+        return fq.append_column("baseline_ns", pa.array([], pa.float64())).append_column(
+            "slow", pa.array([], pa.bool_()))
+    med = {}
+    for pl in set(fq["pinglist"].to_pylist()):
+        v = fq.filter(pc.equal(fq["pinglist"], pl))["p99_ns"].to_numpy()
+        med[pl] = float(np.median(v))
+    cohort = pa.array([med[p] for p in fq["pinglist"].to_pylist()], pa.float64())
+    t = fq.append_column("_cohort", cohort)
+    if baseline is not None and baseline.num_rows:
+        t = t.join(baseline.select(["flow", "baseline_ns"]), "flow", join_type="left outer").sort_by("flow")
+        base = pc.coalesce(t["baseline_ns"], t["_cohort"])
+        t = t.drop(["baseline_ns"])
+    else:
+        base = t["_cohort"]
+    p99 = t["p99_ns"].to_numpy()
+    b = np.asarray(base.to_numpy(zero_copy_only=False), dtype=np.float64)
+    slow = (p99 > cfg.factor * b) & (p99 - b > cfg.min_excess_ns) & (t["n"].to_numpy() >= cfg.min_samples)
+    return t.drop(["_cohort"]).append_column("baseline_ns", pa.array(b)).append_column("slow", pa.array(slow))
+
+
+def latency_cover(marked: pa.Table, vote: VoteConfig = VoteConfig()) -> CoverResult:
+    """Vote slow flows over their forward and ACK paths (one vote per slow flow and link)."""
+    ones = pa.array(np.ones(marked.num_rows, np.int64))
+    allf = pa.table({"fwd_hops": marked["fwd_hops"], "rev_hops": marked["rev_hops"], "n": ones})
+    crossing = link_counts(allf)
+    slow = allf.filter(marked["slow"])
+    return greedy_cover(slow, crossing, vote)
+
+
+def update_baseline(baseline: pa.Table | None, marked: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.Table:
+    """New per-flow baseline: EWMA of window P99 over flows that were not slow (ns).
+
+    Returns:
+        Table ``flow``, ``baseline_ns``, one row per flow ever seen.
+    """
+    ok = marked.filter(pc.and_(pc.invert(marked["slow"]), pc.greater_equal(marked["n"], cfg.min_samples)))
+    new = pa.table({"flow": ok["flow"], "_new": ok["p99_ns"]})
+    if baseline is None or baseline.num_rows == 0:
+        return new.rename_columns(["flow", "baseline_ns"]).sort_by("flow")
+    j = baseline.join(new, "flow", join_type="full outer")
+    old = j["baseline_ns"]
+    upd = pc.coalesce(
+        pc.add(pc.multiply(old, 1 - cfg.ewma), pc.multiply(j["_new"], cfg.ewma)), old, j["_new"]
+    )
+    return pa.table({"flow": j["flow"], "baseline_ns": upd}).sort_by("flow")

@@ -1,0 +1,140 @@
+"""Traced paths as links: the vocabulary of tomography (R-Pingmesh §4.3, Algorithm 1).
+
+A ``path.v1`` row lists the hops of one 5-tuple as comma-separated node names
+from the source RNIC to the destination RNIC. Voting is over *physical* links:
+a dead cable drops both directions, so a probe whose forward path crosses
+``A→S3`` and a probe whose ACK path crosses ``S3→A`` vote for the same link.
+A link is named ``lower->upper``: in a valley-free Clos path the hops climb to
+the middle node and descend, so each link is named from its end nearer the
+RNIC (``A1->A``, ``A->S3``, ``B->S3``). The first and last link of a path are
+*access links* (an RNIC, its cable, its ToR port): R-Pingmesh cannot tell these
+apart and calls them RNIC problems.
+
+Probes find their paths by 5-tuple: the forward trace has the probe's
+``(src_ip, dst_ip, src_port, dst_port)``; the ACK path is the responder's trace
+of the reverse 5-tuple ``(dst_ip, src_ip, dst_port, src_port)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+LINK_SEP = "->"
+KEY = ("src_ip", "dst_ip", "src_port", "dst_port")
+
+
+def explode_links(hops: pa.Array | pa.ChunkedArray) -> pa.Table:
+    """Physical links of each path, vectorised.
+
+    Args:
+        hops: string array, one comma-separated hop list per path ('' or null: unknown).
+
+    Returns:
+        Table with ``path`` (int64 index into ``hops``), ``link`` (``lower->upper``)
+        and ``access_rnic`` (the RNIC end of an access link, else null), one row
+        per link of each path.
+    """
+    if isinstance(hops, pa.ChunkedArray):
+        hops = hops.combine_chunks()
+    hops = pc.fill_null(hops, "")
+    lists = pc.split_pattern(hops, ",")
+    lengths = pc.list_value_length(lists).to_numpy(zero_copy_only=False).astype(np.int64)
+    lengths = np.where(pc.equal(hops, "").to_numpy(zero_copy_only=False), 0, lengths)
+    flat = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(object)
+    parent = pc.list_parent_indices(lists).to_numpy().astype(np.int64)
+    starts = np.concatenate([[0], np.cumsum(pc.list_value_length(lists).to_numpy())[:-1]]).astype(np.int64)
+    pos = np.arange(len(flat), dtype=np.int64) - starts[parent]
+    n = lengths[parent]
+    keep = pos < n - 1  # element i starts link (i, i+1)
+    i_idx = np.nonzero(keep)[0]
+    a = flat[i_idx]
+    b = flat[i_idx + 1]
+    p = pos[i_idx]
+    plen = n[i_idx]
+    mid = (plen - 1) // 2
+    up = p + 1 <= mid
+    lower = np.where(up, a, b)
+    upper = np.where(up, b, a)
+    link = pc.binary_join_element_wise(pa.array(lower, pa.string()), pa.array(upper, pa.string()), LINK_SEP)
+    first = p == 0
+    last = p == plen - 2
+    access = np.where(first, a, np.where(last, b, None))
+    return pa.table(
+        {
+            "path": pa.array(parent[i_idx], pa.int64()),
+            "link": link,
+            "access_rnic": pa.array(access, pa.string()),
+        }
+    )
+
+
+def latest_paths(paths: pa.Table) -> pa.Table:
+    """The newest trace per (direction, 5-tuple) of a ``path.v1`` table.
+
+    Returns:
+        Table with ``direction``, the four 5-tuple columns and ``hops``; incomplete
+        traces are kept (a hop that did not answer is still the best path known).
+    """
+    cols = ["direction", *KEY]
+    if paths.num_rows == 0:
+        return paths.select([*cols, "hops"])
+    t = paths.sort_by([("trace_ns", "descending"), ("hops", "ascending")])
+    idx = t.select(cols).append_column("_i", pa.array(np.arange(t.num_rows))).group_by(cols).aggregate(
+        [("_i", "min")]
+    )
+    return t.take(idx["_i_min"]).select([*cols, "hops"])
+
+
+def attach_paths(probes: pa.Table, paths: pa.Table | None) -> pa.Table:
+    """Add ``fwd_hops`` and ``rev_hops`` (string, '' when untraced) to a probe table.
+
+    Args:
+        probes: ``probe.v1``-shaped rows (needs the 5-tuple columns).
+        paths: ``path.v1`` rows (all traces known so far); ``None`` gives empty paths.
+
+    Returns:
+        ``probes`` with two more columns, row order kept.
+    """
+    n = probes.num_rows
+    if paths is None or paths.num_rows == 0 or n == 0:
+        empty = pa.array([""] * n, pa.string())
+        return probes.append_column("fwd_hops", empty).append_column("rev_hops", empty)
+    lp = latest_paths(paths)
+    key = probes.select(list(KEY)).append_column("_row", pa.array(np.arange(n), pa.int64()))
+    out = {}
+    for direction, names, col in (
+        ("forward", list(KEY), "fwd_hops"),
+        ("reverse", ["dst_ip", "src_ip", "dst_port", "src_port"], "rev_hops"),
+    ):
+        side = lp.filter(pc.equal(lp["direction"], direction)).drop(["direction"])
+        side = side.rename_columns([*names, col])
+        j = key.join(side, list(names), join_type="left outer").sort_by("_row")
+        out[col] = pc.fill_null(j[col], "")
+    return probes.append_column("fwd_hops", out["fwd_hops"]).append_column("rev_hops", out["rev_hops"])
+
+
+def probe_links(fwd_hops: pa.Array, rev_hops: pa.Array) -> pa.Table:
+    """Distinct physical links of each probe's forward path and ACK path together.
+
+    A link on both the forward and the ACK path of one probe counts once for it
+    (one vote per failing probe and link, Algorithm 1).
+
+    Returns:
+        Table with ``row`` (index of the probe) , ``link`` and ``access_rnic``.
+    """
+    n = len(fwd_hops)
+    both = pa.concat_arrays([_combine(fwd_hops), _combine(rev_hops)])
+    ex = explode_links(both)
+    row = pc.if_else(pc.less(ex["path"], n), ex["path"], pc.subtract(ex["path"], n))
+    t = pa.table({"row": row, "link": ex["link"], "access_rnic": ex["access_rnic"]})
+    if t.num_rows == 0:
+        return t
+    g = t.group_by(["row", "link"]).aggregate([("access_rnic", "max")])
+    g = g.select(["row", "link", "access_rnic_max"]).rename_columns(["row", "link", "access_rnic"])
+    return g.sort_by([("row", "ascending"), ("link", "ascending")])
+
+
+def _combine(a: pa.Array | pa.ChunkedArray) -> pa.Array:
+    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a

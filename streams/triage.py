@@ -1,0 +1,227 @@
+"""Triage of a window's timeouts in R-Pingmesh's fixed order (§4.3 and §5; digest Figure 3).
+
+1. ``host_down``: the target's agent uploaded nothing for more than 20 s.
+2. ``stale_qpn``: the probe carried a QPN the registry no longer lists for the
+   target (it restarted): probe noise, dropped.
+3. ``rnic``: more than 10 % of the ToR-mesh probes to one RNIC timed out, seen
+   from at least two probers that are not themselves suspects; its timeouts are
+   charged to it for 60 s and kept out of voting. Inside this step the
+   *busy-host veto* (added by the paper's authors after their evaluation, where
+   CPU contention caused 30 of the 50 RNIC reports): when several RNICs of one
+   host are flagged together and the host's successful probes show responder or
+   prober delay far above baseline, the verdict is ``busy_host``, not ``rnic``.
+4. Everything else goes to the vote (:mod:`streams.tomography`).
+
+All functions take the merged counts of a window (:mod:`streams.partial`) and
+are vectorised over pairs; the RNIC rule loops once per flagged RNIC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from streams.partial import bucket_value
+
+
+@dataclass(frozen=True)
+class TriageConfig:
+    """Thresholds of the triage; defaults are the paper's (§5) where it gives one.
+
+    Attributes:
+        host_down_ns: an agent silent longer than this is down (20 s).
+        rnic_loss_ratio: share of ToR-mesh probes to an RNIC that must time out (0.10).
+        rnic_min_probers: distinct non-suspect probers that must see the loss (2).
+        rnic_charge_ns: how long an RNIC's timeouts stay charged to it (60 s).
+        busy_host_veto: apply the busy-host veto (on).
+        busy_delay_factor: host delay p50 over baseline that makes a host busy (10x).
+        busy_min_delay_ns: and at least this p50 host delay (200 µs).
+        busy_min_rnics: flagged RNICs of one host needed ("several": 2, or all if fewer).
+    """
+
+    host_down_ns: int = 20_000_000_000
+    rnic_loss_ratio: float = 0.10
+    rnic_min_probers: int = 2
+    rnic_charge_ns: int = 60_000_000_000
+    busy_host_veto: bool = True
+    busy_delay_factor: float = 10.0
+    busy_min_delay_ns: int = 200_000
+    busy_min_rnics: int = 2
+
+
+def down_hosts(window_end_ns: int, host_last_upload: Mapping[str, int], targets: set[str],
+               cfg: TriageConfig) -> set[str]:
+    """Step 1: target hosts whose agent has been silent for more than ``host_down_ns`` at the window end.
+
+    A target never seen uploading counts as silent since forever.
+    """
+    return {h for h in targets if window_end_ns - host_last_upload.get(h, -(2**62)) > cfg.host_down_ns}
+
+
+def stale_mask(t: pa.Table, registry: Mapping[str, int]) -> np.ndarray:
+    """Step 2: rows whose ``qpn`` differs from the registry's current QPN of ``responder_rnic``.
+
+    RNICs missing from the registry are not judged stale (no evidence).
+    """
+    if t.num_rows == 0 or not registry:
+        return np.zeros(t.num_rows, dtype=bool)
+    reg = pa.table({"responder_rnic": pa.array(list(registry), pa.string()),
+                    "_cur": pa.array(list(registry.values()), pa.int64())})
+    k = pa.table({"responder_rnic": t["responder_rnic"], "_row": pa.array(np.arange(t.num_rows))})
+    j = k.join(reg, "responder_rnic", join_type="left outer").sort_by("_row")
+    cur = j["_cur"].to_numpy(zero_copy_only=False)
+    qpn = np.asarray(t["qpn"].to_numpy(zero_copy_only=False), dtype=np.float64)
+    return ~np.isnan(cur) & (cur != qpn)
+
+
+@dataclass(frozen=True)
+class RnicFinding:
+    """An RNIC flagged by the ToR-mesh rule: probes to it in the window, timeouts, the probers seeing it."""
+
+    rnic: str
+    failed: int
+    total: int
+    probers: tuple[str, ...]
+
+
+def rnic_rule(tor_mesh: pa.Table, cfg: TriageConfig) -> list[RnicFinding]:
+    """Step 3: RNICs with more than ``rnic_loss_ratio`` of their ToR-mesh probes timed out.
+
+    Peels suspects one at a time: the responder seen failing by the most distinct
+    probers (then the highest ratio, then the name) is flagged, and every probe it
+    sent or answered leaves the counts before the next round, so a faulty prober
+    never makes its peers look faulty and two bad RNICs under one ToR are both found.
+
+    Args:
+        tor_mesh: per-pair counts with ``prober_rnic``, ``responder_rnic``, ``n``, ``n_timeout``
+            (stale-QPN and host-down rows already removed).
+
+    Returns:
+        Findings in flagging order.
+    """
+    if tor_mesh.num_rows == 0:
+        return []
+    g = tor_mesh.group_by(["prober_rnic", "responder_rnic"]).aggregate([("n", "sum"), ("n_timeout", "sum")])
+    p = np.array(g["prober_rnic"].to_pylist(), dtype=object)
+    r = np.array(g["responder_rnic"].to_pylist(), dtype=object)
+    n = g["n_sum"].to_numpy().astype(np.int64)
+    f = g["n_timeout_sum"].to_numpy().astype(np.int64)
+    names, r_idx = np.unique(r, return_inverse=True)
+    active = np.ones(len(p), dtype=bool)
+    found: list[RnicFinding] = []
+    while True:
+        tot = np.bincount(r_idx, weights=n * active, minlength=len(names))
+        bad = np.bincount(r_idx, weights=f * active, minlength=len(names))
+        seen = np.bincount(r_idx, weights=(f > 0) & active, minlength=len(names))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.where(tot > 0, bad / tot, 0.0)
+        cand = (ratio > cfg.rnic_loss_ratio) & (seen >= cfg.rnic_min_probers)
+        if not cand.any():
+            return found
+        order = sorted(np.nonzero(cand)[0], key=lambda i: (-seen[i], -ratio[i], names[i]))
+        i = order[0]
+        rn = names[i]
+        sel = active & (r == rn) & (f > 0)
+        found.append(RnicFinding(str(rn), int(bad[i]), int(tot[i]), tuple(sorted(map(str, p[sel])))))
+        active &= (p != rn) & (r != rn)
+
+
+def host_delay_p50(delays: pa.Table) -> dict[tuple[str, str], float]:
+    """Median responder / prober delay (ns) per (host, role) from the window's histograms."""
+    if delays.num_rows == 0:
+        return {}
+    t = delays.sort_by([("host", "ascending"), ("role", "ascending"), ("bucket", "ascending")])
+    host = np.array(t["host"].to_pylist(), dtype=object)
+    role = np.array(t["role"].to_pylist(), dtype=object)
+    key = np.array([f"{h}\t{r}" for h, r in zip(host, role, strict=True)], dtype=object)
+    return {tuple(str(k).split("\t", 1)): float(v)  # type: ignore[misc]
+            for k, v in zip(*_group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), 0.5),
+                            strict=True)}
+
+
+def _group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """Quantile per group of sorted (key, bucket) histogram rows; returns (keys, values in ns)."""
+    uniq, start = np.unique(key, return_index=True)
+    order = np.argsort(start)
+    uniq, start = uniq[order], start[order]
+    end = np.append(start[1:], len(key))
+    cum = np.cumsum(n)
+    base = np.where(start > 0, cum[start - 1], 0)
+    total = cum[end - 1] - base
+    target = base + np.ceil(q * total).astype(np.int64)
+    pos = np.searchsorted(cum, target, side="left")
+    pos = np.minimum(np.maximum(pos, start), end - 1)
+    return uniq, bucket_value(bucket[pos])
+
+
+@dataclass(frozen=True)
+class BusyHost:
+    """A host vetoed as busy: its flagged RNICs and the delay evidence (ns)."""
+
+    host: str
+    rnics: tuple[str, ...]
+    delay_p50_ns: float
+    baseline_ns: float
+    role: str
+
+
+def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], delays: pa.Table,
+                   baseline: Mapping[tuple[str, str], float], cfg: TriageConfig) -> list[BusyHost]:
+    """The busy-host veto inside step 3: which flagged RNICs are really one busy host.
+
+    A host qualifies when at least ``min(busy_min_rnics, its RNIC count)`` of its
+    RNICs are flagged and the p50 responder or prober delay of its successful
+    probes in the window exceeds ``busy_delay_factor`` × baseline and
+    ``busy_min_delay_ns``. The baseline of a (host, role) is the given one when
+    known, else the fleet median of that role in the window. Timed-out probes
+    carry no t4−t3, so only successful probes count.
+    """
+    if not cfg.busy_host_veto or not findings:
+        return []
+    p50 = host_delay_p50(delays)
+    fleet: dict[str, float] = {}
+    for role in ("responder", "prober"):
+        vals = [v for (h, r), v in p50.items() if r == role]
+        if vals:
+            fleet[role] = float(np.median(vals))
+    n_rnics: dict[str, int] = {}
+    for h in rnic_host.values():
+        n_rnics[h] = n_rnics.get(h, 0) + 1
+    by_host: dict[str, list[str]] = {}
+    for fnd in findings:
+        h = rnic_host.get(fnd.rnic)
+        if h is not None:
+            by_host.setdefault(h, []).append(fnd.rnic)
+    out = []
+    for h, rnics in sorted(by_host.items()):
+        if len(rnics) < min(cfg.busy_min_rnics, n_rnics.get(h, 1)):
+            continue
+        for role in ("responder", "prober"):
+            d = p50.get((h, role))
+            b = baseline.get((h, role), fleet.get(role))
+            if d is None or b is None:
+                continue
+            if d > cfg.busy_delay_factor * b and d > cfg.busy_min_delay_ns:
+                out.append(BusyHost(h, tuple(sorted(rnics)), d, b, role))
+                break
+    return out
+
+
+def rnic_hosts(pairs: pa.Table) -> dict[str, str]:
+    """RNIC → host, as the probe rows name them (prober and responder sides)."""
+    out: dict[str, str] = {}
+    for rc, hc in (("prober_rnic", "prober_host"), ("responder_rnic", "responder_host")):
+        if pairs.num_rows == 0:
+            continue
+        g = pairs.group_by([rc, hc]).aggregate([])
+        out.update(zip(g[rc].to_pylist(), g[hc].to_pylist(), strict=True))
+    return out
+
+
+def pinglist_rows(t: pa.Table, pinglist: str) -> pa.Table:
+    """Rows of one pinglist."""
+    return t.filter(pc.equal(t["pinglist"], pinglist))
