@@ -67,6 +67,7 @@ class Faults:
     dead_links: set[str] = field(default_factory=set)
     lossy_links: dict[str, float] = field(default_factory=dict)
     dead_rnics: set[str] = field(default_factory=set)
+    bad_probers: set[str] = field(default_factory=set)
     flaky_rnics: dict[str, float] = field(default_factory=dict)
     busy_hosts: set[str] = field(default_factory=set)
     silent_hosts: set[str] = field(default_factory=set)
@@ -156,6 +157,8 @@ def window(fab: Fabric, faults: Faults | None = None, *, start_ns: int = 1_000 *
             if x in f.dead_rnics:
                 ok_p = 0.0
             ok_p *= 1 - f.flaky_rnics.get(x, 0.0)
+        if p in f.bad_probers:
+            ok_p = 0.0
         if ph in f.busy_hosts or rh in f.busy_hosts:
             ok_p *= 1 - f.busy_timeout_p
         if rh in f.silent_hosts:

@@ -1,0 +1,217 @@
+"""The digest's Panel 1 checks (R-Pingmesh §4.3, §5; issue 3 "Done when") on the hand-built fabric."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from analyzer_fabric import Faults, Job, S, last_uploads, panel1, window
+
+from streams.analyzer import AnalyzerConfig, AnalyzerState, WindowResult, analyze_window
+from streams.blame import blame
+from streams.impact import JobThreshold
+from streams.links import probe_links
+from streams.partial import summarize
+from streams.triage import TriageConfig
+
+START = 1_000 * 20 * S
+FAB = panel1()
+JOB = Job("J", [("A2", "B2", "S3"), ("A1", "B1", "S1")])
+
+
+def analyze(faults: Faults, *, start: int = START, state: AnalyzerState | None = None, seed: int = 0,
+            config: AnalyzerConfig = AnalyzerConfig(), metrics: pa.Table | None = None,
+            thresholds: dict | None = None, **kw) -> WindowResult:
+    probes, paths, reg = window(FAB, faults, start_ns=start, seed=seed, **kw)
+    part = summarize(start, probes, paths)
+    return analyze_window(part, registry=reg, host_last_upload=last_uploads(FAB, faults, start),
+                          state=state or AnalyzerState(), config=config, job_metrics=metrics,
+                          thresholds=thresholds)
+
+
+def kinds(res: WindowResult) -> list[tuple[str, str]]:
+    return sorted({(r["kind"], r["location"]) for r in res.verdicts.to_pylist()})
+
+
+def test_healthy_fabric_gives_no_verdict():
+    assert kinds(analyze(Faults())) == []
+
+
+def test_dead_a_s3_fails_8_paths_on_it_and_4_on_s3_b_and_s3_c():
+    probes, paths, _ = window(FAB, Faults(dead_links={"A->S3"}), start_ns=START)
+    part = summarize(START, probes, paths)
+    f = part.failing
+    pl = probe_links(f["fwd_hops"], f["rev_hops"])
+    per_link = pl.group_by("link").aggregate([("row", "count_distinct")])
+    counts = dict(zip(per_link["link"].to_pylist(), per_link["row_count_distinct"].to_pylist(), strict=True))
+    assert counts["A->S3"] == 8
+    assert counts["B->S3"] == 4
+    assert counts["C->S3"] == 4
+    assert set(f["pinglist"].to_pylist()) == {"inter_tor"}
+
+
+@pytest.mark.parametrize("asym", [False, True])
+def test_dead_a_s3_is_a_switch_verdict_at_a_s3_only(asym):
+    res = analyze(Faults(dead_links={"A->S3"}), asym=asym)
+    assert kinds(res) == [("switch", "A->S3")]
+    v = res.verdicts.to_pylist()[0]
+    assert v["votes"] == 1.0  # every probe crossing A–S3 failed
+    assert v["failed_probes"] == v["total_probes"] == (160 if asym else 80)
+    assert v["confidence"] >= 0.9
+
+
+def test_dead_a3_is_an_rnic_problem_kept_out_of_the_vote():
+    res = analyze(Faults(dead_rnics={"A3"}))
+    assert kinds(res) == [("rnic", "A3")]
+    v = res.verdicts.to_pylist()[0]
+    assert json.loads(v["evidence"])["probers"] == ["A1", "A2", "A4"]
+    assert v["failed_probes"] == v["total_probes"] > 190
+    assert res.stats["voted"] == 0
+
+
+def test_a3_failing_as_prober_flags_no_peer():
+    res = analyze(Faults(bad_probers={"A3"}))
+    assert not [k for k in kinds(res) if k[0] == "rnic"]
+
+
+def test_two_dead_rnics_under_one_tor_are_both_found():
+    res = analyze(Faults(dead_rnics={"A3", "A4"}))
+    assert kinds(res) == [("rnic", "A3"), ("rnic", "A4")]
+
+
+@pytest.mark.parametrize("veto", [True, False])
+def test_busy_h1_is_busy_host_with_the_veto_and_false_rnic_without(veto):
+    cfg = AnalyzerConfig(triage=TriageConfig(busy_host_veto=veto))
+    res = analyze(Faults(busy_hosts={"H1"}), config=cfg)
+    if veto:
+        assert kinds(res) == [("busy_host", "H1")]
+        ev = json.loads(res.verdicts.to_pylist()[0]["evidence"])
+        assert ev["rnics"] == ["A1", "A2"]
+        assert ev["delay_p50_ns"] > 1000 * ev["baseline_ns"]
+    else:
+        assert ("rnic", "A1") in kinds(res) and ("rnic", "A2") in kinds(res)
+        assert not [k for k in kinds(res) if k[0] == "busy_host"]
+
+
+def test_silent_agent_is_host_down_not_rnic():
+    res = analyze(Faults(silent_hosts={"H3"}))
+    assert kinds(res) == [("host_down", "H3")]
+    v = res.verdicts.to_pylist()[0]
+    assert json.loads(v["evidence"])["silent_ns"] == 30 * S
+    assert v["failed_probes"] == v["total_probes"] > 0
+
+
+def test_restarted_target_is_stale_qpn_not_rnic():
+    res = analyze(Faults(restarted={"B1"}))
+    assert kinds(res) == [("stale_qpn", "B1")]
+    v = res.verdicts.to_pylist()[0]
+    assert 0 < v["failed_probes"] < v["total_probes"]
+
+
+def test_two_simultaneous_switch_faults_are_both_named():
+    res = analyze(Faults(dead_links={"A->S3", "C->S1"}))
+    assert kinds(res) == [("switch", "A->S3"), ("switch", "C->S1")]
+
+
+def test_lossy_link_is_named():
+    res = analyze(Faults(lossy_links={"B->S2": 0.3}), inter_n=40)
+    assert kinds(res) == [("switch", "B->S2")]
+
+
+def test_fault_below_the_rnic_rule_is_undetermined_not_guessed():
+    res = analyze(Faults(flaky_rnics={"A3": 0.05}), seed=3)
+    ks = kinds(res)
+    assert ("rnic", "A3") not in ks
+    assert not [k for k in ks if k[0] == "switch"]
+    assert ("undetermined", "A3") in ks
+
+
+def test_latency_only_fault_is_switch_latency_at_that_link():
+    res = analyze(Faults(slow_links={"B->S2": 200_000}))
+    assert kinds(res) == [("switch_latency", "B->S2")]
+    v = res.verdicts.to_pylist()[0]
+    assert v["failed_probes"] == v["total_probes"] == 8  # slow flows / flows crossing B–S2
+
+
+def test_host_delay_with_flat_network_rtt_is_not_a_network_problem():
+    res = analyze(Faults(busy_hosts={"H2"}, busy_timeout_p=0.0))
+    assert kinds(res) == []
+
+
+def test_impact_job_on_a_s3_is_p0_or_p1_and_unrelated_rnic_is_p2():
+    faults = Faults(dead_links={"A->S3"}, dead_rnics={"C3"})
+    low = pa.table({"job_id": ["J", "J"], "sample_ns": [START + S, START + 10 * S], "value": [40.0, 60.0]})
+    th = {"J": JobThreshold(80.0)}
+    res = analyze(faults, jobs=[JOB], metrics=low, thresholds=th)
+    rows = {(r["kind"], r["location"]): r for r in res.verdicts.to_pylist()}
+    assert rows[("switch", "A->S3")]["impact"] == "P0"
+    assert rows[("switch", "A->S3")]["job_id"] == "J"
+    assert json.loads(rows[("switch", "A->S3")]["evidence"])["job_metric"] == 50.0
+    assert rows[("rnic", "C3")]["impact"] == "P2"
+    assert rows[("rnic", "C3")]["job_id"] is None
+    high = pa.table({"job_id": ["J"], "sample_ns": [START + S], "value": [95.0]})
+    res = analyze(faults, jobs=[JOB], metrics=high, thresholds=th)
+    rows = {(r["kind"], r["location"]): r for r in res.verdicts.to_pylist()}
+    assert rows[("switch", "A->S3")]["impact"] == "P1"
+
+    ans = blame("J", START + 7 * S, res.verdicts, res.coverage)
+    assert ans.answer == "network"
+    assert [(p["kind"], p["location"], p["impact"]) for p in ans.problems] == [("switch", "A->S3", "P1")]
+    assert ans.coverage["connections_probed"] == ans.coverage["connections_expected"] == 2
+    assert ans.coverage["links_covered"] == ans.coverage["links_total"] == 8  # 2 paths x 4 links
+
+
+def test_blame_innocent_needs_coverage_and_unknown_without():
+    res = analyze(Faults(dead_rnics={"C3"}), jobs=[JOB])
+    ans = blame("J", START + 1, res.verdicts, res.coverage)
+    assert ans.answer == "innocent"
+    assert ans.coverage["sufficient"] is True
+    assert blame("other", START + 1, res.verdicts, res.coverage).answer == "unknown"
+    # H3 (the job's responder host) silent: its connections' answers are missing -> unknown, not innocent
+    state = AnalyzerState()
+    analyze(Faults(), jobs=[JOB], state=state)
+    res2 = analyze(Faults(silent_hosts={"H3"}), jobs=[JOB], state=state, start=START + 20 * S)
+    ans2 = blame("J", START + 21 * S, res2.verdicts, res2.coverage)
+    assert ans2.answer == "unknown"
+    assert ans2.coverage["agents_silent"] == "H3"
+
+
+def test_rnic_is_charged_for_60_s_and_kept_out_of_the_vote():
+    state = AnalyzerState()
+    r1 = analyze(Faults(dead_rnics={"A3"}), state=state)
+    assert kinds(r1) == [("rnic", "A3")]
+    # next window A3 loses only 5 %: below the rule, but still charged -> nothing voted, no undetermined
+    r2 = analyze(Faults(flaky_rnics={"A3": 0.05}), state=state, start=START + 20 * S, seed=3)
+    assert kinds(r2) == []
+    assert r2.stats["voted"] == 0
+    # after 60 s the charge has lapsed and the same loss is undetermined again
+    r3 = analyze(Faults(flaky_rnics={"A3": 0.05}), state=state, start=START + 80 * S, seed=3)
+    assert ("undetermined", "A3") in kinds(r3)
+
+
+def test_rnic_verdict_is_revised_to_host_down_when_the_host_goes_silent():
+    state = AnalyzerState()
+    r1 = analyze(Faults(dead_rnics={"B1", "B2"}), state=state, config=AnalyzerConfig(
+        triage=TriageConfig(busy_host_veto=False)))
+    ids = {r["location"]: r["verdict_id"] for r in r1.verdicts.to_pylist()}
+    faults = Faults(silent_hosts={"H3"})
+    probes, paths, reg = window(FAB, faults, start_ns=START + 20 * S)
+    uploads = last_uploads(FAB, faults, START + 20 * S)
+    r2 = analyze_window(summarize(START + 20 * S, probes, paths), registry=reg, host_last_upload=uploads,
+                        state=state)
+    rev = r2.verdicts.filter(pc.is_valid(r2.verdicts["revision_of"])).to_pylist()
+    assert sorted(r["revision_of"] for r in rev) == sorted([ids["B1"], ids["B2"]])
+    assert {r["kind"] for r in rev} == {"host_down"}
+    assert {r["window_start_ns"] for r in rev} == {START}
+    assert ("host_down", "H3") in kinds(r2)
+
+
+def test_verdicts_are_deterministic_and_valid_verdict_v1():
+    a = analyze(Faults(dead_links={"A->S3"}, dead_rnics={"C3"}), jobs=[JOB]).verdicts
+    b = analyze(Faults(dead_links={"A->S3"}, dead_rnics={"C3"}), jobs=[JOB]).verdicts
+    assert a.equals(b)
+    assert a.schema.metadata[b"fabricscope.schema"] == b"verdict.v1"
+    assert np.all(a["emitted_ns"].to_numpy() == START + 20 * S)
