@@ -33,6 +33,7 @@ from streams.partial import WindowPartial, link_counts
 from streams.tomography import VoteConfig, greedy_cover
 from streams.triage import (
     TriageConfig,
+    busy_by_delay,
     busy_host_veto,
     down_hosts,
     host_delay_p50,
@@ -196,12 +197,25 @@ def analyze_window(
         emit("busy_host", b.host, failed, 0.9, failed, total,
              {"rnics": list(b.rnics), "role": b.role, "delay_p50_ns": round(b.delay_p50_ns),
               "baseline_ns": round(b.baseline_ns)})
+    # the veto's wider half: a host slow by its own delays, with timeouts on its RNICs below the rule
+    for b in busy_by_delay(partial.delays, state.host_baseline, {b.host for b in busy}, cfg.triage):
+        rn = {r for r, h in rnic_host.items() if h == b.host} - {f.rnic for f in findings}
+        hit = _isin(failing, "responder_rnic", rn) | _isin(failing, "prober_rnic", rn)
+        hit &= ~(f_down | f_stale)
+        failed = int(failing["n"].to_numpy()[hit].sum()) if failing.num_rows else 0
+        if failed >= cfg.vote.min_votes:
+            busy.append(b)
+            busy_rnics |= rn
+            emit("busy_host", b.host, failed, 0.9, failed, failed,
+                 {"rnics": sorted(rn), "role": b.role, "delay_p50_ns": round(b.delay_p50_ns),
+                  "baseline_ns": round(b.baseline_ns), "below_rnic_rule": True})
     flagged = set()
     for f in findings:
         if f.rnic in busy_rnics:
             continue
         flagged.add(f.rnic)
-        conf = round(0.95 * (1 - np.exp(-len(f.probers) / 1.5)), 6)
+        ratio = f.failed / max(f.total, 1)
+        conf = round(0.97 * (1 - np.exp(-len(f.probers))) * (1 - np.exp(-ratio / 0.1)), 6)
         emit("rnic", f.rnic, f.failed, conf, f.failed, f.total,
              {"probers": list(f.probers), "ratio": round(f.failed / max(f.total, 1), 6)})
         state.charged[f.rnic] = max(state.charged.get(f.rnic, 0), we + cfg.triage.rnic_charge_ns - cfg.window_ns)

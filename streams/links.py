@@ -12,7 +12,9 @@ apart and calls them RNIC problems.
 
 Probes find their paths by 5-tuple: the forward trace has the probe's
 ``(src_ip, dst_ip, src_port, dst_port)``; the ACK path is the responder's trace
-of the reverse 5-tuple ``(dst_ip, src_ip, dst_port, src_port)``.
+of the reverse 5-tuple: addresses swapped, ports as in the probe (the simulator's
+convention, RoCEv2's fixed destination port 4791), or, failing that, addresses
+and ports both swapped (a plain UDP reply).
 """
 
 from __future__ import annotations
@@ -103,16 +105,18 @@ def attach_paths(probes: pa.Table, paths: pa.Table | None) -> pa.Table:
         return probes.append_column("fwd_hops", empty).append_column("rev_hops", empty)
     lp = latest_paths(paths)
     key = probes.select(list(KEY)).append_column("_row", pa.array(np.arange(n), pa.int64()))
-    out = {}
+    found = {}
     for direction, names, col in (
         ("forward", list(KEY), "fwd_hops"),
-        ("reverse", ["dst_ip", "src_ip", "dst_port", "src_port"], "rev_hops"),
+        ("reverse", ["dst_ip", "src_ip", "src_port", "dst_port"], "rev_hops"),
+        ("reverse", ["dst_ip", "src_ip", "dst_port", "src_port"], "rev_swapped"),
     ):
         side = lp.filter(pc.equal(lp["direction"], direction)).drop(["direction"])
         side = side.rename_columns([*names, col])
         j = key.join(side, list(names), join_type="left outer").sort_by("_row")
-        out[col] = pc.fill_null(j[col], "")
-    return probes.append_column("fwd_hops", out["fwd_hops"]).append_column("rev_hops", out["rev_hops"])
+        found[col] = j[col]
+    rev = pc.fill_null(pc.coalesce(found["rev_hops"], found["rev_swapped"]), "")
+    return probes.append_column("fwd_hops", pc.fill_null(found["fwd_hops"], "")).append_column("rev_hops", rev)
 
 
 def probe_links(fwd_hops: pa.Array, rev_hops: pa.Array) -> pa.Table:

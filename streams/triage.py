@@ -211,6 +211,29 @@ def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], de
     return out
 
 
+def busy_by_delay(delays: pa.Table, baseline: Mapping[tuple[str, str], float], exclude: set[str],
+                  cfg: TriageConfig) -> list[BusyHost]:
+    """Hosts whose successful probes show responder or prober delay p50 above ``busy_delay_factor`` ×
+    baseline, even though none of their RNICs passed the RNIC rule.
+
+    The analyzer charges such a host's timeouts to it (``busy_host``) instead of voting
+    them onto its access links: host delay is a host problem, never a network one.
+    """
+    if not cfg.busy_host_veto:
+        return []
+    p50 = host_delay_p50(delays)
+    fleet = {role: float(np.median([v for (h, r), v in p50.items() if r == role]))
+             for role in ("responder", "prober") if any(r == role for (_, r) in p50)}
+    out = []
+    for (h, role), d in sorted(p50.items()):
+        b = baseline.get((h, role), fleet.get(role))
+        if h in exclude or b is None or any(x.host == h for x in out):
+            continue
+        if d > cfg.busy_delay_factor * b and d > cfg.busy_min_delay_ns:
+            out.append(BusyHost(h, (), d, b, role))
+    return out
+
+
 def rnic_hosts(pairs: pa.Table) -> dict[str, str]:
     """RNIC → host, as the probe rows name them (prober and responder sides)."""
     out: dict[str, str] = {}
