@@ -159,7 +159,8 @@ class UdpEngine:
         host: this host's name.
         rnics: this host's RNICs.
         netns: network namespace to open sockets in (``None``: the current one).
-        qpn: this responder's QPN (random per start; R-Pingmesh's stale-QPN rule).
+        qpns: RNIC -> QPN of its probe queue pair (default: random 24-bit per RNIC and
+            start, so a restarted agent has new ones: R-Pingmesh's stale-QPN rule).
         allowed_sources: addresses the responder answers (the registry); others are ignored.
         responder: answer probes on ``dst_port`` of every RNIC.
         hardware: try NIC hardware timestamps (falls back to software per RNIC).
@@ -175,7 +176,7 @@ class UdpEngine:
         rnics: Iterable[LocalRnic],
         *,
         netns: str | None = None,
-        qpn: int | None = None,
+        qpns: dict[str, int] | None = None,
         allowed_sources: Iterable[str] = (),
         responder: bool = True,
         dst_port: int = DEFAULT_DST_PORT,
@@ -189,7 +190,7 @@ class UdpEngine:
         self.host = host
         self.rnics = {r.name: r for r in rnics}
         self.netns = netns
-        self.qpn = qpn if qpn is not None else int.from_bytes(os.urandom(3), "big") or 1
+        self.qpns = {name: (qpns or {}).get(name) or (int.from_bytes(os.urandom(3), "big") | 1) for name in self.rnics}
         self.allowed = set(allowed_sources)
         self.dst_port = dst_port
         self.hardware_wanted = hardware
@@ -279,7 +280,7 @@ class UdpEngine:
         )
         self.pending[seq] = p
         heapq.heappush(self._deadlines, (p.deadline, seq))
-        ep.send(Packet(PROBE, seq, int(entry.get("qpn") or 0), self.qpn), dst, ("probe", seq))
+        ep.send(Packet(PROBE, seq, int(entry.get("qpn") or 0), self.qpns[ep.rnic]), dst, ("probe", seq))
         return seq
 
     def _finish(self, p: PendingProbe) -> None:
@@ -348,7 +349,7 @@ class UdpEngine:
         for ttl in range(1, max_hops + 1):
             seq = self._next_seq()
             self.traces[seq] = (tid, ttl)
-            ep.send(Packet(TRACE, seq, 0, self.qpn), dst, None, ttl=ttl)
+            ep.send(Packet(TRACE, seq, 0, self.qpns[ep.rnic]), dst, None, ttl=ttl)
         return tid
 
     def _trace_hit(self, seq: int, offender: str | None) -> None:
@@ -460,17 +461,18 @@ class UdpEngine:
         if pkt.kind == PROBE:
             if not ep.responder or not self._admit(addr[0]):
                 return
-            if pkt.qpn != self.qpn:
+            qpn = self.qpns[ep.rnic]
+            if pkt.qpn != qpn:
                 self.counters["dropped_stale_qpn"] += 1
                 return
             t3 = t_rx if t_rx is not None else t_user
             ack_ref = ("ack1", (addr, pkt.seq, t3, pkt.prober_qpn))
-            if ep.send(Packet(ACK1, pkt.seq, self.qpn, pkt.prober_qpn), addr, ack_ref):
+            if ep.send(Packet(ACK1, pkt.seq, qpn, pkt.prober_qpn), addr, ack_ref):
                 self.counters["answered"] += 1
                 self.reverse_seen[(ep.ip, ep.port, addr[0], addr[1])] = time.monotonic_ns()
         elif pkt.kind == TRACE:
             if self._admit(addr[0]):
-                ep.send(Packet(TRACE_REPLY, pkt.seq, self.qpn), addr)
+                ep.send(Packet(TRACE_REPLY, pkt.seq, self.qpns[ep.rnic]), addr)
         elif pkt.kind == TRACE_REPLY:
             self._trace_hit(pkt.seq, None)
         elif pkt.kind == ACK1:
@@ -495,4 +497,4 @@ class UdpEngine:
                 p.t2 = ts
         elif kind == "ack1":
             addr, seq, t3, prober_qpn = data
-            ep.send(Packet(ACK2, seq, self.qpn, prober_qpn, t3, ts, ep.hardware), addr)
+            ep.send(Packet(ACK2, seq, self.qpns[ep.rnic], prober_qpn, t3, ts, ep.hardware), addr)

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
 from pyroute2 import IPRoute, netns
 
 from infra.lab.topology import Fabric, LabSpec, plan
@@ -139,6 +140,8 @@ def up(spec: LabSpec | None = None, directory: str | os.PathLike[str] | None = N
         down(d)
         raise LabError(f"building the lab failed and was torn down: {e}") from e
     state["address_names"] = fab.address_names()
+    (d / "inventory.yaml").write_text(yaml.safe_dump(fab.inventory_dict(), sort_keys=False))
+    state["inventory"] = str(d / "inventory.yaml")
     state["ready"] = True
     write_state(d, state)
     return fab
@@ -214,6 +217,8 @@ def down(directory: str | os.PathLike[str] | None = None, prefix: str | None = N
         if ns in netns.listnetns():
             netns.remove(ns)
             removed.append(ns)
+    for stale in (d / "registry").glob("*.json"):  # QPNs of agents that no longer run
+        stale.unlink()
     (d / STATE_FILE).unlink(missing_ok=True)
     return removed
 

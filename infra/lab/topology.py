@@ -149,6 +149,33 @@ class Fabric:
             names[r.ip] = r.name
         return names
 
+    def inventory_dict(self, name: str = "lab") -> dict[str, object]:
+        """The lab as a cluster inventory in the YAML shape of :func:`schemas.inventory.from_dict`.
+
+        RNIC ``netdev`` is the host interface (``A1``), ``tor_port`` the ToR interface
+        facing it (also ``A1``); switch links carry both interface names as ports.
+        """
+        hosts = [
+            {
+                "name": h,
+                "rnics": [
+                    {"id": r.name, "netdev": r.name, "ip": r.ip, "tor": r.tor, "tor_port": r.name}
+                    for r in self.host_rnics(h)
+                ],
+            }
+            for h in self.hosts
+        ]
+        links = [
+            {"a": ln.b, "b": ln.a, "a_port": ln.b_if, "b_port": ln.a_if} for ln in self.links if ln.a in self.spines
+        ]
+        return {
+            "name": name,
+            "tors": [{"name": t} for t in self.tors],
+            "switches": [{"name": s, "tier": "spine"} for s in self.spines],
+            "hosts": hosts,
+            "links": links,
+        }
+
 
 def tor_name(t: int) -> str:
     """ToR ``t`` (0-based) -> ``A``, ``B``, ..."""

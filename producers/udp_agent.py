@@ -1,0 +1,333 @@
+"""The host agent of the ``udp`` backend: ``python -m producers.udp_agent --config FILE``.
+
+It runs R-Pingmesh's agent loop (§3, §4) over :class:`producers.udp_prober.UdpEngine`:
+probes its pinglist entries at their pinglist's rate, answers probes as responder,
+traces every probed 5-tuple (and re-traces failing ones), and every 5 s uploads
+one ``probe.v1`` batch (empty batches too: the heartbeat behind the analyzer's
+host-down rule) plus any ``path.v1`` rows, built with nanoarrow (never pyarrow).
+
+The process lives in the root network namespace and opens its probe sockets in
+the host namespace named by ``netns`` (sockets keep the namespace they were made
+in), so its Kafka connection reaches a broker on the root namespace's 127.0.0.1.
+
+Config (JSON)::
+
+    {"agent_id": "H1", "host": "H1", "netns": "fs-H1", "role": "both",
+     "rnics": [{"name": "A1", "ip": "10.1.1.2", "netdev": "A1", "tor": "A"}],
+     "dst_port": 4791, "allowed_sources": ["10.1.2.2", ...],
+     "address_names": {"10.1.1.1": "A", ...},
+     "pinglist_file": "var/lab/pinglists/H1.json",      # {"entries": [probe.v1-shaped dicts]}
+     "registry_dir": "var/lab/registry", "registry_refresh_s": 30,
+     "rates": {"tor_mesh": 10, "inter_tor": 10, "service": 10},   # probes/s per RNIC
+     "upload_interval_s": 5, "trace_interval_s": 60,
+     "output": {"kind": "kafka", "bootstrap": "127.0.0.1:9092", "topic_prefix": ""}}
+
+``role`` is ``prober``, ``responder`` or ``both``; ``output.kind`` is ``kafka``,
+``dir`` (``{"kind": "dir", "path": ...}``: one ``.arrow`` file per batch) or ``none``.
+The responder writes ``<registry_dir>/<host>.json`` with its QPN at start (the
+lab's registry; a restarted agent has a new QPN, R-Pingmesh's stale-QPN case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import logging
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from producers.udp_prober import DEFAULT_DST_PORT, LocalRnic, UdpEngine
+from schemas.arrow_nano import encode_columns
+from schemas.inventory import gid_from_ip
+from schemas.records import PATH_V1, PROBE_V1, REGISTRY_V1
+
+log = logging.getLogger("fabricscope.agent")
+
+# R-Pingmesh §4: ToR-mesh 10 probes/s per RNIC; >10 probes/s per link above the ToR;
+# Service Tracing every 10 ms (we default lower: 2 shared CPUs run the whole lab).
+DEFAULT_RATES = {"tor_mesh": 10.0, "inter_tor": 10.0, "service": 10.0}
+UPLOAD_INTERVAL_S = 5.0
+TRACE_INTERVAL_S = 60.0
+RETRACE_FAILED_S = 5.0
+
+Sink = Callable[[str, bytes, str], None]  # (schema key, Arrow IPC bytes, message key)
+
+
+def make_sink(output: dict[str, Any]) -> tuple[Sink, Callable[[], None]]:
+    """A batch sink for ``output`` (see the module doc) and its flush function."""
+    kind = output.get("kind", "none")
+    if kind == "kafka":
+        from producers.kafka_producer import AgentProducer
+        from schemas.topics import PATHS_TRACED, PROBES_RAW, REGISTRY, topic_name
+
+        prefix = output.get("topic_prefix", "")
+        topics = {t.schema: topic_name(t, prefix) for t in (PROBES_RAW, PATHS_TRACED, REGISTRY)}
+        producer = AgentProducer(output.get("bootstrap") or os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+
+        def send(schema: str, payload: bytes, key: str) -> None:
+            producer.publish(topics[schema], payload, schema, key)
+
+        return send, lambda: None if producer.flush(5.0) == 0 else log.warning("batches left unsent")
+    if kind == "dir":
+        root = Path(output["path"])
+
+        def write(schema: str, payload: bytes, key: str) -> None:
+            d = root / schema
+            d.mkdir(parents=True, exist_ok=True)
+            tmp = d / f".{time.time_ns()}.tmp"
+            tmp.write_bytes(payload)
+            tmp.replace(d / f"{time.time_ns()}-{key}.arrow")
+
+        return write, lambda: None
+    if kind == "none":
+        return (lambda schema, payload, key: None), lambda: None
+    raise ValueError(f"agent config: output.kind {kind!r} is not one of kafka, dir, none")
+
+
+def columns(rows: list[dict[str, Any]], names: list[str]) -> dict[str, list[Any]]:
+    """Row dicts -> column lists in ``names`` order (what :func:`encode_columns` takes)."""
+    return {n: [r.get(n) for r in rows] for n in names}
+
+
+class Agent:
+    """One host's udp agent: schedule, engine, uploads. See the module doc for ``config``."""
+
+    def __init__(self, config: dict[str, Any], sink: Sink | None = None, flush: Callable[[], None] | None = None):
+        self.cfg = config
+        self.agent_id = config.get("agent_id") or config["host"]
+        self.host = config["host"]
+        self.role = config.get("role", "both")
+        if self.role not in ("both", "prober", "responder"):
+            raise ValueError(f"agent config: role {self.role!r} is not one of both, prober, responder")
+        self.rnics = [LocalRnic(r["name"], r["ip"], r.get("netdev", ""), r.get("tor", "")) for r in config["rnics"]]
+        if sink is None:
+            sink, flush = make_sink(config.get("output", {"kind": "none"}))
+        self.sink = sink
+        self.flush = flush or (lambda: None)
+        self.probe_rows: list[dict[str, Any]] = []
+        self.path_rows: list[dict[str, Any]] = []
+        self.engine = UdpEngine(
+            self.agent_id,
+            self.host,
+            self.rnics,
+            netns=config.get("netns"),
+            qpns=config.get("qpns"),
+            allowed_sources=config.get("allowed_sources", []),
+            responder=self.role in ("both", "responder"),
+            dst_port=int(config.get("dst_port", DEFAULT_DST_PORT)),
+            hardware=bool(config.get("hardware_timestamps", False)),
+            rate_limit=float(config.get("rate_limit", 500.0)),
+            address_names=config.get("address_names", {}),
+            on_probe=self._on_probe,
+            on_path=self.path_rows.append,
+        )
+        self.rates = {**DEFAULT_RATES, **config.get("rates", {})}
+        self.entries: list[dict[str, Any]] = []
+        self._schedule: list[tuple[int, int]] = []
+        self._pinglist_mtime = 0.0
+        self._registry_qpn: dict[str, int] = {}
+        self._traced: dict[tuple[str, int, str, int], int] = {}
+        self._stop = False
+        self.rng = random.Random(config.get("seed"))
+
+    # ---- pinglist and registry ---------------------------------------------------
+
+    def set_entries(self, entries: list[dict[str, Any]]) -> None:
+        """Replace the pinglist.
+
+        An entry with ``rate_pps`` runs at that rate (probes/s); the others of one
+        (prober RNIC, pinglist) group share the pinglist's rate from ``rates``.
+        """
+        mine = {r.name for r in self.rnics}
+        self.entries = [dict(e) for e in entries if e.get("prober_rnic") in mine]
+        groups: dict[tuple[str, str], int] = {}
+        for e in self.entries:
+            k = (e["prober_rnic"], e.get("pinglist", "tor_mesh"))
+            groups[k] = groups.get(k, 0) + 1
+        now = time.monotonic_ns()
+        self._schedule = []
+        for i, e in enumerate(self.entries):
+            if e.get("rate_pps"):  # the controller's per-entry rate (producers.controller)
+                e["_interval_ns"] = int(1e9 / float(e["rate_pps"]))
+            else:  # the pinglist's rate per RNIC, shared by the RNIC's entries
+                rate = self.rates.get(e.get("pinglist", "tor_mesh"), 10.0)
+                e["_interval_ns"] = int(1e9 * groups[(e["prober_rnic"], e.get("pinglist", "tor_mesh"))] / rate)
+            self._schedule.append((now + int(self.rng.random() * e["_interval_ns"]), i))
+        heapq.heapify(self._schedule)
+        self._apply_registry()
+
+    def _reload_pinglist(self) -> None:
+        path = self.cfg.get("pinglist_file")
+        if not path:
+            return
+        try:
+            mtime = os.stat(path).st_mtime
+        except FileNotFoundError:
+            return
+        if mtime == self._pinglist_mtime:
+            return
+        self._pinglist_mtime = mtime
+        data = json.loads(Path(path).read_text())
+        self.set_entries(data["entries"] if isinstance(data, dict) else data)
+        log.info("%s: %d pinglist entries from %s", self.agent_id, len(self.entries), path)
+
+    def _reload_registry(self) -> None:
+        d = self.cfg.get("registry_dir")
+        if not d or not Path(d).is_dir():
+            return
+        qpns: dict[str, int] = {}
+        for f in Path(d).glob("*.json"):
+            try:
+                reg = json.loads(f.read_text())
+            except (json.JSONDecodeError, OSError):
+                continue
+            for r in reg.get("rnics", []):
+                qpns[r["rnic"]] = int(r["qpn"])
+        self._registry_qpn = qpns
+        self._apply_registry()
+
+    def _apply_registry(self) -> None:
+        for e in self.entries:
+            q = self._registry_qpn.get(e.get("responder_rnic", ""))
+            if q is not None:
+                e["qpn"] = q
+
+    def write_registration(self) -> None:
+        """Responder: publish this host's RNICs with the current QPN (registry file and topic)."""
+        now = time.time_ns()
+        regs = [
+            {
+                "host": self.host,
+                "rnic": r.name,
+                "tor": r.tor,
+                "ip": r.ip,
+                "gid": gid_from_ip(r.ip),
+                "gid_index": 3,
+                "qpn": self.engine.qpns[r.name],
+            }
+            for r in self.rnics
+        ]
+        d = self.cfg.get("registry_dir")
+        if d:
+            Path(d).mkdir(parents=True, exist_ok=True)
+            tmp = Path(d) / f".{self.host}.tmp"
+            tmp.write_text(
+                json.dumps(
+                    {"host": self.host, "qpns": self.engine.qpns, "pid": os.getpid(), "start_ns": now, "rnics": regs}
+                )
+            )
+            tmp.replace(Path(d) / f"{self.host}.json")
+        rows = [dict(r, agent_id=self.agent_id, upload_ns=now) for r in regs]
+        self.sink(REGISTRY_V1.key, encode_columns(REGISTRY_V1.key, columns(rows, REGISTRY_V1.names)), self.host)
+
+    # ---- probing, tracing, uploading ---------------------------------------------
+
+    def _on_probe(self, row: dict[str, Any]) -> None:
+        self.probe_rows.append(row)
+        if row["status"] == "timeout":
+            key = (row["src_ip"], row["src_port"], row["dst_ip"], row["dst_port"])
+            if time.monotonic_ns() - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
+                self._trace_entry(row)  # a rehash can move a failing tuple: trace it again
+
+    def _trace_entry(self, e: dict[str, Any]) -> None:
+        ep = self.engine.endpoint(e["prober_rnic"], int(e.get("src_port") or 0), int(e.get("traffic_class") or 0))
+        dst = (e["dst_ip"], int(e.get("dst_port") or self.engine.dst_port))
+        self._traced[(ep.ip, ep.port, dst[0], dst[1])] = time.monotonic_ns()
+        self.engine.trace(ep, dst, e.get("responder_rnic") or dst[0])
+
+    def run_due(self, now: int) -> None:
+        """Send every probe whose time has come; trace 5-tuples not traced for ``trace_interval_s``."""
+        trace_ns = float(self.cfg.get("trace_interval_s", TRACE_INTERVAL_S)) * 1e9
+        while self._schedule and self._schedule[0][0] <= now:
+            due, i = heapq.heappop(self._schedule)
+            e = self.entries[i]
+            self.engine.send_probe(e)
+            key = (
+                self.engine.rnics[e["prober_rnic"]].ip,
+                int(e.get("src_port") or 0),
+                e["dst_ip"],
+                int(e.get("dst_port") or self.engine.dst_port),
+            )
+            if key[1] and now - self._traced.get(key, -(2**62)) > trace_ns:
+                self._trace_entry(e)
+            nxt = due + e["_interval_ns"]
+            heapq.heappush(self._schedule, (nxt if nxt > now else now + e["_interval_ns"], i))
+
+    def upload(self) -> None:
+        """Upload the probe rows (always: the heartbeat) and path rows gathered since the last upload."""
+        now = time.time_ns()
+        if self.role != "responder":
+            rows, self.probe_rows = self.probe_rows, []
+            for r in rows:
+                r["upload_ns"] = now
+            self.sink(PROBE_V1.key, encode_columns(PROBE_V1.key, columns(rows, PROBE_V1.names)), self.agent_id)
+        if self.path_rows:
+            rows, self.path_rows = self.path_rows, []
+            for r in rows:
+                r["upload_ns"] = now
+            self.sink(PATH_V1.key, encode_columns(PATH_V1.key, columns(rows, PATH_V1.names)), self.agent_id)
+
+    def stop(self, *_: object) -> None:
+        self._stop = True
+
+    def run(self, duration_s: float | None = None) -> None:
+        """The agent loop, until SIGTERM/SIGINT or ``duration_s`` seconds."""
+        upload_ns = int(float(self.cfg.get("upload_interval_s", UPLOAD_INTERVAL_S)) * 1e9)
+        registry_ns = int(float(self.cfg.get("registry_refresh_s", 30)) * 1e9)
+        trace_ns = int(float(self.cfg.get("trace_interval_s", TRACE_INTERVAL_S)) * 1e9)
+        start = time.monotonic_ns()
+        end = start + int(duration_s * 1e9) if duration_s else None
+        next_upload, next_registry, next_pinglist, next_reverse = start + upload_ns, start, start, start + 2_000_000_000
+        reverse_since = start
+        if self.role in ("both", "responder"):
+            self.write_registration()
+        while not self._stop and (end is None or time.monotonic_ns() < end):
+            now = time.monotonic_ns()
+            if self.role != "responder":
+                if now >= next_pinglist:
+                    self._reload_pinglist()
+                    next_pinglist = now + 1_000_000_000
+                if now >= next_registry:
+                    self._reload_registry()
+                    next_registry = now + registry_ns
+                self.run_due(now)
+            elif now >= next_reverse:  # responder: trace the ACK paths of the probers it answered
+                self.engine.trace_reverse_paths(reverse_since)
+                reverse_since, next_reverse = now, now + trace_ns
+            if now >= next_upload:
+                self.upload()
+                next_upload += upload_ns
+            wake = min([next_upload, next_pinglist] + ([self._schedule[0][0]] if self._schedule else []))
+            self.engine.poll(max(0.0, min(0.05, (wake - time.monotonic_ns()) / 1e9)))
+        self.engine.expire(time.monotonic_ns() + 10**12)
+        self.upload()
+        self.flush()
+        self.engine.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Command line: ``--config FILE`` [``--role``] [``--duration S``]."""
+    ap = argparse.ArgumentParser(prog="python -m producers.udp_agent", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="agent config JSON (see the module doc)")
+    ap.add_argument("--role", choices=("both", "prober", "responder"), help="override the config's role")
+    ap.add_argument("--duration", type=float, help="stop after this many seconds")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    cfg = json.loads(Path(args.config).read_text())
+    if args.role:
+        cfg["role"] = args.role
+    agent = Agent(cfg)
+    signal.signal(signal.SIGTERM, agent.stop)
+    signal.signal(signal.SIGINT, agent.stop)
+    log.info("agent %s (%s) up, QPNs %s", agent.agent_id, agent.role, agent.engine.qpns)
+    agent.run(args.duration)
+
+
+if __name__ == "__main__":
+    main()
