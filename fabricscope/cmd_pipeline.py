@@ -172,7 +172,6 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
     producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
     topic = topic_name(PROBES_RAW, s.fabricscope_topic_prefix)
     start = (time.time_ns() // 5_000_000_000) * 5_000_000_000
-    sent = 0
     stopping = False
 
     def _stop(*_: object) -> None:
@@ -180,11 +179,10 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
         stopping = True
 
     signal.signal(signal.SIGTERM, _stop)
-    for agent, payload in synthetic_stream(hosts, rnics, start, seed, probes_per_batch):
+    for sent, (agent, payload) in enumerate(synthetic_stream(hosts, rnics, start, seed, probes_per_batch), 1):
         if stopping:
             break
         producer.publish(topic, payload, "probe.v1", key=agent)
-        sent += 1
         if batches and sent >= batches:
             break
         if realtime and sent % hosts == 0:
@@ -197,9 +195,9 @@ def run_up(s: Settings, source: str, workers: int, duration: float) -> None:
     from fabricscope.kafka_admin import create_topics
     from sinks.query_endpoint import find_endpoint, query_remote
 
-    if not s.kafka_bootstrap.startswith("127.0.0.1") or _kafka("start", s) != 0:
-        if s.kafka_bootstrap.startswith("127.0.0.1"):
-            raise typer.Exit(1)
+    # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.
+    if s.kafka_bootstrap.startswith("127.0.0.1") and _kafka("start", s) != 0:
+        raise typer.Exit(1)
     create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config())
     exe = [sys.executable, "-m", "fabricscope.cli"]
     children = [subprocess.Popen([*exe, "sink"])]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -46,7 +48,5 @@ def delete_topics(bootstrap: str, prefix: str, client_config: dict[str, str] | N
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})})
     futs = admin.delete_topics([topic_name(t, prefix) for t in ALL_TOPICS], operation_timeout=30)
     for fut in futs.values():
-        try:
+        with contextlib.suppress(KafkaException):
             fut.result()
-        except KafkaException:
-            pass

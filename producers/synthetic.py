@@ -12,6 +12,7 @@ import random
 from collections.abc import Iterator
 
 from schemas.arrow_nano import encode_columns
+from schemas.records import PROBE_V1
 
 PROBE = "probe.v1"
 
@@ -37,11 +38,7 @@ def synthetic_batch(
     """
     rng = random.Random(seed)
     host = agent_id
-    cols: dict[str, list] = {k: [] for k in (
-        "agent_id upload_ns seq pinglist prober_host prober_rnic responder_host responder_rnic src_ip dst_ip "
-        "src_port dst_port flow_label traffic_class priority qpn gid_index job_id t1 t2 t3 t4 t5 t6 "
-        "ts_source status"
-    ).split()}
+    cols: dict[str, list] = {f.name: [] for f in PROBE_V1.fields}
     step = 5_000_000_000 // max(n_probes, 1)
     for i in range(n_probes):
         src = rnics[i % len(rnics)]

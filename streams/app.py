@@ -57,7 +57,9 @@ async def rtt(stream: faust.StreamT) -> None:
                 key=event.key, value=encode(result.enriched), headers=headers_for("probe_enriched.v1")
             )
         if result.dead is not None:
-            await deadletter.send(key=msg.topic.encode(), value=encode(result.dead), headers=headers_for("deadletter.v1"))
+            await deadletter.send(
+                key=msg.topic.encode(), value=encode(result.dead), headers=headers_for("deadletter.v1")
+            )
 
 
 def run_worker(loglevel: str = "warn") -> None:

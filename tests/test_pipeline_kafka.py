@@ -10,13 +10,14 @@ import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer
 
-from conftest import wait_for
-from probe_rows import columns, known_rows, probe_row
 from producers.kafka_producer import AgentProducer
 from schemas.arrow_nano import encode_columns
 from schemas.arrow_pa import SCHEMA_METADATA_KEY, table_from_columns
 from schemas.codec import encode
 from sinks.query_endpoint import find_endpoint, query_remote
+
+from conftest import wait_for
+from probe_rows import columns, known_rows, probe_row
 
 pytestmark = pytest.mark.kafka
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from probe_rows import columns, known_rows, probe_row
 from schemas.arrow_pa import table_from_columns
 from streams.rtt import decompose
 from streams.validate import split_probes
+
+from probe_rows import columns, known_rows, probe_row
 
 
 def test_decomposition_matches_hand_computed_values():

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from probe_rows import columns, known_rows
 from schemas.arrow_pa import table_from_columns
 from schemas.migrations import migrations, split_statements
 from sinks.clickhouse import ChdbStore, StoreError, migrate
 from streams.rtt import decompose
+
+from probe_rows import columns, known_rows
 
 
 def test_migrations_are_numbered_and_idempotent(tmp_path):
