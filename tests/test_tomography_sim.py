@@ -1,0 +1,83 @@
+"""The analyzer over the seeded Clos simulator (``producers/sim``): Panel 1 faults, random Clos
+fabrics with random faulted links, and confidence calibration (issue 3 "Done when")."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+sim = pytest.importorskip("producers.sim")
+from analyzer_sim import T0, S, right, run  # noqa: E402
+
+from schemas.inventory import panel1, random_clos  # noqa: E402
+
+PANEL1_FAULTS = [
+    (sim.LinkDown(a="A", b="S3"), ("switch", "A->S3")),
+    (sim.RnicDown(rnic="A3"), ("rnic", "A3")),
+    (sim.BusyHost(host="H1"), ("busy_host", "H1")),
+    (sim.HostDown(host="H3"), ("host_down", "H3")),
+    (sim.LatencyLink(a="B", b="S2"), ("switch_latency", "B->S2")),
+    (sim.LossyLink(a="C", b="S1", rate=0.05), ("switch", "C->S1")),
+]
+
+
+@pytest.mark.parametrize(("fault", "want"), PANEL1_FAULTS, ids=[f[1][0] for f in PANEL1_FAULTS])
+def test_panel1_sim_fault_is_named_in_every_window(fault, want):
+    r = run(panel1(), [fault], seconds=40, inter_tor="even")
+    assert len(r.results) == 2
+    for _, res in r.results:
+        got = sorted({(v["kind"], v["location"]) for v in res.verdicts.to_pylist()})
+        assert got == [want]
+
+
+def test_panel1_sim_restart_is_stale_qpn_only():
+    r = run(panel1(), [sim.HostRestart(host="H3", start_ns=T0 + 3 * S)], seconds=40, inter_tor="even")
+    kinds = {(v["kind"], v["location"]) for v in r.verdicts()}
+    assert kinds == {("stale_qpn", "B1"), ("stale_qpn", "B2")}
+
+
+def _fabric_links(inv) -> list[tuple[str, str]]:
+    return sorted((a, b) for a, b in inv.cables() if a not in inv.rnics and b not in inv.rnics)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_clos_dead_links_are_named_exactly(seed):
+    rng = random.Random(seed)
+    inv = random_clos(seed, rng.randint(3, 5), rng.randint(2, 4), rng.randint(1, 2), rng.randint(1, 2))
+    links = rng.sample(_fabric_links(inv), 1 + seed % 2)
+    faults = [sim.LinkDown(a=a, b=b) for a, b in links]
+    r = run(inv, faults, seconds=20, seed=seed)
+    truth = {(t["kind"], t["location"]) for t in r.sim.truth()}
+    got = {(v["kind"], v["location"]) for v in r.verdicts()}
+    assert got == truth
+
+
+def test_confidence_is_calibrated_on_the_simulator():
+    hits, total, named = 0, 0, 0
+    for seed in range(10):
+        rng = random.Random(100 + seed)
+        inv = random_clos(seed, rng.randint(3, 5), rng.randint(2, 4), rng.randint(1, 2), 2)
+        links = _fabric_links(inv)
+        a, b = rng.choice(links)
+        rn = rng.choice(sorted(inv.rnics))
+        pick = seed % 5
+        faults = [
+            [sim.LinkDown(a=a, b=b)],
+            [sim.LossyLink(a=a, b=b, rate=rng.choice([0.02, 0.05, 0.2]))],
+            [sim.RnicDown(rnic=rn)],
+            [sim.LatencyLink(a=a, b=b)],
+            [sim.PartialTupleLoss(a=a, b=b)],
+        ][pick]
+        r = run(inv, faults, seconds=20, seed=seed)
+        truth = r.sim.truth()
+        hosts = {x: inv.host_of(x) for x in inv.rnics}
+        for v in r.verdicts():
+            ok = right(v, truth, hosts)
+            named += ok
+            if v["confidence"] >= 0.9:
+                total += 1
+                hits += ok
+    assert total >= 5
+    assert hits / total >= 0.9
+    assert named >= 5
