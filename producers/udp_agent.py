@@ -68,7 +68,10 @@ def make_sink(output: dict[str, Any]) -> tuple[Sink, Callable[[], None]]:
 
         prefix = output.get("topic_prefix", "")
         topics = {t.schema: topic_name(t, prefix) for t in (PROBES_RAW, PATHS_TRACED, REGISTRY)}
-        producer = AgentProducer(output.get("bootstrap") or os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+        producer = AgentProducer(
+            output.get("bootstrap") or os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+            kafka_config=output.get("kafka_config"),
+        )
 
         def send(schema: str, payload: bytes, key: str) -> None:
             producer.publish(topics[schema], payload, schema, key)

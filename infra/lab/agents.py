@@ -98,7 +98,9 @@ def start_agents(
     out = output or {"kind": "none"}
     for host in hosts:
         cfg = agent_config(fab, host, d, out, **extra)
-        (d / "agents" / f"{host}.json").write_text(json.dumps(cfg, indent=1))
+        f = d / "agents" / f"{host}.json"
+        f.touch(mode=0o600)  # may hold Kafka credentials (output.kafka_config)
+        f.write_text(json.dumps(cfg, indent=1))
         (d / "registry" / f"{host}.json").unlink(missing_ok=True)
         for role in ROLES:
             _start(d, state, host, role)

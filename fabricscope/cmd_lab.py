@@ -1,0 +1,241 @@
+"""``fabricscope lab up|down|status|fault``: the netns fabric lab and its udp agents.
+
+The pipeline uses the same API (``fabricscope up --source lab``, ``fabricscope demo``)::
+
+    from fabricscope.cmd_lab import start_lab_source
+    lab = start_lab_source(bootstrap="127.0.0.1:9092", topic_prefix="", seed=1)
+    truth = lab.scenario("switch-link-down", seed=7)   # inject; truth.kind / truth.locations
+    ...
+    lab.stop()                                          # agents stopped, namespaces removed
+
+This module wires :mod:`infra.lab` (namespaces, faults, agent processes) to the
+controller (:mod:`producers.controller`) and the inventory (:mod:`schemas.inventory`);
+it holds no analytics.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from infra import lab as lab_infra
+from infra.lab import agents, faults, procs, scenarios
+from infra.lab.netns import LabError, lab_dir, lab_namespaces, read_state
+
+
+@dataclass
+class LabSource:
+    """A running lab with agents uploading to Kafka: its fabric, inventory, registry and pinglists."""
+
+    directory: Path
+    fabric: lab_infra.Fabric
+    inventory: Any  # schemas.inventory.Inventory
+    qpns: dict[str, int]
+    pinglists: dict[str, list[dict[str, Any]]]
+    truths: list[scenarios.Truth] = field(default_factory=list)
+
+    def scenario(self, name: str, seed: int = 1, **kw: Any) -> scenarios.Truth:
+        """Inject demo scenario ``name`` (see :data:`infra.lab.scenarios.SCENARIOS`); returns the truth."""
+        truth = scenarios.apply(name, seed, self.directory, **kw)
+        self.truths.append(truth)
+        return truth
+
+    def clear_faults(self) -> list[str]:
+        """Undo every injected fault."""
+        return faults.clear(None, self.directory)
+
+    def refresh_pinglists(self, seed: int = 1, connections: list[dict[str, Any]] | None = None) -> None:
+        """Rebuild the pinglists with the responders' current QPNs (the controller's 5-min rebuild)."""
+        self.qpns = agents.registry(self.directory)
+        self.pinglists = build_lab_pinglists(self.inventory, self.qpns, seed, connections or [])
+        agents.write_pinglists(self.pinglists, self.directory)
+
+    def stop(self) -> list[str]:
+        """Stop the agents and remove the lab; returns the namespaces removed."""
+        return lab_infra.down(self.directory)
+
+
+def build_lab_pinglists(
+    inventory: Any, qpns: dict[str, int], seed: int, connections: list[dict[str, Any]]
+) -> dict[str, list[dict[str, Any]]]:
+    """host -> its pinglist entries (ToR-mesh, inter-ToR, service) from the controller."""
+    from producers import controller
+
+    reg = controller.Registry.from_inventory(inventory, qpns, seed=seed)
+    lists = controller.build_pinglists(inventory, reg, seed=seed, now_ns=time.time_ns(), connections=connections)
+    hosts = sorted(inventory.hosts)
+    return {h: controller.pinglist_for_host(lists, h) for h in hosts}
+
+
+def start_lab_source(
+    bootstrap: str = "127.0.0.1:9092",
+    topic_prefix: str = "",
+    *,
+    seed: int = 1,
+    spec: lab_infra.LabSpec | None = None,
+    directory: str | Path | None = None,
+    connections: list[dict[str, Any]] | None = None,
+    output: dict[str, Any] | None = None,
+    kafka_config: dict[str, str] | None = None,
+    **agent_options: Any,
+) -> LabSource:
+    """Build the lab, start one responder and one prober per host, hand them pinglists.
+
+    Args:
+        bootstrap, topic_prefix: where the agents upload (``probes.raw``,
+            ``paths.traced``, ``registry`` with the prefix).
+        seed: inter-ToR tuple draw of the controller.
+        spec: fabric size (default Panel 1).
+        directory: lab state directory (default ``./var/lab``).
+        connections: a job's RC connections for the ``service`` pinglist
+            (``job_id``, ``src_rnic``, ``dst_rnic``, ``flow_label`` or ``src_port``).
+        output: agent output config instead of Kafka (``{"kind": "dir", "path": ...}``).
+        kafka_config: librdkafka SASL/TLS settings for the agents.
+        agent_options: more agent config (``upload_interval_s``, ``registry_refresh_s``, ``rates``).
+
+    Raises:
+        LabError: not root, no netns, or an agent did not start (its log is named).
+    """
+    from schemas.inventory import from_dict
+
+    d = lab_dir(directory)
+    fab = lab_infra.up(spec, d)
+    try:
+        inv = from_dict(fab.inventory_dict(), source=str(d / "inventory.yaml"))
+        out = output or {"kind": "kafka", "bootstrap": bootstrap, "topic_prefix": topic_prefix}
+        if kafka_config:
+            out["kafka_config"] = kafka_config
+        qpns = agents.start_agents(d, out, **agent_options)
+        lists = build_lab_pinglists(inv, qpns, seed, connections or [])
+        agents.write_pinglists(lists, d)
+    except Exception:
+        lab_infra.down(d)
+        raise
+    return LabSource(d, fab, inv, qpns, lists)
+
+
+def status(directory: str | Path | None = None) -> dict[str, Any]:
+    """The lab's namespaces, processes (alive or not) and active faults."""
+    d = lab_dir(directory)
+    state = read_state(d)
+    prefix = state.get("spec", {}).get("prefix", lab_infra.LabSpec().prefix)
+    return {
+        "directory": str(d),
+        "up": bool(state.get("ready")),
+        "namespaces": lab_namespaces(prefix),
+        "processes": {n: {"pid": e["pid"], "alive": procs.alive(e)} for n, e in state.get("processes", {}).items()},
+        "faults": state.get("faults", []),
+        "registry": agents.registry(d) if (d / "registry").is_dir() else {},
+    }
+
+
+def _fail(e: Exception) -> typer.Exit:
+    typer.secho(f"error: {e}", fg="red", err=True)
+    return typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``lab`` command group to ``app``."""
+    lab = typer.Typer(help="The netns fabric lab: ECMP spines/ToRs/hosts on this machine (root).")
+    app.add_typer(lab, name="lab")
+
+    @lab.command("up")
+    def up_cmd(
+        spines: int = typer.Option(4, help="spine switches"),
+        tors: int = typer.Option(3, help="ToRs"),
+        hosts_per_tor: int = typer.Option(2, help="hosts under each ToR"),
+        nics_per_host: int = typer.Option(2, help="RNICs per host"),
+        prefix: str = typer.Option("fs-", help="namespace name prefix"),
+        directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
+        with_agents: bool = typer.Option(True, "--agents/--no-agents", help="start a udp agent per host"),
+        kafka: str = typer.Option("", help="upload to this Kafka bootstrap (default: spool files)"),
+        topic_prefix: str = typer.Option("", help="Kafka topic prefix"),
+        seed: int = typer.Option(1, help="controller seed (inter-ToR tuples)"),
+    ) -> None:
+        """Build the lab (and start its agents); Panel 1 of the R-Pingmesh digest by default."""
+        spec = lab_infra.LabSpec(spines, tors, hosts_per_tor, nics_per_host, prefix)
+        d = lab_dir(directory)
+        t0 = time.monotonic()
+        try:
+            if with_agents:
+                out = (
+                    {"kind": "kafka", "bootstrap": kafka, "topic_prefix": topic_prefix}
+                    if kafka
+                    else {"kind": "dir", "path": str(d / "spool")}
+                )
+                src = start_lab_source(seed=seed, spec=spec, directory=d, output=out)
+                fab = src.fabric
+            else:
+                fab = lab_infra.up(spec, d)
+        except (LabError, OSError) as e:
+            raise _fail(e) from None
+        typer.echo(
+            f"lab up in {time.monotonic() - t0:.1f} s: {len(fab.spines)} spines, {len(fab.tors)} ToRs, "
+            f"{len(fab.hosts)} hosts, {len(fab.rnics)} RNICs; state {d / 'state.json'}"
+        )
+
+    @lab.command("down")
+    def down_cmd(
+        directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
+        prefix: str = typer.Option(None, help="also sweep namespaces with this prefix"),
+    ) -> None:
+        """Stop the agents and remove every namespace of the lab (also after a crash)."""
+        removed = lab_infra.down(directory, prefix)
+        typer.echo(f"removed {len(removed)} namespaces")
+
+    @lab.command("status")
+    def status_cmd(
+        directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
+        as_json: bool = typer.Option(False, "--json", help="JSON for machines"),
+    ) -> None:
+        """Namespaces, agent processes and active faults."""
+        st = status(directory)
+        if as_json:
+            typer.echo(json.dumps(st, indent=1))
+            return
+        typer.echo(f"lab {'up' if st['up'] else 'down'} ({st['directory']}): {len(st['namespaces'])} namespaces")
+        for name, p in sorted(st["processes"].items()):
+            typer.echo(f"  {name:<16} pid {p['pid']:<8} {'alive' if p['alive'] else 'DEAD'}")
+        for f in st["faults"]:
+            typer.echo(f"  fault {f['id']}: {f['kind']} {f.get('target', '')}")
+
+    @lab.command("fault")
+    def fault_cmd(
+        kind: str = typer.Argument(..., help=f"{' | '.join(faults.KINDS)} | clear | list"),
+        targets: list[str] = typer.Argument(None, help="link: TOR SPINE; nic-down: RNIC; host faults: HOST; clear: ID"),
+        seed: int = typer.Option(1, help="draws the target when none is given; partial-5tuple hash seed"),
+        loss: float = typer.Option(0.05, help="link-loss drop probability"),
+        fraction: float = typer.Option(0.25, help="partial-5tuple share of tuples dropped"),
+        stop_ms: float = typer.Option(700.0, help="busy-host: SIGSTOP burst length (ms)"),
+        run_ms: float = typer.Option(300.0, help="busy-host: run time between bursts (ms)"),
+        directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
+    ) -> None:
+        """Inject a fault (``fault link-down A S3``), list them, or clear one or all."""
+        targets = targets or []
+        try:
+            if kind == "list":
+                for f in faults.active(directory):
+                    typer.echo(json.dumps(f))
+                return
+            if kind == "clear":
+                cleared = faults.clear(targets[0] if targets else None, directory)
+                typer.echo(f"cleared {', '.join(cleared) or 'nothing'}")
+                return
+            fab, _ = lab_infra.load(directory)
+            if kind in ("link-down", "link-loss", "partial-5tuple"):
+                tgt = {"a": targets[0], "b": targets[1]} if len(targets) == 2 else faults.pick_target(kind, fab, seed)
+            elif kind == "nic-down":
+                tgt = {"rnic": targets[0]} if targets else faults.pick_target(kind, fab, seed)
+            else:
+                tgt = {"host": targets[0]} if targets else faults.pick_target(kind, fab, seed)
+            rec = faults.inject(
+                kind, directory, loss=loss, fraction=fraction, stop_ms=stop_ms, run_ms=run_ms, seed=seed, **tgt
+            )
+        except (LabError, IndexError) as e:
+            raise _fail(e) from None
+        typer.echo(f"fault {rec['id']}: {rec['kind']} {rec.get('target', '')}")
