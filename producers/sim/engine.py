@@ -57,6 +57,7 @@ BATCH_NS = 5_000_000_000
 TIMEOUT_NS = 500_000_000
 PINGLIST_CODES = ("tor_mesh", "inter_tor", "service")
 
+_STATUS = np.array(["ok", "timeout"], dtype=object)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
@@ -157,8 +158,9 @@ class Simulator:
         self.registry = ctl.Registry.from_inventory(inventory, seed=seed)
         self._check_faults()
         self._restarts = self._restart_schedule()
+        self._qpn_base = np.array([self.registry.qpn(r) for r in self.rnic_names], dtype=np.int64)
         self._seq = np.zeros(len(self.hosts), dtype=np.uint64)
-        self._traced: set[int] = set()
+        self._traced_mask = np.zeros(0, dtype=bool)
         self._plan_key: object = None
         self._plan: _Plan | None = None
 
@@ -353,7 +355,7 @@ class Simulator:
             lists = self.pinglists(now_ns)
             self._plan = self._make_plan([e for name in PINGLIST_CODES for e in lists.get(name, [])])
             self._plan_key = key
-            self._traced = set()
+            self._traced_mask = np.zeros(0, dtype=bool)
         assert self._plan is not None
         return self._plan
 
@@ -644,7 +646,7 @@ class Simulator:
         # responder host down or restarting: nothing answers
         lost_f |= self._host_silent(T1, rh)
         # QPN the prober addresses vs. the responder's current one
-        qpn_base = np.array([self.registry.qpn(r) for r in self.rnic_names], dtype=np.int64)
+        qpn_base = self._qpn_base
         carried = qpn_base[dst]
         current = carried.copy()
         for r, sched in self._restarts.items():
@@ -669,62 +671,62 @@ class Simulator:
         hoff = self._host_off
         roff = self._rnic_off
         t1c = T1 + hoff[ph]
-        cols_t = {
-            "t1": np.ma.masked_array(t1c, mask=np.zeros(m, bool)),
-            "t2": np.ma.masked_array(T2 + roff[src], mask=no_t2),
-            "t3": np.ma.masked_array(T3 + roff[dst], mask=timeout),
-            "t4": np.ma.masked_array(T4 + roff[dst], mask=timeout),
-            "t5": np.ma.masked_array(T5 + roff[src], mask=timeout),
-            "t6": np.ma.masked_array(T6 + hoff[ph], mask=timeout),
-        }
-        # -- split per agent (prober host), rows in t1 order
+        # -- one sort: per agent (prober host), rows in t1 order; then every agent is a slice
         order = np.lexsort((t1c, ph))
-        ph_sorted = ph[order]
-        live_hosts = [h for h in range(len(self.hosts)) if not self._host_silent(np.array([t1]), np.array([h]))[0]]
-        status = np.where(timeout, "timeout", "ok").astype(object)
-        probe_all = {
-            "upload_ns": None,
-            "seq": None,
-            **{k: v[e] for k, v in plan.cols.items()},
-            "qpn": carried.astype(np.uint32),
-            **cols_t,
-            "ts_source": np.full(m, "hardware", dtype=object),
-            "status": status,
+        e, ph, src, dst, timeout, no_t2, carried = (a[order] for a in (e, ph, src, dst, timeout, no_t2, carried))
+        T1, T2, T3, T4, T5, T6, t1c = (a[order] for a in (T1, T2, T3, T4, T5, T6, t1c))
+        data_t = {
+            "t1": (t1c, np.zeros(m, bool)),
+            "t2": (T2 + roff[src], no_t2),
+            "t3": (T3 + roff[dst], timeout),
+            "t4": (T4 + roff[dst], timeout),
+            "t5": (T5 + roff[src], timeout),
+            "t6": (T6 + hoff[ph], timeout),
         }
+        status = _STATUS[timeout.astype(np.int8)]
+        probe_all = {k: v[e] for k, v in plan.cols.items()}
+        probe_all["qpn"] = carried.astype(np.uint32)
+        probe_all["ts_source"] = np.broadcast_to(np.array(["hardware"], dtype=object), (m,))
+        probe_all["status"] = status
         fwd_hops, rev_hops = self._hop_strings(plan)
-        probed = np.unique(e)
-        if self.trace == "on_change" and probed.size:
-            timed_out = np.zeros(len(plan.entries), dtype=bool)
-            timed_out[e[timeout]] = True
-            fresh = np.ones(len(plan.entries), dtype=bool)
-            fresh[list(self._traced)] = False
-            probed = probed[fresh[probed] | timed_out[probed]]
+        n_entries = len(plan.entries)
+        probed_mask = np.bincount(e, minlength=n_entries) > 0
+        if self.trace == "on_change":
+            if len(self._traced_mask) != n_entries:
+                self._traced_mask = np.zeros(n_entries, dtype=bool)
+            timed_out = np.bincount(e[timeout], minlength=n_entries) > 0
+            probed = np.flatnonzero(probed_mask & (~self._traced_mask | timed_out))
+            self._traced_mask |= probed_mask
+        else:
+            probed = np.flatnonzero(probed_mask)
         fw_sorted = probed[np.argsort(plan.src_host[probed], kind="stable")]
         rv_sorted = probed[np.argsort(plan.dst_host[probed], kind="stable")]
         hb = np.arange(len(self.hosts) + 1)
         fw_b = np.searchsorted(plan.src_host[fw_sorted], hb)
         rv_b = np.searchsorted(plan.dst_host[rv_sorted], hb)
+        bounds = np.searchsorted(ph, hb)
         dead_f, dead_r = self._dead_paths(plan, t1)
+        silent = self._host_silent(np.full(len(self.hosts), t1), np.arange(len(self.hosts)))
         out = []
-        bounds = np.searchsorted(ph_sorted, np.arange(len(self.hosts) + 1))
-        for h in live_hosts:
-            idx = order[bounds[h] : bounds[h + 1]]
-            k = len(idx)
+        for h in np.flatnonzero(~silent).tolist():
+            a, b = int(bounds[h]), int(bounds[h + 1])
+            k = b - a
             host = self.hosts[h]
             upload_ns = t1 + int(hoff[h]) + 50_000_000
-            cols: dict[str, object] = {"agent_id": np.full(k, host, dtype=object)}
-            cols["upload_ns"] = np.full(k, upload_ns, dtype=np.int64)
-            cols["seq"] = self._seq[h] + np.arange(k, dtype=np.uint64)
+            cols: dict[str, object] = {
+                "agent_id": probe_all["prober_host"][a:b],
+                "upload_ns": np.full(k, upload_ns, dtype=np.int64),
+                "seq": self._seq[h] + np.arange(k, dtype=np.uint64),
+            }
             self._seq[h] += np.uint64(k)
             for name, v in probe_all.items():
-                if name not in ("upload_ns", "seq"):
-                    cols[name] = v[idx]
+                cols[name] = v[a:b]
+            for name, (d, mask) in data_t.items():
+                cols[name] = np.ma.MaskedArray(d[a:b], mask=mask[a:b], copy=False)
             fw = fw_sorted[fw_b[h] : fw_b[h + 1]]
             rv = rv_sorted[rv_b[h] : rv_b[h + 1]]
             paths = self._paths_for(plan, h, fw, rv, upload_ns, t1, (fwd_hops, rev_hops), (dead_f, dead_r))
             out.append((host, _ordered(cols, _PROBE_FIELDS), paths))
-        if self.trace == "on_change":
-            self._traced |= set(np.unique(e).tolist())
         return out
 
     def _paths_for(
