@@ -56,6 +56,7 @@ class LinkReading:
     speed_marked_downgraded: bool = False
     width_marked_downgraded: bool = False
     line: int = 0
+    under_load: bool = False
 
 
 def _expected_speed(r: LinkReading) -> float | None:
@@ -101,6 +102,7 @@ def assess_link(r: LinkReading) -> Finding | None:
         speed_down
         and not width_down
         and r.speed_gtps == IDLE_SPEED_GTPS
+        and not r.under_load
         and r.device_class in ("gpu", "bridge", "unknown")
     ):
         return Finding(

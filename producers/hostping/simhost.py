@@ -28,7 +28,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from schemas.intrahost import IntraHostTopology, fit_outstanding_read, outstanding_read_bw_gbps
+from schemas.intrahost import (
+    IntraHostTopology,
+    fit_outstanding_read,
+    loopback_latency_us,
+    outstanding_read_bw_gbps,
+)
 
 FIG4 = (1.0, 195.0, 2.2, 125.5)
 LINE_RATE_GBPS = 197.0
@@ -156,3 +161,22 @@ class SimHost:
             }
             for r in self.rnics
         }
+
+
+@dataclass
+class SimBackend:
+    """A :class:`producers.hostping.loopback.LoopbackBackend` answering from a :class:`SimHost` by Eq. 1.
+
+    ``t_proc_us`` is the RNIC processing time (µs) the loopback engine has to calibrate away.
+    """
+
+    sim: SimHost
+    t_proc_us: float = 1.5
+    round_no: int = 0
+
+    def __post_init__(self) -> None:
+        self._bw = self.sim.matrix(self.round_no)
+
+    def latency_us(self, rnic: str, src: str, dst: str, size_bytes: int) -> float:
+        i, j = self.sim.rnics.index(rnic), self.sim.endpoints.index(dst)
+        return loopback_latency_us(self.t_proc_us, self.sim.lat_host_us(rnic, dst), size_bytes, float(self._bw[i, j]))

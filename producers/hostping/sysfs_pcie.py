@@ -76,7 +76,7 @@ def class_of(code: str | None) -> str:
     return "unknown"
 
 
-def _device_dirs(snap: SysfsSnapshot) -> dict[str, str]:
+def device_dirs(snap: SysfsSnapshot) -> dict[str, str]:
     dirs: dict[str, str] = {}
     for name in snap.listdir(PCI_DEVICES):
         if BDF.match(name):
@@ -93,7 +93,7 @@ def _device_dirs(snap: SysfsSnapshot) -> dict[str, str]:
 def read_hops(snap: SysfsSnapshot) -> dict[str, PcieHop]:
     """Every PCI device with at least one link file, keyed by lower-case BDF."""
     hops: dict[str, PcieHop] = {}
-    for bdf, path in sorted(_device_dirs(snap).items()):
+    for bdf, path in sorted(device_dirs(snap).items()):
         alias = f"{PCI_DEVICES}/{bdf}"
 
         def get(name: str, path: str = path, alias: str = alias) -> str | None:
