@@ -56,7 +56,10 @@ class AnalyzerConfig:
     latency: LatencyConfig = LatencyConfig()
     coverage: CoverageConfig = CoverageConfig()
     min_unexplained: int = 3
-    """Failing probes left after the cover that make an ``undetermined`` verdict."""
+    """Failing probes left after the cover that make an ``undetermined`` verdict.
+
+    ``undetermined`` verdicts (ties, access links below the RNIC rule, leftovers) make
+    no claim, so their ``confidence`` is 0; the best link's is in the evidence."""
     baseline_ewma: float = 0.2
 
 
@@ -238,11 +241,12 @@ def analyze_window(
     for s in cover.suspects:
         ev = {"votes": s.votes, "failed": s.failed, "crossing": s.crossing, "ratio": round(s.ratio, 6)}
         if s.tied_with:
-            emit("undetermined", "|".join([s.link, *s.tied_with]), s.ratio, s.confidence, s.failed, s.crossing,
-                 {**ev, "why": "links explain the same failures equally"})
+            emit("undetermined", "|".join([s.link, *s.tied_with]), s.ratio, 0.0, s.failed, s.crossing,
+                 {**ev, "link_confidence": s.confidence, "why": "links explain the same failures equally"})
         elif s.access_rnic is not None:
-            emit("undetermined", s.access_rnic, s.ratio, s.confidence, s.failed, s.crossing,
-                 {**ev, "link": s.link, "why": "access link below the RNIC rule (RNIC, cable or ToR port)"})
+            emit("undetermined", s.access_rnic, s.ratio, 0.0, s.failed, s.crossing,
+                 {**ev, "link": s.link, "link_confidence": s.confidence,
+                  "why": "access link below the RNIC rule (RNIC, cable or ToR port)"})
         else:
             emit("switch", s.link, s.ratio, s.confidence, s.failed, s.crossing, ev)
     left = cover.unexplained + cover.untraced
