@@ -1,0 +1,1 @@
+"""Saved queries: plain ClickHouse SQL files (see schemas/saved_queries.py)."""

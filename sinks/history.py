@@ -1,0 +1,80 @@
+"""Writes of the history schema (``schemas/ddl/005_history.sql``, ``006_verdict_feedback.sql``):
+the RNIC -> ToR inventory the ToR rollup joins, and operator feedback on verdicts.
+
+The rollups themselves are filled by ClickHouse materialized views on every insert
+into ``probes``; nothing here touches them.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+from sinks.clickhouse import Store, StoreError
+
+DECISIONS = ("confirm", "reject")
+_VERDICT_ID = re.compile(r"^[A-Za-z0-9_.:/\-]{1,200}$")
+
+
+def load_inventory(store: Store, rnics: Iterable[tuple[str, str, str]], updated_ns: int | None = None) -> int:
+    """Record (rnic, host, tor) triples in ``rnic_inventory``; the newest ``updated_ns`` per RNIC wins.
+
+    Probe rows inserted afterwards roll up under these ToRs (``probes_1h_tor``).
+
+    Returns:
+        The number of RNICs written.
+    """
+    rows = list(rnics)
+    if not rows:
+        return 0
+    stamp = updated_ns if updated_ns is not None else time.time_ns()
+    data = pa.table(
+        {
+            "rnic": [r[0] for r in rows],
+            "host": [r[1] for r in rows],
+            "tor": [r[2] for r in rows],
+            "updated_ns": pa.array([stamp] * len(rows), pa.int64()),
+        }
+    )
+    store.insert_arrow("rnic_inventory", data)
+    return len(rows)
+
+
+def record_feedback(store: Store, verdict_id: str, decision: str, note: str = "", operator: str = "",
+                    at_ns: int | None = None) -> None:
+    """Store an operator's decision on a verdict (R-Pingmesh §7 counts precision the same way).
+
+    Args:
+        verdict_id: the verdict's id (``verdicts.verdict_id``).
+        decision: ``confirm`` (the fault was real and where the verdict said) or ``reject``.
+        note: free text, what the operator found.
+        operator: who decided (default: empty).
+        at_ns: when, ns since the epoch (default now).
+
+    Raises:
+        StoreError: the decision is not confirm/reject, the id has odd characters, or no verdict has it.
+    """
+    if decision not in DECISIONS:
+        raise StoreError(f"decision {decision!r}: use one of {', '.join(DECISIONS)}")
+    if not _VERDICT_ID.match(verdict_id):
+        raise StoreError(f"verdict id {verdict_id!r} has characters outside [A-Za-z0-9_.:/-]")
+    found = store.query_arrow(f"SELECT count() AS n FROM verdicts WHERE verdict_id = '{verdict_id}'")
+    if not found["n"][0].as_py():
+        raise StoreError(
+            f"no verdict {verdict_id!r} in the store; list recent ones with "
+            "`fabricscope query top_suspects` or "
+            "`fabricscope query \"SELECT verdict_id, kind, location FROM verdicts\"`"
+        )
+    data = pa.table(
+        {
+            "verdict_id": [verdict_id],
+            "decision": [decision],
+            "note": [note],
+            "operator": [operator],
+            "at_ns": pa.array([at_ns if at_ns is not None else time.time_ns()], pa.int64()),
+        }
+    )
+    store.insert_arrow("verdict_feedback", data)
