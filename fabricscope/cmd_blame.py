@@ -1,0 +1,111 @@
+"""``fabricscope blame --job J --at TIME``: is the network to blame for job J at that time?
+
+Only wiring and printing; the answer is :func:`streams.blame.blame` over the verdicts
+(``verdict.v1``) and per-job coverage rows of the window holding TIME. They come from
+Arrow/Parquet files given with ``--verdicts``/``--coverage``, else from the store
+(table ``verdicts``; coverage from table ``coverage`` once the store has one).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import typer
+
+from streams.blame import COVERAGE_SCHEMA, blame
+from streams.windows import WINDOW_NS, window_start
+
+
+def parse_time(text: str) -> int:
+    """TIME as ns since the epoch: an integer (ns) or ISO 8601 (``2026-11-29T21:30:00Z``).
+
+    Raises:
+        typer.BadParameter: neither form; the message shows both.
+    """
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is not a time; give ns since the epoch (1764451800000000000) or ISO 8601 "
+            "(2026-11-29T21:30:00Z)"
+        ) from None
+    if dt.tzinfo is None:
+        raise typer.BadParameter(f"{text!r} has no time zone; add Z or +00:00")
+    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+
+
+def read_table(path: Path) -> pa.Table:
+    """An Arrow IPC stream/file or a Parquet file."""
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(path)
+    with pa.OSFile(str(path), "rb") as f:
+        data = f.read()
+    try:
+        return pa.ipc.open_stream(data).read_all()
+    except pa.ArrowInvalid:
+        return pa.ipc.open_file(pa.BufferReader(data)).read_all()
+
+
+def _from_store(ws: int) -> tuple[pa.Table, pa.Table, str]:
+    from fabricscope.settings import load
+    from fabricscope.store_access import run_query
+    from schemas.arrow_pa import arrow_schema
+
+    s = load()
+    names = ", ".join(arrow_schema("verdict.v1").names)
+    verdicts = run_query(s, f"SELECT {names} FROM verdicts FINAL WHERE window_start_ns = {int(ws)}")
+    note = ""
+    try:
+        coverage = run_query(s, f"SELECT * FROM coverage WHERE window_start_ns = {int(ws)}")
+    except Exception as e:  # the store has no coverage table yet: answer 'unknown', say why
+        coverage = COVERAGE_SCHEMA.empty_table()
+        note = f"coverage not in the store ({type(e).__name__}); without coverage the answer cannot be 'innocent'"
+    return verdicts, coverage, note
+
+
+def blame_cmd(
+    job: str = typer.Option(..., "--job", help="job id, as in the service pinglist"),
+    at: str = typer.Option(..., "--at", help="time: ns since the epoch or ISO 8601 with a zone"),
+    verdicts_file: Path = typer.Option(None, "--verdicts", help="verdict.v1 rows (Arrow IPC or Parquet)"),
+    coverage_file: Path = typer.Option(None, "--coverage", help="coverage rows (Arrow IPC or Parquet)"),
+    as_json: bool = typer.Option(False, "--json", help="print the answer as JSON"),
+) -> None:
+    """Say whether the network is to blame for a job at a time, with the coverage behind the answer."""
+    at_ns = parse_time(at)
+    ws = window_start(at_ns, WINDOW_NS)
+    note = ""
+    if verdicts_file is not None:
+        verdicts = read_table(verdicts_file)
+        coverage = read_table(coverage_file) if coverage_file else COVERAGE_SCHEMA.empty_table()
+    else:
+        verdicts, coverage, note = _from_store(ws)
+    ans = blame(job, at_ns, verdicts, coverage)
+    if as_json:
+        typer.echo(ans.to_json())
+        return
+    typer.echo(f"job {job}, window starting {ws} ns: {ans.answer.upper()} — {ans.reason}")
+    for p in ans.problems:
+        typer.echo(f"  {p['impact']} {p['kind']} at {p['location']} (confidence {p['confidence']:.2f})")
+    for p in ans.other:
+        typer.echo(f"  not network: {p['kind']} at {p['location']}")
+    if ans.coverage:
+        c = ans.coverage
+        typer.echo(f"  coverage: {c['connections_probed']}/{c['connections_expected']} connections probed, "
+                   f"{c['links_covered']}/{c['links_total']} links with enough probes, "
+                   f"silent agents: {c['agents_silent'] or 'none'}")
+    if note:
+        typer.echo(f"  note: {note}")
+    if ans.answer == "unknown":
+        raise typer.Exit(3)
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``blame`` command to the console script."""
+    app.command("blame")(blame_cmd)
+

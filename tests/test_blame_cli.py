@@ -1,0 +1,64 @@
+"""``fabricscope blame`` over verdict and coverage files (issue 3, "blame")."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+import pytest
+from analyzer_fabric import Faults, Job, S, last_uploads, panel1, window
+from typer.testing import CliRunner
+
+from fabricscope.cli import _register, app
+from fabricscope.cmd_blame import parse_time
+from streams.analyzer import AnalyzerState, analyze_window
+from streams.partial import summarize
+
+START = 1_000 * 20 * S
+JOB = Job("J", [("A2", "B2", "S3"), ("A1", "B1", "S1")])
+
+
+def _files(tmp_path, faults):
+    fab = panel1()
+    probes, paths, reg = window(fab, faults, start_ns=START, jobs=[JOB])
+    res = analyze_window(summarize(START, probes, paths), registry=reg,
+                         host_last_upload=last_uploads(fab, faults, START), state=AnalyzerState())
+    out = []
+    for name, t in (("v.arrow", res.verdicts), ("c.arrow", res.coverage)):
+        with pa.OSFile(str(tmp_path / name), "wb") as f, pa.ipc.new_stream(f, t.schema) as w:
+            w.write_table(t)
+        out.append(str(tmp_path / name))
+    return out
+
+
+@pytest.fixture(scope="module")
+def cli():
+    _register()
+    return CliRunner()
+
+
+def test_parse_time_takes_ns_and_iso():
+    assert parse_time("1764451800000000000") == 1764451800000000000
+    assert parse_time("2026-11-29T21:30:00Z") == 1_795_987_800 * S
+    assert parse_time("2026-11-29T21:30:00.5+00:00") == 1_795_987_800 * S + S // 2
+
+
+def test_blame_names_the_switch_problem_on_the_jobs_path(cli, tmp_path):
+    v, c = _files(tmp_path, Faults(dead_links={"A->S3"}, dead_rnics={"C3"}))
+    r = cli.invoke(app, ["blame", "--job", "J", "--at", str(START + 5 * S), "--verdicts", v, "--coverage", c,
+                         "--json"])
+    assert r.exit_code == 0, r.output
+    ans = json.loads(r.output)
+    assert ans["answer"] == "network"
+    assert [(p["kind"], p["location"], p["impact"]) for p in ans["problems"]] == [("switch", "A->S3", "P1")]
+    assert ans["coverage"]["connections_probed"] == 2
+
+
+def test_blame_innocent_and_unknown(cli, tmp_path):
+    v, c = _files(tmp_path, Faults(dead_rnics={"C3"}))
+    r = cli.invoke(app, ["blame", "--job", "J", "--at", str(START + 5 * S), "--verdicts", v, "--coverage", c])
+    assert r.exit_code == 0, r.output
+    assert "INNOCENT" in r.output and "2/2 connections probed" in r.output
+    r = cli.invoke(app, ["blame", "--job", "J", "--at", str(START + 5 * S), "--verdicts", v])
+    assert r.exit_code == 3
+    assert "UNKNOWN" in r.output
