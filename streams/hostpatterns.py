@@ -23,6 +23,7 @@ utilisation per link, and optionally the RNICs' configuration registers. Pattern
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -178,3 +179,35 @@ def name_patterns(
                 )
             )
     return out
+
+
+def host_link_rows(
+    topo: IntraHostTopology, rnd: Round, verdicts: list[Verdict], round_ns: int
+) -> list[dict[str, object]]:
+    """``host_link.v1`` rows (schemas.records.HOST_LINK_V1): one per link crossed by a tested path.
+
+    ``cause`` comes from the verdict naming the link (failure/congestion), '' otherwise.
+    """
+    by_link = {v.location: v for v in verdicts}
+    rows = []
+    for link, state in sorted(rnd.state.items()):
+        v = by_link.get(link)
+        rows.append(
+            {
+                "host": topo.host,
+                "link": link,
+                "state": state,
+                "cause": v.cause if v and state in ("abnormal", "flapping") else "",
+                "round_ns": round_ns,
+                "evidence": json.dumps(
+                    {
+                        "link_type": topo.link_kind(link),
+                        "pattern": v.pattern if v else "",
+                        "gray_streak": rnd.history.gray_streak.get(link, 0),
+                        "abnormal_cnt": rnd.history.abnormal_cnt.get(link, 0),
+                    },
+                    sort_keys=True,
+                ),
+            }
+        )
+    return rows
