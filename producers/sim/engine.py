@@ -349,6 +349,11 @@ class Simulator:
             "service": ctl.service(self.inv, self.registry, self._connections),
         }
 
+    def set_connections(self, connections: Sequence[dict]) -> None:
+        """Replace the job-published connection list of the ``service`` pinglist (from the next batch)."""
+        self._connections = list(connections)
+        self._plan_key = None
+
     def _plan_for(self, now_ns: int) -> _Plan:
         key = "fixed" if self._fixed is not None or self._inter_tor_mode == "even" else now_ns // ctl.HOUR_NS
         if key != self._plan_key:
