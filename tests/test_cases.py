@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -130,3 +131,31 @@ def test_cli_missing_file_names_it():
     result = CliRunner().invoke(app, ["diagnose", "/nonexistent/lspci.txt"])
     assert result.exit_code == 2
     assert "/nonexistent/lspci.txt" in result.output
+
+
+GOLDEN = Path(__file__).parent / "fixtures" / "hostping" / "diagnose_cases.golden.json"
+
+
+def _summary() -> list[dict[str, str]]:
+    files = sorted(CASES.glob("case_*.txt"))
+    if not files:
+        pytest.skip(f"no field cases under {CASES}")
+    return [
+        {
+            "case": f.source.split("/")[-1].split(":")[0],
+            "kind": f.kind,
+            "location": f.location,
+            "severity": f.severity,
+            "cause": f.cause,
+        }
+        for f in diagnose_paths(files)
+    ]
+
+
+def test_golden_diagnosis_of_all_cases():
+    """Whole-tool output over every case; a change must update the golden file on purpose:
+    ``FABRICSCOPE_UPDATE_GOLDEN=1 python -m pytest tests/test_cases.py``."""
+    got = _summary()
+    if os.environ.get("FABRICSCOPE_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=1) + "\n")
+    assert got == json.loads(GOLDEN.read_text())

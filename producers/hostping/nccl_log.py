@@ -160,6 +160,7 @@ def findings(log: NcclLog) -> list[Finding]:
         peers = sorted({e.peer for e in sockets if e.what == "socket" and e.peer})
         ranks = sorted({e.peer for e in sockets if e.what == "proxy"})
         reporters = sorted({e.host for e in sockets})
+        local = [p for p in peers if p.split(".")[0] in reporters]
         out.append(
             Finding(
                 "host_down",
@@ -168,7 +169,12 @@ def findings(log: NcclLog) -> list[Finding]:
                 f"{', '.join(reporters)} lost socket connections to {', '.join(peers + ranks) or 'a peer'} "
                 "(broken pipe / closed by remote peer) with no RDMA completion error: a peer process "
                 "crashed or exited. Not a network fault: look for the first error (segfault, OOM, "
-                "exception) in the peer's own log.",
+                "exception) in the peer's own log"
+                + (
+                    f"; {', '.join(local)} names the reporting host itself, so look at its other ranks too."
+                    if local
+                    else "."
+                ),
                 {
                     "socket_errors": [e.detail for e in sockets if e.what == "socket"],
                     "proxy_retcodes": sorted({e.code for e in sockets if e.code is not None}),
@@ -176,6 +182,7 @@ def findings(log: NcclLog) -> list[Finding]:
                     "ranks": ranks,
                     "reported_by": reporters,
                     "network_innocent": True,
+                    "peers_on_reporting_host": local,
                 },
                 "failure",
                 str(sockets[0].line),
