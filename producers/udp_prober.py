@@ -43,6 +43,8 @@ log = logging.getLogger("fabricscope.agent.udp")
 TIMEOUT_NS = 500_000_000  # R-Pingmesh §4: a reply later than 500 ms is a timeout
 DEFAULT_DST_PORT = 4791  # RoCEv2's UDP port; the lab has no RDMA, so the udp backend may use it
 MAX_HOPS = 8
+SO_RCVBUFFORCE = 33
+RESPONDER_RCVBUF = 4 * 1024 * 1024  # bytes
 
 
 @dataclass(frozen=True)
@@ -240,6 +242,11 @@ class UdpEngine:
         if tos:
             s.setsockopt(socket.SOL_IP, socket.IP_TOS, tos << 2)
         kernel_ts.enable(s, hw)
+        if responder:  # bursts from many probers and trace packets must not overflow the queue
+            try:
+                s.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, RESPONDER_RCVBUF)
+            except PermissionError:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RESPONDER_RCVBUF)
         s.bind((r.ip, port))
         s.setblocking(False)
         ep = Endpoint(s, r.ip, s.getsockname()[1], tos, rnic, hw, responder)

@@ -114,7 +114,16 @@ def inject(
         r = fab.rnic(rnic)
         rec["target"] = r.name
         ns_exec(fab.netns(r.host), ["ip", "link", "set", "dev", r.name, "down"])
-        rec["undo"] = [[fab.netns(r.host), ["ip", "link", "set", "dev", r.name, "up"]]]
+        # An admin-down link loses its static routes: bring them back after it is up.
+        restore = [
+            [
+                fab.netns(r.host),
+                ["ip", "route", "replace", rt.dst, "via", rt.gateways[0], "dev", r.name, "table", str(rt.table)],
+            ]
+            for rt in fab.routes
+            if rt.node == r.host and rt.gateways == (r.gateway,)
+        ]
+        rec["undo"] = [[fab.netns(r.host), ["ip", "link", "set", "dev", r.name, "up"]], *restore]
     elif kind in ("host-down", "host-restart", "busy-host"):
         fab.role(host)
         rec["target"] = host
