@@ -544,16 +544,21 @@ class Simulator:
         return 2 + ("spine", "agg", "core").index(self.inv.switches[node].tier)
 
     def _stalls(self, fi: int, f: BusyHost, lo_ns: int, hi_ns: int) -> tuple[np.ndarray, np.ndarray]:
-        """Stall episodes (starts, running max of ends) of a busy host overlapping [lo, hi)."""
-        first = max(lo_ns - int(f.stall_s * 1e9) - 10**9, f.start) // 10**9
-        last = min(hi_ns, f.end) // 10**9 + 1
+        """Stall episodes (starts, running max of ends) of a busy host overlapping [lo, hi).
+
+        One stall per period of ``1 / stall_hz`` seconds, placed at a seeded random offset in
+        its period, so the share of time stalled is steady from window to window.
+        """
+        period = int(1e9 / f.stall_hz)
+        stall = int(f.stall_s * 1e9)
+        first = (max(lo_ns - stall, f.start) - period) // period
+        last = min(hi_ns, f.end) // period + 1
         starts = []
-        for sec in range(int(first), int(last) + 1):
-            rng = np.random.default_rng(_stable_seed(self.seed, "stall", fi, sec))
-            n = rng.poisson(f.stall_hz)
-            starts.extend((sec * 10**9 + rng.integers(0, 10**9, n)).tolist())
+        for k in range(int(first), int(last) + 1):
+            rng = np.random.default_rng(_stable_seed(self.seed, "stall", fi, k))
+            starts.append(k * period + int(rng.integers(0, max(period - stall, 1))))
         s = np.array(sorted(x for x in starts if f.start <= x < f.end), dtype=np.int64)
-        e = np.maximum.accumulate(s + int(f.stall_s * 1e9)) if s.size else s
+        e = np.maximum.accumulate(s + stall) if s.size else s
         return s, e
 
     @staticmethod

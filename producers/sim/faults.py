@@ -121,10 +121,11 @@ class BusyHost(_Timed):
     """CPU contention on a host (R-Pingmesh §6: 30 of the 50 RNIC reports).
 
     Its agent's responder and prober threads run late: every probe gets a delay of median
-    ``delay_us`` (lognormal), and the threads stall outright in episodes (Poisson,
-    ``stall_hz`` per second, each ``stall_s`` long) during which ACKs and completions wait
-    until the stall ends; a wait beyond 500 ms makes the probe a timeout. The defaults time
-    out about 15 % of the probes to the host's RNICs, together and briefly.
+    ``delay_us`` (lognormal), and the threads stall outright, once every ``1 / stall_hz``
+    seconds at a random moment, for ``stall_s`` seconds, during which ACKs and completions
+    wait until the stall ends; a wait beyond 500 ms makes the probe a timeout. The defaults
+    time out about 15 % of the probes to the host's RNICs ((1.0 - 0.5) s of every 3.3 s),
+    together and briefly.
     """
 
     host: str = ""
