@@ -1,0 +1,139 @@
+"""The udp backend and the lab plan without root: wire format, addressing, nft rule text,
+and a whole agent (prober + responder) over loopback with kernel timestamps."""
+
+from __future__ import annotations
+
+import socket
+import struct
+
+import pyarrow.ipc as ipc
+import pytest
+
+from infra.lab import nft
+from infra.lab.netns import LabError
+from infra.lab.topology import LabSpec, plan
+from producers import kernel_ts
+from producers.udp_agent import Agent
+from producers.udp_prober import TokenBucket
+from producers.udp_wire import ACK2, PAYLOAD_BYTES, PROBE, Packet, decode
+from schemas.inventory import from_dict
+
+
+def test_packets_are_50_bytes_and_round_trip() -> None:
+    p = Packet(ACK2, seq=2**63 + 5, qpn=0xABCDEF, prober_qpn=7, t3=1_700_000_000_000_000_123, t4=-1, hardware=True)
+    raw = p.encode()
+    assert len(raw) == PAYLOAD_BYTES == 50
+    assert decode(raw) == p
+    assert decode(b"XX" + raw[2:]) is None  # not ours
+    assert decode(raw[:10]) is None
+    assert decode(Packet(PROBE, 1, 2).encode()[:3] + b"\x09" + bytes(46)) is None  # unknown kind
+
+
+def test_panel1_plan_names_addresses_and_routes() -> None:
+    fab = plan()
+    assert fab.spines == ["S1", "S2", "S3", "S4"] and fab.tors == ["A", "B", "C"]
+    assert fab.hosts == [f"H{i}" for i in range(1, 7)]
+    assert [r.name for r in fab.host_rnics("H1")] == ["A1", "A2"]
+    assert [r.name for r in fab.host_rnics("H3")] == ["B1", "B2"]
+    assert fab.rnic("B2").ip == "10.2.2.2" and fab.rnic("B2").gateway == "10.2.2.1"
+    ln = fab.link("S3", "A")
+    assert (ln.a, ln.a_if, ln.a_ip, ln.b, ln.b_if, ln.b_ip) == ("S3", "A", "10.103.1.1", "A", "S3", "10.103.1.2")
+    names = fab.address_names()
+    assert names["10.103.1.1"] == "S3" and names["10.103.1.2"] == "A" and names["10.1.4.2"] == "A4"
+    ecmp = [r for r in fab.routes if r.node == "A" and r.dst == "10.2.0.0/16"]
+    assert len(ecmp) == 1 and len(ecmp[0].gateways) == 4
+    assert fab.netns("S1") == "fs-S1"
+    inv = from_dict(fab.inventory_dict())
+    assert inv.rnics["C4"].host == "H6" and inv.rnics["C4"].ip == "10.3.4.2"
+    assert len(inv.links) == 12
+    with pytest.raises(ValueError, match="1..26"):
+        LabSpec(tors=27)
+
+
+def test_nft_rule_text_and_validation() -> None:
+    assert nft.loss_rule("S3", 50) == 'oifname "S3" numgen random mod 1000 < 50 counter drop'
+    fwd, rev = nft.tuple_loss_rules("S3", 250, seed=5)
+    assert "udp dport 4791 jhash ip saddr . ip daddr . udp sport . udp dport mod 1000 seed 0x5 < 250" in fwd
+    assert "udp sport 4791 jhash ip daddr . ip saddr . udp dport . udp sport mod 1000 seed 0x5 < 250" in rev
+    with pytest.raises(LabError):
+        nft.loss_rule('S3"; flush ruleset', 50)
+    with pytest.raises(LabError):
+        nft.loss_rule("S3", 0)
+
+
+def test_timestamp_cmsg_parsing() -> None:
+    data = struct.pack("=qqqqqq", 12, 345, 0, 0, 67, 890)
+    anc = [(socket.SOL_SOCKET, kernel_ts.SCM_TIMESTAMPING, data)]
+    assert kernel_ts.timestamp_from_cmsgs(anc, hardware=False) == 12_000_000_345
+    assert kernel_ts.timestamp_from_cmsgs(anc, hardware=True) == 67_000_000_890
+    assert kernel_ts.timestamp_from_cmsgs([], hardware=False) is None
+
+
+def test_token_bucket_limits_per_source_rate() -> None:
+    b = TokenBucket(rate=10, burst=3)
+    assert [b.take(100.0) for _ in range(4)] == [True, True, True, False]
+    assert [b.take(100.25) for _ in range(3)] == [True, True, False]  # 0.25 s at 10/s: 2.5 tokens
+
+
+def _free_udp_port() -> int:
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_agent_over_loopback_uploads_probe_and_path_batches() -> None:
+    port = _free_udp_port()
+    sent: list[tuple[str, bytes, str]] = []
+    cfg = {
+        "host": "H1",
+        "rnics": [{"name": "A1", "ip": "127.0.0.1", "tor": "A"}],
+        "dst_port": port,
+        "allowed_sources": ["127.0.0.1"],
+        "upload_interval_s": 0.4,
+        "trace_interval_s": 60,
+    }
+    agent = Agent(cfg, sink=lambda schema, payload, key: sent.append((schema, payload, key)))
+    qpn = agent.engine.qpns["A1"]
+    agent.set_entries(
+        [
+            {
+                "pinglist": "tor_mesh",
+                "prober_rnic": "A1",
+                "responder_rnic": "A1",
+                "responder_host": "H1",
+                "dst_ip": "127.0.0.1",
+                "dst_port": port,
+                "src_port": _free_udp_port(),
+                "qpn": qpn,
+                "rate_pps": 50,
+            },
+            {
+                "pinglist": "tor_mesh",
+                "prober_rnic": "A1",
+                "responder_rnic": "A1",
+                "responder_host": "H1",
+                "dst_ip": "127.0.0.1",
+                "dst_port": port,
+                "src_port": _free_udp_port(),
+                "qpn": qpn ^ 1,
+                "rate_pps": 5,
+            },
+        ]
+    )
+    agent.run(duration_s=1.5)
+    probes = [ipc.open_stream(p).read_all() for s, p, _ in sent if s == "probe.v1"]
+    paths = [ipc.open_stream(p).read_all() for s, p, _ in sent if s == "path.v1"]
+    assert len(probes) >= 3  # one batch per upload, empty or not (the heartbeat)
+    rows = [r for t in probes for r in t.to_pylist()]
+    ok = [r for r in rows if r["status"] == "ok"]
+    stale = [r for r in rows if r["qpn"] != qpn]
+    assert len(ok) >= 50 and all(r["agent_id"] == "H1" and r["ts_source"] == "software" for r in ok)
+    for r in ok:
+        assert r["t1"] <= r["t2"] <= r["t3"] <= r["t4"] <= r["t5"] <= r["t6"]
+        assert 0 < (r["t5"] - r["t2"]) - (r["t4"] - r["t3"]) < 5_000_000  # network RTT, loopback
+    assert stale and all(r["status"] == "timeout" and r["t5"] is None for r in stale)
+    assert agent.engine.counters["dropped_stale_qpn"] == len(stale)
+    hops = [r["hops"] for t in paths for r in t.to_pylist() if r["direction"] == "forward"]
+    assert "A1,A1" in hops  # loopback: the destination answers at TTL 1
