@@ -89,21 +89,49 @@ def latest_paths(paths: pa.Table) -> pa.Table:
     return t.take(idx["_i_min"]).select([*cols, "hops"])
 
 
-def attach_paths(probes: pa.Table, paths: pa.Table | None) -> pa.Table:
+class PathIndex:
+    """The newest trace per (direction, 5-tuple), built once and reused for every batch.
+
+    Build it from all ``path.v1`` rows known (:meth:`update` with each new path batch);
+    :func:`attach_paths` joins probes against it.
+    """
+
+    def __init__(self, paths: pa.Table | None = None) -> None:
+        self._raw: pa.Table | None = None
+        self.latest: pa.Table | None = None
+        if paths is not None:
+            self.update(paths)
+
+    def update(self, paths: pa.Table) -> None:
+        """Fold a ``path.v1`` batch in (newer ``trace_ns`` wins per direction and 5-tuple)."""
+        if paths.num_rows == 0:
+            return
+        cols = ["direction", *KEY, "hops", "trace_ns"]
+        both = paths.select(cols) if self._raw is None else pa.concat_tables([self._raw, paths.select(cols)])
+        t = both.sort_by([("trace_ns", "descending"), ("hops", "ascending")])
+        idx = t.select(cols[:5]).append_column("_i", pa.array(np.arange(t.num_rows))).group_by(
+            cols[:5]).aggregate([("_i", "min")])
+        self._raw = t.take(idx["_i_min"])
+        self.latest = self._raw.select(cols[:6])
+
+
+def attach_paths(probes: pa.Table, paths: pa.Table | PathIndex | None) -> pa.Table:
     """Add ``fwd_hops`` and ``rev_hops`` (string, '' when untraced) to a probe table.
 
     Args:
         probes: ``probe.v1``-shaped rows (needs the 5-tuple columns).
-        paths: ``path.v1`` rows (all traces known so far); ``None`` gives empty paths.
+        paths: a :class:`PathIndex` (fast: built once), or ``path.v1`` rows (all traces
+            known so far), or ``None`` (every path unknown).
 
     Returns:
         ``probes`` with two more columns, row order kept.
     """
     n = probes.num_rows
-    if paths is None or paths.num_rows == 0 or n == 0:
+    lp = paths.latest if isinstance(paths, PathIndex) else (
+        latest_paths(paths) if paths is not None and paths.num_rows else None)
+    if lp is None or lp.num_rows == 0 or n == 0:
         empty = pa.array([""] * n, pa.string())
         return probes.append_column("fwd_hops", empty).append_column("rev_hops", empty)
-    lp = latest_paths(paths)
     key = probes.select(list(KEY)).append_column("_row", pa.array(np.arange(n), pa.int64()))
     found = {}
     for direction, names, col in (

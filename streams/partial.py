@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.links import attach_paths, probe_links
+from streams.links import PathIndex, attach_paths, probe_links
 
 HIST_PER_OCTAVE = 8
 
@@ -98,13 +98,15 @@ def link_counts(groups: pa.Table) -> pa.Table:
                                                                   np.zeros(0, np.int64))}), ["link"], ["n"])
 
 
-def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | None) -> WindowPartial:
+def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathIndex | None) -> WindowPartial:
     """Turn one worker's rows of one window into a :class:`WindowPartial`.
 
     Args:
         window_start_ns: start of the window the rows belong to (ns).
         probes: ``probe_enriched.v1`` rows of that window (``t1`` inside it).
-        paths: ``path.v1`` traces known to the worker (forward and reverse), or None.
+        paths: the traces known to the worker (forward and reverse): a
+            :class:`streams.links.PathIndex` (build once, update per path batch), or raw
+            ``path.v1`` rows, or None.
 
     Returns:
         The partial; vectorised over rows (group-bys), no per-row Python.

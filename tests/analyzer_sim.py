@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pyarrow as pa
-
 from producers.sim import Simulator
 from schemas.arrow_pa import table_from_columns
 from streams.analyzer import AnalyzerConfig, AnalyzerState, WindowResult, analyze_window
+from streams.links import PathIndex
 from streams.partial import WindowPartial, merge, summarize
 from streams.rtt import decompose
 from streams.windows import WatermarkTracker
@@ -32,17 +31,17 @@ def run(inv, faults, *, seconds: int = 40, seed: int = 0, workers: int = 1,
     sim = Simulator(inv, seed=seed, faults=faults, **sim_kw)
     tracker, state = WatermarkTracker(), AnalyzerState()
     parts: dict[int, list[WindowPartial]] = {}
-    paths: list[pa.Table] = []
+    index = PathIndex()
     out = []
     for k in range(seconds // 5 + 3):
         batches = sim.upload_batches(T0 + k * 5 * S)
-        paths = [_compact(pa.concat_tables(paths + [table_from_columns("path.v1", p) for _, _, p in batches]))]
-        known = paths[0]
+        for _, _, path_cols in batches:
+            index.update(table_from_columns("path.v1", path_cols))
         for i, (_agent, probe_cols, _path_cols) in enumerate(batches):
             probes = decompose(table_from_columns("probe.v1", probe_cols), f"sim/{k}/{i}")
             routed = tracker.observe(probes)
             for ws, rows in routed.on_time.items():
-                parts.setdefault(ws, []).append(summarize(ws, rows, known))
+                parts.setdefault(ws, []).append(summarize(ws, rows, index))
         for ws in tracker.close_ready():
             reg = {r: sim.qpn_at(r, ws + 20 * S) for r in inv.rnics}
             res = analyze_window(merge(parts.pop(ws)), registry=reg, host_last_upload=tracker.host_last_upload,
@@ -52,15 +51,6 @@ def run(inv, faults, *, seconds: int = 40, seed: int = 0, workers: int = 1,
         if len(out) * 20 >= seconds:
             break
     return SimRun(sim, out)
-
-
-def _compact(paths: pa.Table) -> pa.Table:
-    """Keep the newest trace per (direction, 5-tuple): the path table a worker holds."""
-    key = ["direction", "src_ip", "dst_ip", "src_port", "dst_port"]
-    t = paths.sort_by([("trace_ns", "descending")])
-    t = t.append_column("_i", pa.array(range(t.num_rows), pa.int64()))
-    first = t.group_by(key).aggregate([("_i", "min")])["_i_min"]
-    return t.take(first).drop(["_i"])
 
 
 def right(v: dict, truth: list[dict], rnic_host: dict[str, str]) -> bool:
