@@ -1,0 +1,78 @@
+"""Paths as physical links, ACK-path matching, and the normalised greedy cover (R-Pingmesh Algorithm 1)."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from schemas.arrow_pa import table_from_columns
+from streams.links import PathIndex, attach_paths, explode_links
+from streams.tomography import greedy_cover
+
+
+def test_links_are_named_lower_to_upper_and_access_links_name_their_rnic():
+    t = explode_links(pa.array(["A1,A,S3,B,B2", "B2,B,S3,A,A1", "A1,A,P0S1,X1,P1S1,D,D1"]))
+    rows = t.to_pylist()
+    assert [r["link"] for r in rows[:4]] == ["A1->A", "A->S3", "B->S3", "B2->B"]
+    assert [r["link"] for r in rows[4:8]] == ["B2->B", "B->S3", "A->S3", "A1->A"]  # same physical links
+    assert [r["link"] for r in rows[8:]] == ["A1->A", "A->P0S1", "P0S1->X1", "P1S1->X1", "D->P1S1", "D1->D"]
+    assert [r["access_rnic"] for r in rows[:4]] == ["A1", None, None, "B2"]
+
+
+def _paths(rows):
+    n = len(rows)
+    return table_from_columns("path.v1", {
+        "agent_id": ["x"] * n, "upload_ns": [0] * n, "trace_ns": [r[0] for r in rows],
+        "direction": [r[1] for r in rows], "src_rnic": [r[2] for r in rows], "dst_rnic": [r[3] for r in rows],
+        "src_ip": [r[2] for r in rows], "dst_ip": [r[3] for r in rows], "src_port": [r[4] for r in rows],
+        "dst_port": [r[5] for r in rows], "hops": [r[6] for r in rows], "complete": [True] * n,
+    })
+
+
+def test_ack_paths_match_the_reverse_5_tuple_and_newest_trace_wins():
+    paths = _paths([
+        (1, "forward", "A1", "B2", 5000, 4791, "A1,A,S1,B,B2"),
+        (2, "forward", "A1", "B2", 5000, 4791, "A1,A,S3,B,B2"),  # re-traced after a rehash
+        (1, "reverse", "B2", "A1", 5000, 4791, "B2,B,S2,A,A1"),  # simulator: ports as in the probe
+        (1, "reverse", "C1", "A1", 4791, 6000, "C1,C,S4,A,A1"),  # plain UDP reply: ports swapped
+    ])
+    probes = pa.table({"src_ip": ["A1", "A1", "A1"], "dst_ip": ["B2", "C1", "D1"],
+                       "src_port": pa.array([5000, 6000, 7000], pa.uint16()),
+                       "dst_port": pa.array([4791, 4791, 4791], pa.uint16())})
+    for p in (paths, PathIndex(paths)):
+        t = attach_paths(probes, p)
+        assert t["fwd_hops"].to_pylist() == ["A1,A,S3,B,B2", "", ""]
+        assert t["rev_hops"].to_pylist() == ["B2,B,S2,A,A1", "C1,C,S4,A,A1", ""]
+
+
+def _failing(rows):
+    return pa.table({"fwd_hops": [r[0] for r in rows], "rev_hops": [r[1] for r in rows],
+                     "n": pa.array([r[2] for r in rows], pa.int64())})
+
+
+def _crossing(d):
+    return pa.table({"link": list(d), "n": pa.array(list(d.values()), pa.int64())})
+
+
+def test_normalisation_prefers_the_quiet_broken_link_over_the_busy_one():
+    # 6 failures all cross the busy core link X (1000 probes) and the quiet link Q (6 probes, all failing)
+    f = _failing([("a,T,Q,U,b", "", 3), ("c,T,Q,U,d", "", 3)])
+    cross = {"a->T": 500, "c->T": 500, "T->Q": 6, "U->Q": 1000, "b->U": 500, "d->U": 500}
+    r = greedy_cover(f, _crossing(cross))
+    assert [s.link for s in r.suspects] == ["T->Q"]
+    assert r.suspects[0].ratio == 1.0 and r.suspects[0].votes == 6
+    assert r.unexplained == 0
+
+
+def test_links_that_explain_the_same_failures_equally_are_a_tie():
+    f = _failing([("a,T,Q,U,b", "", 5)])
+    r = greedy_cover(f, _crossing({"a->T": 100, "T->Q": 5, "U->Q": 5, "b->U": 100}))
+    assert r.suspects[0].link == "T->Q" and r.suspects[0].tied_with == ("U->Q",)
+
+
+def test_cover_stops_when_the_rest_is_noise():
+    f = _failing([("a,T,Q,U,b", "", 8), ("c,T,R,V,d", "", 1), ("", "", 4)])
+    cross = {"a->T": 100, "T->Q": 8, "U->Q": 30, "b->U": 100, "c->T": 100, "T->R": 50, "V->R": 50,
+             "d->V": 100}
+    r = greedy_cover(f, _crossing(cross))
+    assert [s.link for s in r.suspects] == ["T->Q"]
+    assert (r.unexplained, r.untraced, r.total_failed) == (1, 4, 13)
