@@ -640,3 +640,57 @@ def apply_lldp(inv: Inventory, host: str, neighbors: list[LldpNeighbor]) -> Inve
     if problems:
         raise InventoryError(inv.source, problems)
     return replace(inv, rnics=rnics).validate()
+
+
+def apply_switch_lldp(inv: Inventory, switch: str, neighbors: list[LldpNeighbor]) -> Inventory:
+    """Fill ports from a ToR's or switch's own LLDP table (``lldpctl -f json`` on SONiC/Cumulus).
+
+    A neighbour that is a host fills the ``tor_port`` of the RNIC whose netdev it names
+    (the local port is the ToR port); a neighbour that is a ToR or switch fills both port
+    names of the link between them. Other neighbours (management network) are ignored.
+
+    Raises:
+        InventoryError: the switch is unknown, an RNIC is cabled to another ToR than the
+            inventory says, or two switches are cabled but the inventory has no such link.
+    """
+    if switch not in inv.tors and switch not in inv.switches:
+        raise InventoryError(inv.source, [f"LLDP import: no ToR or switch {switch!r}; add it first"])
+    rnics = dict(inv.rnics)
+    links = list(inv.links)
+    problems = []
+    seen: dict[str, str] = {}  # RNIC id -> port, as this switch sees it
+    for nb in neighbors:
+        if nb.chassis in inv.hosts:
+            match = [inv.rnics[r] for r in inv.hosts[nb.chassis].rnics if inv.rnics[r].netdev == nb.port_id]
+            if not match:
+                continue
+            r = match[0]
+            if r.tor != switch:
+                problems.append(
+                    f"hosts[{r.host}].rnics[{r.id}].tor: inventory says ToR {r.tor!r} but {switch} sees it "
+                    f"on {nb.local_ifname}; fix the cabling or the inventory"
+                )
+                continue
+            rnics[r.id] = replace(r, tor_port=nb.local_ifname)
+            seen[r.id] = nb.local_ifname
+        elif nb.chassis in inv.tors or nb.chassis in inv.switches:
+            for i, ln in enumerate(links):
+                if (ln.a, ln.b) == (switch, nb.chassis):
+                    links[i] = replace(ln, a_port=nb.local_ifname, b_port=nb.port_id)
+                    break
+                if (ln.a, ln.b) == (nb.chassis, switch):
+                    links[i] = replace(ln, a_port=nb.port_id, b_port=nb.local_ifname)
+                    break
+            else:
+                problems.append(
+                    f"links: {switch} {nb.local_ifname} is cabled to {nb.chassis} {nb.port_id} but the inventory "
+                    "has no such link; add it under links"
+                )
+    if problems:
+        raise InventoryError(inv.source, problems)
+    # The switch's own table is authoritative for its ports: an RNIC it did not see that still
+    # claims one of them has a stale port, now unknown.
+    for r in list(rnics.values()):
+        if r.tor == switch and r.id not in seen and r.tor_port in seen.values():
+            rnics[r.id] = replace(r, tor_port="")
+    return replace(inv, rnics=rnics, links=links).validate()

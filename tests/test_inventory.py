@@ -161,3 +161,19 @@ def test_eq1_is_the_smallest_k():
     assert p_miss(4, 3) == 1.0
     # two paths: miss iff all k tuples land on one path: 2 * 0.5^k
     assert p_miss(2, 5) == pytest.approx(2 * 0.5**5)
+
+
+def test_tor_lldp_fills_rnic_ports_and_uplink_ports():
+    inv = panel1()
+    nbs = parse_lldpctl_json((FIXTURES / "lldp" / "torA_lldpctl.json").read_text())
+    out = inv_mod.apply_switch_lldp(inv, "A", nbs)
+    assert out.port_of("A1") == "A:Ethernet0"
+    assert out.port_of("A2") == "A:Ethernet4"
+    (ln,) = [x for x in out.links if (x.a, x.b) == ("A", "S3")]
+    assert (ln.a_port, ln.b_port) == ("Ethernet256", "Ethernet8")
+    assert out.rnics["A3"] == inv.rnics["A3"]
+    assert out.port_of("A4") == "A:?"  # its old port Ethernet4 is A2's now: stale, so unknown
+    with pytest.raises(InventoryError, match="inventory says ToR 'A' but B sees it on Ethernet0"):
+        inv_mod.apply_switch_lldp(inv, "B", nbs[:1])
+    with pytest.raises(InventoryError, match="has no such link"):
+        inv_mod.apply_switch_lldp(inv, "A", [inv_mod.LldpNeighbor("Ethernet9", "B", "Ethernet9")])
