@@ -49,19 +49,25 @@ def register(app: typer.Typer) -> None:
     @inventory.command("lldp")
     def lldp(
         path: Path = typer.Argument(..., help="inventory YAML, updated in place"),
-        host: str = typer.Option(..., help="the host whose `lldpctl -f json` output this is"),
         lldp_json: Path = typer.Option(..., "--json", help="file with the output of `lldpctl -f json`"),
+        host: str | None = typer.Option(None, help="the host whose LLDP table this is"),
+        switch: str | None = typer.Option(None, help="the ToR or switch whose LLDP table this is"),
     ) -> None:
-        """Fill the ToR ports of one host's RNICs from LLDP."""
-        from schemas.inventory import InventoryError, apply_lldp, load, parse_lldpctl_json
+        """Fill ToR ports (RNIC cables, and switch links with --switch) from an LLDP table."""
+        from schemas.inventory import InventoryError, apply_lldp, apply_switch_lldp, load, parse_lldpctl_json
 
+        if (host is None) == (switch is None):
+            raise typer.BadParameter("give exactly one of --host or --switch")
         try:
-            inv = apply_lldp(load(path), host, parse_lldpctl_json(lldp_json.read_text()))
+            nbs = parse_lldpctl_json(lldp_json.read_text())
+            inv = load(path)
+            inv = apply_lldp(inv, host, nbs) if host else apply_switch_lldp(inv, str(switch), nbs)
         except (InventoryError, ValueError) as e:
             typer.echo(str(e), err=True)
             raise typer.Exit(1) from None
         inv.dump(path)
-        for r in inv.rnics_of_host(host):
+        shown = inv.rnics_of_host(host) if host else inv.rnics_under_tor(str(switch)) if switch in inv.tors else []
+        for r in shown:
             typer.echo(f"{r}: {inv.port_of(r)}")
 
     @sim.command("bench")
