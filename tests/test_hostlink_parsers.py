@@ -100,3 +100,51 @@ def test_pairs_slow_only_across_tors_blames_switch_not_hosts():
     text = "a,b 90.0\nc,d 89.0\na,c 45.0  # crossing ToR\nb,d 46.0 # crossing ToR\n"
     got = [(f.kind, f.location) for f in nccl_pairs.vote(nccl_pairs.parse(text))]
     assert got == [("switch", "inter-ToR path")]
+
+
+LSPCI_TREE = """\
+00:01.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge
+\tBus: primary=00, secondary=3b, subordinate=3b, sec-latency=0
+\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L1, Exit Latency L1 <64us
+\t\tLnkSta:\tSpeed 8GT/s (downgraded), Width x8 (downgraded)
+
+00:03.1 PCI bridge: Advanced Micro Devices, Inc. [AMD] Starship/Matisse GPP Bridge
+\tBus: primary=00, secondary=3c, subordinate=3c, sec-latency=0
+\t\tLnkCap:\tPort #0, Speed 16GT/s, Width x16, ASPM L1, Exit Latency L1 <64us
+\t\tLnkSta:\tSpeed 2.5GT/s (downgraded), Width x0 (downgraded)
+
+3b:00.0 Ethernet controller: Intel Corporation Ethernet Controller X710 for 10GbE SFP+
+\t\tLnkCap:\tPort #0, Speed 8GT/s, Width x8, ASPM L1, Exit Latency L1 <16us
+\t\tLnkSta:\tSpeed 8GT/s (ok), Width x8 (ok)
+"""
+
+
+def test_lspci_root_port_holding_a_gen3_x8_nic_and_an_empty_slot_are_not_downgrades():
+    assert lspci.findings(lspci.parse(LSPCI_TREE)) == []
+    # the same NIC trained at x4: reported once, at the NIC, against the lesser capability
+    narrow = LSPCI_TREE.replace("Speed 8GT/s (ok), Width x8 (ok)", "Speed 8GT/s (ok), Width x4 (downgraded)")
+    got = [(f.kind, f.location, f.evidence["downgraded"]) for f in lspci.findings(lspci.parse(narrow))]
+    assert got == [("pcie_downgrade", "0000:3b:00.0", ["width"])]
+
+
+def test_sysfs_port_above_a_less_capable_device_is_not_a_downgrade():
+    rp = "/sys/devices/pci0000:00/0000:00:01.1"
+    nic = rp + "/0000:3b:00.0"
+    text = "\n".join(
+        [
+            f"{rp}/current_link_speed:8.0 GT/s PCIe",
+            f"{rp}/current_link_width:8",
+            f"{rp}/max_link_speed:16.0 GT/s PCIe",
+            f"{rp}/max_link_width:16",
+            f"{nic}/current_link_speed:8.0 GT/s PCIe",
+            f"{nic}/current_link_width:8",
+            f"{nic}/max_link_speed:8.0 GT/s PCIe",
+            f"{nic}/max_link_width:8",
+        ]
+    )
+    assert sysfs_pcie.findings(sysfs.SysfsSnapshot.from_text(text)) == []
+    worse = text.replace(f"{nic}/current_link_width:8", f"{nic}/current_link_width:4").replace(
+        f"{rp}/current_link_width:8", f"{rp}/current_link_width:4"
+    )
+    got = [(f.location, f.evidence["link"]) for f in sysfs_pcie.findings(sysfs.SysfsSnapshot.from_text(worse))]
+    assert got == [("0000:3b:00.0", "0000:00:01.1->0000:3b:00.0")]

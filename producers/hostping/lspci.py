@@ -21,12 +21,13 @@ import re
 from dataclasses import dataclass, field
 
 from producers.hostping.findings import Finding
-from producers.hostping.pcie_link import LinkReading, assess_link
+from producers.hostping.pcie_link import LinkReading, assess_link, limited_by_partner
 
 _HEADER = re.compile(
     r"^(?P<bdf>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<cls>[^:]+?)(?:\s*\[[0-9a-f]{4}\])?:\s*(?P<desc>.*)$"
 )
 _FIELD = re.compile(r"^\s*(?P<key>LnkCap2|LnkCap|LnkCtl2|LnkSta|ACSCtl|ACSCap|ATSCtl|ATSCap):\s*(?P<val>.*)$")
+_BUS = re.compile(r"^\s+Bus: primary=[0-9a-f]{2}, secondary=(?P<sec>[0-9a-f]{2})")
 _SPEED = re.compile(r"Speed\s+(?P<s>[\d.]+)GT/s(?P<down>\s*\(downgraded\))?")
 _WIDTH = re.compile(r"Width\s+x(?P<w>\d+)(?P<down>\s*\(downgraded\))?")
 _SPEEDS = re.compile(r"Supported Link Speeds:\s*(?:[\d.]+-)?(?P<max>[\d.]+)GT/s")
@@ -48,6 +49,7 @@ class LspciDevice:
     line: int
     registers: dict[str, str] = field(default_factory=dict)
     register_lines: dict[str, int] = field(default_factory=dict)
+    secondary_bus: str = ""  # bridges: "DDDD:BB" of the bus below, from "Bus: primary=.., secondary=.."
 
 
 def _class_of(cls: str, desc: str) -> str:
@@ -82,6 +84,10 @@ def parse(text: str) -> list[LspciDevice]:
                 devices.append(cur)
             cur.registers[f["key"]] = f["val"]
             cur.register_lines[f["key"]] = n
+            continue
+        b = _BUS.match(line)
+        if b and cur is not None:
+            cur.secondary_bus = cur.location[:5] + b["sec"]
             continue
         if not line or not raw[:1].isspace():
             cur = None
@@ -157,10 +163,20 @@ def _ats(dev: LspciDevice) -> Finding | None:
 
 
 def findings(devices: list[LspciDevice]) -> list[Finding]:
-    """Every rule of this module over parsed devices."""
+    """Every rule of this module over parsed devices.
+
+    A bridge's link is judged against the lesser capability of both ends, and reported by the
+    device below it when that device shows the same link (one finding per link).
+    """
     out: list[Finding] = []
     for dev in devices:
         reading = link_reading(dev)
+        below = [d for d in devices if dev.secondary_bus and d.location.startswith(dev.secondary_bus + ":")]
+        partners = [r for r in map(link_reading, below) if r is not None]
+        if reading is not None and partners:
+            reading = limited_by_partner(reading, partners)
+            if any((p.speed_gtps, p.width) == (reading.speed_gtps, reading.width) for p in partners):
+                reading = None  # the device below reports this link
         for f in (assess_link(reading) if reading else None, _acs(dev), _ats(dev)):
             if f is not None:
                 out.append(f)

@@ -13,7 +13,7 @@ informational: re-check under load (NVML current vs max generation).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from producers.hostping.findings import Finding
 
@@ -59,6 +59,18 @@ class LinkReading:
     under_load: bool = False
 
 
+def limited_by_partner(port: LinkReading, partners: list[LinkReading]) -> LinkReading:
+    """A port's link trains to what *both* ends support: cap the port's maximum speed/width by
+    the device(s) below it, so a Gen4 root port holding a Gen3 x8 NIC is not called downgraded."""
+    speeds = [p.max_speed_gtps for p in partners if p.max_speed_gtps]
+    widths = [p.max_width for p in partners if p.max_width]
+    return replace(
+        port,
+        max_speed_gtps=min([port.max_speed_gtps, *speeds]) if port.max_speed_gtps and speeds else port.max_speed_gtps,
+        max_width=min([port.max_width, *widths]) if port.max_width and widths else port.max_width,
+    )
+
+
 def _expected_speed(r: LinkReading) -> float | None:
     speeds = [s for s in (r.max_speed_gtps, r.target_speed_gtps) if s]
     return min(speeds) if speeds else None
@@ -73,8 +85,8 @@ def assess_link(r: LinkReading) -> Finding | None:
         than the idle case; ``pcie_idle_power_saving`` (``info``) for a speed-only
         drop to 2.5 GT/s at full width on a GPU, bridge or unidentified device.
     """
-    if r.speed_gtps is None and r.width is None:
-        return None
+    if (r.speed_gtps is None and r.width is None) or r.width == 0:
+        return None  # no link trained: an empty slot or unused downstream port
     expected = _expected_speed(r)
     speed_down = (r.speed_gtps is not None and expected is not None and r.speed_gtps < expected) or (
         expected is None and r.speed_marked_downgraded

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 _TAIL = re.compile(r"^==> (?P<path>/sys/\S+) <==$")
-_GREP = re.compile(r"^(?P<path>/sys/[^:\s]+):(?P<val>.*)$")
+# The file name has no colon; directories may (``pci0000:00``), so match up to the last one.
+_GREP = re.compile(r"^(?P<path>/sys/(?:[^\s/]+/)*[^/:\s]+):(?P<val>.*)$")
 _CAT = re.compile(r"^(?:[>$#]\s*)?cat\s+(?P<path>/sys/\S+)$")
 
 

@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 
 from producers.hostping.findings import Finding
-from producers.hostping.pcie_link import LinkReading, assess_link, link_gbps
+from producers.hostping.pcie_link import LinkReading, assess_link, limited_by_partner, link_gbps
 from producers.hostping.sysfs import SysfsSnapshot
 
 BDF = re.compile(r"^[0-9a-fA-F]{4}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
@@ -172,7 +172,8 @@ def findings(snap: SysfsSnapshot) -> list[Finding]:
     dpm = {k: dpm_levels(v) for k, v in snap.files.items() if k.endswith("/pp_dpm_pcie")}
     out: list[Finding] = []
     for bdf, hop in hops.items():
-        f = assess_link(hop.reading)
+        children = [h.reading for h in hops.values() if h.chain and h.chain[-1] == bdf]
+        f = assess_link(limited_by_partner(hop.reading, children))
         if f is None or _reported_by_child(hops, hop):
             continue
         behind = sorted(b for b, h in hops.items() if bdf in h.chain)
