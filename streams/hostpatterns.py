@@ -117,7 +117,7 @@ def name_patterns(
                 {"gpu_paths_abnormal": len(gpu_paths), "memory_paths_normal": len(mem_paths)},
             )
         )
-        explained_links |= {topo.path(*p)[-1] for p in gpu_paths}
+        explained_links |= {f"{topo.parent[g]}->{g}" for g in gpus}
         bad -= gpu_paths
 
     for i, rnic in enumerate(m.rnics):
