@@ -29,7 +29,8 @@ from schemas.arrow_pa import empty_table, table_from_columns
 from streams.blame import COVERAGE_SCHEMA
 from streams.impact import CoverageConfig, JobThreshold, breaches, coverage_row, footprints, grade
 from streams.latency import LatencyConfig, flow_quantiles, latency_cover, slow_flows, update_baseline
-from streams.partial import WindowPartial, link_counts
+from streams.links import PathIndex
+from streams.partial import WindowPartial, link_counts, merge, summarize
 from streams.tomography import VoteConfig, greedy_cover
 from streams.triage import (
     TriageConfig,
@@ -41,7 +42,7 @@ from streams.triage import (
     rnic_rule,
     stale_mask,
 )
-from streams.windows import WINDOW_NS
+from streams.windows import WINDOW_NS, WatermarkTracker
 
 VERDICT = "verdict.v1"
 
@@ -86,7 +87,12 @@ class AnalyzerState:
 
 @dataclass
 class WindowResult:
-    """Output of :func:`analyze_window`: ``verdict.v1`` rows, coverage rows, and counts for logs."""
+    """Output of :func:`analyze_window`: ``verdict.v1`` rows, coverage rows, and counts for logs.
+
+    ``stats`` counts timed-out probes: ``timeouts`` in all, charged to ``host_down``,
+    ``stale`` QPNs, ``rnic_charged`` (RNIC rule, busy hosts and 60 s charges), ``voted``,
+    and the voted ones left ``unexplained`` or ``untraced``.
+    """
 
     verdicts: pa.Table
     coverage: pa.Table
@@ -310,8 +316,74 @@ def analyze_window(
                          "connections_expected": len(state.job_flows[job]), "connections_probed": 0,
                          "links_total": 0, "links_covered": 0, "agents_silent": "", "sufficient": False})
     coverage = pa.Table.from_pylist(cov_rows, schema=COVERAGE_SCHEMA)
-    stats = {"timeouts": int(failing["n"].to_numpy().sum()) if failing.num_rows else 0,
-             "host_down": int(f_down.sum()), "stale": int(f_stale.sum()), "rnic_charged": int(f_rnic.sum()),
+    fn = failing["n"].to_numpy() if failing.num_rows else np.zeros(0, np.int64)
+    stats = {"timeouts": int(fn.sum()), "host_down": int(fn[f_down].sum()), "stale": int(fn[f_stale].sum()),
+             "rnic_charged": int(fn[f_rnic & ~f_down & ~f_stale].sum()),
              "voted": int(vote["n"].to_numpy().sum()) if vote.num_rows else 0,
              "unexplained": cover.unexplained, "untraced": cover.untraced}
     return WindowResult(verdicts, coverage, stats)
+
+
+@dataclass
+class Analyzer:
+    """The whole analysis in one process: watermark, path index, window partials, carried state.
+
+    The reference wiring for the Faust app. With one worker, feed every topic here. With
+    several, each worker keeps a :class:`~streams.windows.WatermarkTracker` and a
+    :class:`~streams.links.PathIndex`, sends ``summarize(...)`` partials
+    (:func:`streams.partial.to_bytes`) keyed by window to one reducer, and the reducer
+    runs :meth:`close` logic: :func:`streams.partial.merge` then :func:`analyze_window`.
+    """
+
+    config: AnalyzerConfig = field(default_factory=AnalyzerConfig)
+    tracker: WatermarkTracker = field(default_factory=WatermarkTracker)
+    paths: PathIndex = field(default_factory=PathIndex)
+    state: AnalyzerState = field(default_factory=AnalyzerState)
+    registry: dict[str, int] = field(default_factory=dict)
+    thresholds: dict[str, JobThreshold] = field(default_factory=dict)
+    job_metrics: pa.Table | None = None
+    partials: dict[int, list[WindowPartial]] = field(default_factory=dict)
+
+    def on_paths(self, paths: pa.Table) -> None:
+        """A ``path.v1`` batch (forward and ACK traces)."""
+        self.paths.update(paths)
+
+    def on_registry(self, rows: pa.Table) -> None:
+        """``registry.v1`` rows: the newest QPN per RNIC (by ``upload_ns``) replaces the old one."""
+        if rows.num_rows == 0:
+            return
+        t = rows.sort_by([("upload_ns", "ascending")])
+        self.registry.update(zip(t["rnic"].to_pylist(), t["qpn"].to_pylist(), strict=True))
+
+    def on_job_metrics(self, rows: pa.Table) -> None:
+        """Job metric samples: ``job_id``, ``sample_ns``, ``value``."""
+        rows = rows.select(["job_id", "sample_ns", "value"])
+        self.job_metrics = rows if self.job_metrics is None else pa.concat_tables([self.job_metrics, rows])
+
+    def on_heartbeat(self, agent_id: str, upload_ns: int, host: str | None = None) -> list[WindowResult]:
+        """An idle agent's upload: may move the watermark and close windows."""
+        self.tracker.heartbeat(agent_id, upload_ns, host)
+        return self.close()
+
+    def on_probes(self, probes: pa.Table) -> list[WindowResult]:
+        """A ``probe_enriched.v1`` batch; returns the results of the windows it closed (in order)."""
+        routed = self.tracker.observe(probes)
+        for ws, rows in routed.on_time.items():
+            self.partials.setdefault(ws, []).append(summarize(ws, rows, self.paths))
+        return self.close()
+
+    def close(self) -> list[WindowResult]:
+        """Analyze every window the watermark has passed."""
+        out = []
+        for ws in self.tracker.close_ready():
+            parts = self.partials.pop(ws, None)
+            if not parts:
+                continue
+            out.append(analyze_window(merge(parts), registry=self.registry,
+                                      host_last_upload=self.tracker.host_last_upload, state=self.state,
+                                      job_metrics=self.job_metrics, thresholds=self.thresholds,
+                                      config=self.config))
+        if self.job_metrics is not None and out:
+            keep = pc.greater_equal(self.job_metrics["sample_ns"], self.tracker.closed_before)
+            self.job_metrics = self.job_metrics.filter(keep)
+        return out

@@ -152,6 +152,45 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
                          uploads.sort_by("host"))
 
 
+def to_bytes(p: WindowPartial) -> bytes:
+    """Serialise a partial for the worker → reducer hop: one Arrow IPC stream per table.
+
+    Layout: 8-byte big-endian window start, then for each table (in field order) an
+    8-byte length and the IPC stream bytes.
+    """
+    out = [int(p.window_start_ns).to_bytes(8, "big", signed=True)]
+    for f in fields(WindowPartial):
+        if f.name == "window_start_ns":
+            continue
+        t: pa.Table = getattr(p, f.name)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, t.schema) as w:
+            w.write_table(t)
+        buf = sink.getvalue().to_pybytes()
+        out += [len(buf).to_bytes(8, "big"), buf]
+    return b"".join(out)
+
+
+def from_bytes(data: bytes) -> WindowPartial:
+    """Inverse of :func:`to_bytes`.
+
+    Raises:
+        ValueError: the bytes are truncated or not a serialised partial.
+    """
+    try:
+        pos = 8
+        vals: dict[str, object] = {"window_start_ns": int.from_bytes(data[:8], "big", signed=True)}
+        for f in fields(WindowPartial):
+            if f.name == "window_start_ns":
+                continue
+            n = int.from_bytes(data[pos:pos + 8], "big")
+            vals[f.name] = pa.ipc.open_stream(data[pos + 8:pos + 8 + n]).read_all()
+            pos += 8 + n
+    except (pa.ArrowInvalid, IndexError) as e:
+        raise ValueError(f"not a serialised WindowPartial ({e}); was it written by streams.partial.to_bytes?") from e
+    return WindowPartial(**vals)  # type: ignore[arg-type]
+
+
 def merge(partials: list[WindowPartial]) -> WindowPartial:
     """Merge partials of one window (the reducer): sums of counts, maxima of upload times.
 
