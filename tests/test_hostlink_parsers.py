@@ -62,8 +62,11 @@ def test_sysfs_root_findings_one_per_link():
     assert got == [
         ("pcie_downgrade", "0000:01:00.0", "error"),  # root port 00:01.1 reads the same link: reported once
         ("pcie_idle_power_saving", "0000:81:00.0", "info"),
+        ("pcie_link_errors", "0000:03:00.0", "warning"),  # aer_dev_correctable: Timeout 7, BadTLP 2
         ("rnic", "mlx5_0/port1", "warning"),  # link_downed=3
     ]
+    aer = next(f for f in found if f.kind == "pcie_link_errors")
+    assert aer.evidence["aer"]["aer_dev_correctable"] == {"BadTLP": 2, "Timeout": 7}
     down = next(f for f in found if f.kind == "pcie_downgrade")
     assert down.evidence["limits_endpoints"] == ["0000:02:00.0", "0000:03:00.0"]
     assert down.evidence["link"] == "0000:00:01.1->0000:01:00.0"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from producers.hostping import (
+    aer_sysfs,
     dmesg,
     ethtool,
     hw_counters,
@@ -47,6 +48,7 @@ def _snapshot_findings(snap: sysfs.SysfsSnapshot) -> list[Finding]:
     out: list[Finding] = []
     if sysfs_pcie.detect(snap):
         out += sysfs_pcie.findings(snap)
+    out += aer_sysfs.findings(snap)
     out += hw_counters.findings(snap)
     return out
 
