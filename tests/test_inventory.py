@@ -177,3 +177,20 @@ def test_tor_lldp_fills_rnic_ports_and_uplink_ports():
         inv_mod.apply_switch_lldp(inv, "B", nbs[:1])
     with pytest.raises(InventoryError, match="has no such link"):
         inv_mod.apply_switch_lldp(inv, "A", [inv_mod.LldpNeighbor("Ethernet9", "B", "Ethernet9")])
+
+
+def test_cli_inventory_check_names_the_problem(tmp_path):
+    import typer
+    from typer.testing import CliRunner
+
+    from fabricscope import cmd_sim
+
+    app = typer.Typer()
+    cmd_sim.register(app)
+    p = tmp_path / "c.yaml"
+    panel1().dump(p)
+    r = CliRunner().invoke(app, ["inventory", "check", str(p)])
+    assert r.exit_code == 0 and "12 RNICs" in r.output
+    p.write_text(p.read_text().replace("tor: C", "tor: D"))
+    r = CliRunner().invoke(app, ["inventory", "check", str(p)])
+    assert r.exit_code == 1 and "unknown ToR 'D'" in r.output

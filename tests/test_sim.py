@@ -340,3 +340,29 @@ def test_find_flow_label_places_a_job_flow_on_a_switch():
     from producers.controller import udp_sport_from_flow_label
 
     assert sim.path("A2", "B2", udp_sport_from_flow_label(fl))[2] == "S3"
+
+
+def test_eq1_inter_tor_tuples_miss_an_uplink_about_as_often_as_eq1_says():
+    from producers.controller import HOUR_NS
+    from schemas.eq1 import p_miss
+
+    inv = random_clos(21, n_tors=4, n_spines=8, hosts_per_tor=2, rnics_per_host=4)
+    missed = total = 0
+    for seed in range(10):
+        sim = Simulator(inv, seed=seed)
+        for hour in range(0, 400_000, 20_000):  # 20 hourly lists, each a fresh draw of tuples
+            batches = sim.upload_batches(T0 // HOUR_NS * HOUR_NS + hour * HOUR_NS, seconds=1.0)
+            hops = [
+                h.split(",")
+                for b in batches
+                for h, d in zip(b[2]["hops"], b[2]["direction"], strict=True)
+                if d == "forward"
+            ]
+            inter = [h for h in hops if len(h) == 5]
+            assert len(inter) == 4 * 51  # k = 51 tuples per ToR for N = 8 at P = 0.99
+            for tor in inv.tors:
+                total += 1
+                missed += {h[2] for h in inter if h[1] == tor} != set(inv.uplinks(tor))
+    # Eq. 1: P(miss) = 0.88 % per ToR; the real hash agrees within sampling error (800 ToR-lists)
+    assert p_miss(8, 51) == pytest.approx(0.0088, abs=1e-4)
+    assert total == 800 and missed / total < 0.025
