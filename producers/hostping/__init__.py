@@ -8,12 +8,15 @@ Each reader takes a captured text or a root directory (like node_exporter's
 - :mod:`.lspci`        ``lspci -vvv``: LnkCap/LnkCap2/LnkCtl2/LnkSta, ACSCtl, ATSCtl
 - :mod:`.sysfs`        captured or live sysfs files (``tail -v``, ``grep ""``, a root dir)
 - :mod:`.sysfs_pcie`   sysfs PCIe link files, walked up to the root port
+- :mod:`.aer_sysfs`    sysfs AER counters (``aer_dev_*``)
 - :mod:`.ethtool`      ``ethtool -S`` per-priority counters
 - :mod:`.hw_counters`  RDMA ``hw_counters`` / ``counters`` and their deltas
 - :mod:`.lossy_roce`   the rule over ethtool + hw_counters (RoCE not on a PFC class)
 - :mod:`.dmesg`        kernel AER lines and NVIDIA Xid events
 - :mod:`.nccl_log`     NCCL WARN lines: async port error, completion errors, socket errors
 - :mod:`.nccl_pairs`   nccl-tests pair tables, voting over hosts
+- :mod:`.rnic_config`  ``mlxreg ROCE_ACCL`` registers (slow start, TX window)
+- :mod:`.monitor`      hardware monitor: counter rates, idle/busy status, loopback triggers
 - :mod:`.diagnose`     every parser above over a set of files
 - :mod:`.topology`     intra-host PCIe tree from sysfs or hwloc XML, affinitive endpoints
 - :mod:`.nvml`         GPU link generation/width through NVML (fails clearly without a GPU)
