@@ -112,11 +112,13 @@ def _isin(t: pa.Table, col: str, values: set[str]) -> np.ndarray:
     return pc.is_in(t[col], pa.array(sorted(values), pa.string())).to_numpy(zero_copy_only=False)
 
 
-def _sum_where(t: pa.Table, col: str, mask: np.ndarray, by: str, key: str) -> int:
-    if t.num_rows == 0:
-        return 0
-    sel = mask & (np.array(t[by].to_pylist(), dtype=object) == key)
-    return int(t[col].to_numpy()[sel].sum())
+def _sums_by(t: pa.Table, mask: np.ndarray, by: str) -> dict[str, tuple[int, int]]:
+    """(timeouts, probes) per value of ``by`` over the rows of ``t`` selected by ``mask`` (one group-by)."""
+    if t.num_rows == 0 or not mask.any():
+        return {}
+    g = t.filter(pa.array(mask)).group_by([by]).aggregate([("n_timeout", "sum"), ("n", "sum")])
+    return {k: (int(f), int(n)) for k, f, n in zip(g[by].to_pylist(), g["n_timeout_sum"].to_pylist(),
+                                                   g["n_sum"].to_pylist(), strict=True)}
 
 
 def analyze_window(
@@ -167,9 +169,9 @@ def analyze_window(
     down = down_hosts(we, uploads, targets, cfg.triage)
     p_down = _isin(pairs, "responder_host", down)
     f_down = _isin(failing, "responder_host", down)
+    down_sums = _sums_by(pairs, p_down, "responder_host")
     for h in sorted(down):
-        failed = _sum_where(pairs, "n_timeout", p_down, "responder_host", h)
-        total = _sum_where(pairs, "n", p_down, "responder_host", h)
+        failed, total = down_sums.get(h, (0, 0))
         silent = we - uploads.get(h, -(2**62))
         emit("host_down", h, failed, 0.99, failed, total,
              {"silent_ns": int(min(silent, 2**62)), "timeouts": failed})
@@ -185,12 +187,11 @@ def analyze_window(
     # 2. stale QPN: probe noise
     p_stale = stale_mask(pairs, registry) & ~p_down
     f_stale = stale_mask(failing, registry) & ~f_down
-    for rn in sorted(set(np.array(pairs["responder_rnic"].to_pylist(), dtype=object)[p_stale].tolist())
-                     if pairs.num_rows else set()):
-        failed = _sum_where(pairs, "n_timeout", p_stale, "responder_rnic", rn)
+    stale_sums = _sums_by(pairs, p_stale, "responder_rnic")
+    all_sums = _sums_by(pairs, np.ones(pairs.num_rows, bool), "responder_rnic") if stale_sums else {}
+    for rn, (failed, _) in sorted(stale_sums.items()):
         if failed:
-            total = _sum_where(pairs, "n", np.ones(pairs.num_rows, bool), "responder_rnic", rn)
-            emit("stale_qpn", rn, failed, 0.99, failed, total,
+            emit("stale_qpn", rn, failed, 0.99, failed, all_sums[rn][1],
                  {"stale_timeouts": failed, "registry_qpn": int(registry.get(rn, -1))})
 
     # 3. RNIC rule with the busy-host veto, over ToR-mesh pairs
