@@ -288,6 +288,7 @@ class Simulator:
         This is the digest's Panel 1 set-up ("two per switch for each ordered pair of
         ToRs"): on Panel 1, a dead A–S3 then fails exactly 8 tuples. Sources and
         destinations rotate over the RNICs of the two ToRs. Rate: 10 probes/s per entry.
+        The search is per ordered ToR pair (quadratic in ToRs): meant for small fabrics.
         """
         rng = np.random.default_rng(_stable_seed(self.seed, "even", now_ns))
         out: list[dict] = []
