@@ -19,6 +19,7 @@ def _register() -> None:
 
     cmd_pipeline.register(app)
     __import__("fabricscope.cmd_diagnose", fromlist=["register"]).register(app)
+    __import__("fabricscope.cmd_history", fromlist=["register"]).register(app)
     __import__("fabricscope.cmd_lab", fromlist=["register"]).register(app)
     __import__("fabricscope.cmd_sim", fromlist=["register"]).register(app)
     __import__("fabricscope.cmd_blame", fromlist=["register"]).register(app)

@@ -97,14 +97,24 @@ def register(app: typer.Typer) -> None:
 
     @app.command("query")
     def query(
-        sql: str = typer.Argument(..., help="SQL, or the name of a saved query"),
+        sql: str = typer.Argument(..., help="SQL, or the name of a saved query (`fabricscope queries` lists them)"),
         as_json: bool = typer.Option(False, "--json", help="JSON lines for machines"),
         as_csv: bool = typer.Option(False, "--csv", help="CSV"),
+        since: str = typer.Option(None, "--since", help="saved queries: how far back, e.g. 90d, 12h"),
+        param: list[str] = typer.Option([], "--param", "-p", help="saved queries: NAME=VALUE, repeatable"),
     ) -> None:
         """Run SQL on the store: through the running sink if there is one, else directly."""
         from fabricscope.store_access import run_query
+        from schemas.saved_queries import SavedQueryError, is_saved_query, render_named
 
         try:
+            if is_saved_query(sql):
+                values = dict(p.split("=", 1) if "=" in p else (p, "") for p in param)
+                if since is not None:
+                    values["since"] = since
+                sql = render_named(sql, values)
+            elif since is not None or param:
+                raise SavedQueryError("--since and -p apply to saved queries only; `fabricscope queries` lists them")
             result = run_query(load(), sql)
         except Exception as err:
             console.print(f"[red]query failed:[/red] {err}")

@@ -43,9 +43,43 @@ def load_inventory(store: Store, rnics: Iterable[tuple[str, str, str]], updated_
     return len(rows)
 
 
+def quote(text: str) -> str:
+    """``text`` as a ClickHouse string literal (backslash and quote escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def check_feedback(verdict_id: str, decision: str) -> None:
+    """Raise :class:`StoreError` unless ``decision`` is confirm/reject and ``verdict_id`` is well formed."""
+    if decision not in DECISIONS:
+        raise StoreError(f"decision {decision!r}: use one of {', '.join(DECISIONS)}")
+    if not _VERDICT_ID.match(verdict_id):
+        raise StoreError(f"verdict id {verdict_id!r} has characters outside [A-Za-z0-9_.:/-]")
+
+
+def verdict_exists_sql(verdict_id: str) -> str:
+    """A query answering ``n`` > 0 when a verdict has this id."""
+    return f"SELECT count() AS n FROM verdicts WHERE verdict_id = {quote(verdict_id)}"
+
+
+def feedback_sql(verdict_id: str, decision: str, note: str = "", operator: str = "", at_ns: int | None = None) -> str:
+    """The INSERT that records one decision (checked by :func:`check_feedback`; text is quoted)."""
+    check_feedback(verdict_id, decision)
+    at = at_ns if at_ns is not None else time.time_ns()
+    return (
+        "INSERT INTO verdict_feedback (verdict_id, decision, note, operator, at_ns) VALUES "
+        f"({quote(verdict_id)}, {quote(decision)}, {quote(note)}, {quote(operator)}, {int(at)})"
+    )
+
+
+NO_VERDICT_HINT = (
+    "list recent ones with `fabricscope query top_suspects` or "
+    "`fabricscope query \"SELECT verdict_id, kind, location FROM verdicts\"`"
+)
+
+
 def record_feedback(store: Store, verdict_id: str, decision: str, note: str = "", operator: str = "",
                     at_ns: int | None = None) -> None:
-    """Store an operator's decision on a verdict (R-Pingmesh §7 counts precision the same way).
+    """Store an operator's decision on a verdict; ``precision.sql`` turns them into precision per kind.
 
     Args:
         verdict_id: the verdict's id (``verdicts.verdict_id``).
@@ -57,24 +91,7 @@ def record_feedback(store: Store, verdict_id: str, decision: str, note: str = ""
     Raises:
         StoreError: the decision is not confirm/reject, the id has odd characters, or no verdict has it.
     """
-    if decision not in DECISIONS:
-        raise StoreError(f"decision {decision!r}: use one of {', '.join(DECISIONS)}")
-    if not _VERDICT_ID.match(verdict_id):
-        raise StoreError(f"verdict id {verdict_id!r} has characters outside [A-Za-z0-9_.:/-]")
-    found = store.query_arrow(f"SELECT count() AS n FROM verdicts WHERE verdict_id = '{verdict_id}'")
-    if not found["n"][0].as_py():
-        raise StoreError(
-            f"no verdict {verdict_id!r} in the store; list recent ones with "
-            "`fabricscope query top_suspects` or "
-            "`fabricscope query \"SELECT verdict_id, kind, location FROM verdicts\"`"
-        )
-    data = pa.table(
-        {
-            "verdict_id": [verdict_id],
-            "decision": [decision],
-            "note": [note],
-            "operator": [operator],
-            "at_ns": pa.array([at_ns if at_ns is not None else time.time_ns()], pa.int64()),
-        }
-    )
-    store.insert_arrow("verdict_feedback", data)
+    check_feedback(verdict_id, decision)
+    if not store.query_arrow(verdict_exists_sql(verdict_id))["n"][0].as_py():
+        raise StoreError(f"no verdict {verdict_id!r} in the store; {NO_VERDICT_HINT}")
+    store.command(feedback_sql(verdict_id, decision, note, operator, at_ns))

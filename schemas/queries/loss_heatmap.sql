@@ -6,7 +6,7 @@ SELECT
     responder_tor,
     sum(probes) AS probes,
     sum(timeouts) AS timeouts,
-    round(sum(timeouts) / sum(probes), 6) AS loss,
+    round(timeouts / probes, 6) AS loss,
     round(fs_hist_quantile(sumMap(rtt_hist), 0.99)) AS p99_ns
 FROM probes_1h_tor
 WHERE hour >= now() - toIntervalSecond({since:UInt32})

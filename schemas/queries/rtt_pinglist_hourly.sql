@@ -2,7 +2,7 @@
 -- the tail-RTT capacity study's time series (`fabricscope report tail-rtt`).
 -- param since UInt32 2592000 seconds back from now (--since 30d)
 SELECT
-    hour,
+    toDateTime64(hour, 0, 'UTC') AS hour,
     pinglist,
     sum(probes) AS probes,
     sum(timeouts) AS timeouts,

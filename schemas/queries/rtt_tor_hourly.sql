@@ -2,7 +2,7 @@
 -- From the 400-day hourly ToR rollup; quantiles are histogram buckets (within 2.2 %).
 -- param since UInt32 86400 seconds back from now (--since 1d)
 SELECT
-    hour,
+    toDateTime64(hour, 0, 'UTC') AS hour,
     prober_tor,
     responder_tor,
     sum(probes) AS probes,

@@ -1,0 +1,122 @@
+"""History commands: saved queries list, operator feedback, inventory for ToR rollups, reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from fabricscope.settings import Settings, load
+
+console = Console(stderr=True)
+
+
+def execute(s: Settings, sql: str) -> pa.Table:
+    """Run a statement that may write: through the running sink's endpoint when one owns the
+    embedded store, else on the store opened here (server or embedded)."""
+    from sinks.clickhouse import migrate, open_store
+    from sinks.query_endpoint import find_endpoint, query_remote
+
+    if not s.clickhouse_dsn():
+        url = find_endpoint(s.store_path)
+        if url:
+            return query_remote(url, sql)
+    store = open_store(s.store_path, s.clickhouse_dsn())
+    try:
+        migrate(store)
+        if sql.lstrip().upper().startswith("INSERT"):
+            store.command(sql)
+            return pa.table({})
+        return store.query_arrow(sql)
+    finally:
+        store.close()
+
+
+def _feedback(verdict_id: str, decision: str, note: str, operator: str) -> None:
+    from sinks.clickhouse import StoreError
+    from sinks.history import NO_VERDICT_HINT, check_feedback, feedback_sql, verdict_exists_sql
+
+    s = load()
+    try:
+        check_feedback(verdict_id, decision)
+        if not execute(s, verdict_exists_sql(verdict_id))["n"][0].as_py():
+            raise StoreError(f"no verdict {verdict_id!r} in the store; {NO_VERDICT_HINT}")
+        execute(s, feedback_sql(verdict_id, decision, note, operator))
+    except Exception as err:
+        console.print(f"[red]feedback not recorded:[/red] {err}")
+        raise typer.Exit(1) from None
+    console.print(f"verdict {verdict_id}: {decision}ed")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``queries``, ``verdict``, ``history`` and ``report`` to ``app``."""
+
+    @app.command("queries")
+    def queries() -> None:
+        """List the saved queries (schemas/queries/*.sql) with their parameters."""
+        from schemas.saved_queries import load as load_query
+        from schemas.saved_queries import names
+
+        t = Table("name", "what it answers", "parameters")
+        for name in names():
+            q = load_query(name)
+            t.add_row(name, q.description, ", ".join(f"{p.name} ({p.doc})" for p in q.params))
+        Console().print(t)
+
+    verdict_app = typer.Typer(help="Operator feedback on verdicts; `fabricscope query precision` sums it up.")
+    app.add_typer(verdict_app, name="verdict")
+
+    @verdict_app.command("confirm")
+    def confirm(verdict_id: str, note: str = typer.Option("", help="what you found"),
+                operator: str = typer.Option("", help="who decided")) -> None:
+        """Record that verdict ID was right: the fault was real and where it said."""
+        _feedback(verdict_id, "confirm", note, operator)
+
+    @verdict_app.command("reject")
+    def reject(verdict_id: str, note: str = typer.Option("", help="what you found"),
+               operator: str = typer.Option("", help="who decided")) -> None:
+        """Record that verdict ID was wrong."""
+        _feedback(verdict_id, "reject", note, operator)
+
+    history_app = typer.Typer(help="The tiered probe history (minute and hourly rollups).")
+    app.add_typer(history_app, name="history")
+
+    @history_app.command("inventory")
+    def inventory(path: Path = typer.Argument(..., help="cluster inventory YAML (schemas/inventory.py)")) -> None:
+        """Load RNIC -> host, ToR from an inventory file, so new probes roll up per ToR pair."""
+        import time
+
+        from schemas.inventory import load as load_inventory_file
+        from sinks.history import quote
+
+        inv = load_inventory_file(path)
+        now = time.time_ns()
+        values = ", ".join(f"({quote(r.id)}, {quote(r.host)}, {quote(r.tor)}, {now})" for r in inv.rnics.values())
+        execute(load(), f"INSERT INTO rnic_inventory (rnic, host, tor, updated_ns) VALUES {values}")
+        console.print(f"{len(inv.rnics)} RNICs loaded from {path}")
+
+    report_app = typer.Typer(help="Reports over the history.")
+    app.add_typer(report_app, name="report")
+
+    @report_app.command("tail-rtt")
+    def tail_rtt(since: str = typer.Option("30d", help="how far back, e.g. 30d"),
+                 out: Path = typer.Option(Path("report"), help="directory for PNGs and CSVs")) -> None:
+        """Tail-RTT capacity study: P50/P99/P999 per pinglist over time, ToR x ToR heatmap, CSVs, summary."""
+        from fabricscope.report_tail_rtt import tail_rtt_report
+        from fabricscope.store_access import run_query
+
+        s = load()
+        with console.status("querying the history and drawing…"):
+            result = tail_rtt_report(lambda sql: run_query(s, sql), since, out)
+        summary = result["summary"]
+        t = Table("pinglist", "probes", "timeouts", "loss", "P50 µs", "P99 µs", "P999 µs",
+                  title=f"network RTT, last {since}")
+        for r in summary.to_pylist():
+            t.add_row(r["pinglist"], f"{r['probes']:,}", f"{r['timeouts']:,}", f"{r['loss']:.4%}",
+                      *(f"{(r[c] or 0) / 1000:.1f}" for c in ("p50_ns", "p99_ns", "p999_ns")))
+        Console().print(t)
+        for f in result["files"]:
+            console.print(f"wrote {f}")

@@ -1,0 +1,111 @@
+"""``fabricscope report tail-rtt``: the tail-RTT capacity study (R-Pingmesh §6; Pingmesh-style heatmap).
+
+Reads three saved queries (``rtt_pinglist_hourly``, ``loss_heatmap``,
+``rtt_pinglist_summary``) and writes, into one directory:
+
+- ``tail_rtt_by_pinglist.png``: P50/P99/P999 network RTT per hour, one panel per pinglist;
+- ``tor_heatmap.png``: ToR x ToR P99 network RTT and loss ratio;
+- ``rtt_pinglist_hourly.csv`` and ``tor_heatmap.csv``: the query results as they are.
+
+No analytics here: every number is the SQL's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+
+from schemas.saved_queries import render_named
+
+Query = Callable[[str], pa.Table]
+
+
+def _write_csv(table: pa.Table, path: Path) -> None:
+    pacsv.write_csv(table, str(path))
+
+
+def plot_tail_rtt(hourly: pa.Table, path: Path) -> None:
+    """P50/P99/P999 (µs) over time, one panel per pinglist, log y axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pinglists = sorted(set(hourly["pinglist"].to_pylist()))
+    fig, axes = plt.subplots(len(pinglists) or 1, 1, figsize=(11, 3.2 * max(len(pinglists), 1)), sharex=True,
+                             squeeze=False)
+    for ax, name in zip(axes[:, 0], pinglists, strict=False):
+        rows = [r for r in hourly.to_pylist() if r["pinglist"] == name]
+        hours = [r["hour"] for r in rows]
+        for col, style in (("p50_ns", "-"), ("p99_ns", "-"), ("p999_ns", "-")):
+            ax.plot(hours, [(r[col] or np.nan) / 1000 for r in rows], style, lw=1.2, label=col[:-3].upper())
+        ax.set_yscale("log")
+        ax.set_ylabel("network RTT (µs)")
+        ax.set_title(f"{name}: network RTT per hour")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(loc="upper right", ncols=3)
+    axes[-1, 0].set_xlabel("hour (UTC)")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_tor_heatmap(heat: pa.Table, path: Path) -> None:
+    """Two ToR x ToR heatmaps: P99 network RTT (µs) and loss ratio (Pingmesh Fig. style)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = heat.to_pylist()
+    tors = sorted({r["prober_tor"] for r in rows} | {r["responder_tor"] for r in rows})
+    at = {t: i for i, t in enumerate(tors)}
+    p99 = np.full((len(tors), len(tors)), np.nan)
+    loss = np.full((len(tors), len(tors)), np.nan)
+    for r in rows:
+        i, j = at[r["prober_tor"]], at[r["responder_tor"]]
+        p99[i, j] = (r["p99_ns"] or np.nan) / 1000
+        loss[i, j] = r["loss"]
+    fig, axes = plt.subplots(1, 2, figsize=(13, 5.6))
+    for ax, data, title, cmap in ((axes[0], p99, "P99 network RTT (µs)", "viridis"),
+                                  (axes[1], loss, "loss ratio (timeouts / probes)", "Reds")):
+        im = ax.imshow(data, cmap=cmap, interpolation="nearest")
+        ax.set_title(title)
+        ax.set_xlabel("responder ToR")
+        ax.set_ylabel("prober ToR")
+        step = max(1, len(tors) // 20)
+        ax.set_xticks(range(0, len(tors), step), tors[::step], rotation=90)
+        ax.set_yticks(range(0, len(tors), step), tors[::step])
+        fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def tail_rtt_report(query: Query, since: str, out: Path) -> dict[str, pa.Table | list[Path]]:
+    """Run the report's saved queries through ``query`` and write PNGs and CSVs into ``out``.
+
+    Args:
+        query: runs SQL and returns a pyarrow table (e.g. :func:`fabricscope.store_access.run_query`).
+        since: how far back (``30d``).
+        out: the directory to write (created).
+
+    Returns:
+        ``hourly``, ``heatmap``, ``summary`` (the query results) and ``files`` (paths written).
+    """
+    out.mkdir(parents=True, exist_ok=True)
+    hourly = query(render_named("rtt_pinglist_hourly", {"since": since}))
+    heat = query(render_named("loss_heatmap", {"since": since}))
+    summary = query(render_named("rtt_pinglist_summary", {"since": since}))
+    files = [out / "rtt_pinglist_hourly.csv", out / "tor_heatmap.csv", out / "tail_rtt_by_pinglist.png",
+             out / "tor_heatmap.png"]
+    _write_csv(hourly, files[0])
+    _write_csv(heat, files[1])
+    plot_tail_rtt(hourly, files[2])
+    plot_tor_heatmap(heat, files[3])
+    return {"hourly": hourly, "heatmap": heat, "summary": summary, "files": files}

@@ -1,0 +1,280 @@
+"""30 simulated days of a 100-RNIC fabric in the real embedded store (chdb); every saved
+query runs, and its answer is compared with the same numbers computed here in numpy/Python
+straight from the generated rows (not from the store)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pytest
+from history_fabric import HOUR_NS, fabric, grouped_quantiles, probe_table, simulate
+
+from schemas.saved_queries import names, render_named
+from sinks.clickhouse import ChdbStore, migrate
+from sinks.history import load_inventory, record_feedback
+
+DAYS = 30
+KINDS = ("rnic", "switch", "host_down", "busy_host", "undetermined")
+
+
+def _verdicts(fab, now_s: int) -> list[dict]:
+    """450 verdicts, one every 6000 s back from now (none near a --since cut), and some revisions."""
+    out = []
+    for i in range(450):
+        ws = (now_s - (i * 6000 + 1234)) // 20 * 20
+        kind = KINDS[i % 5]
+        if kind == "rnic":
+            loc = fab.rnics[i % 7]
+        elif kind == "switch":
+            loc = f"{fab.rnics[i % 7]}->{fab.tors[i % 7]}" if i % 2 else f"{fab.tors[i % 4]}->S{i % 2}"
+        else:
+            loc = fab.hosts[i % 6]
+        base = {"verdict_id": f"v{i:04d}", "window_start_ns": ws * 10**9, "window_end_ns": (ws + 20) * 10**9,
+                "kind": kind, "location": loc, "votes": float(i % 9), "confidence": (i % 10) / 10,
+                "failed_probes": i % 17 + 1, "total_probes": 200, "impact": f"P{i % 3}",
+                "job_id": None if i % 4 == 0 else f"job-{i % 5}", "revision_of": None, "evidence": "{}",
+                "emitted_ns": (ws + 30) * 10**9}
+        out.append(base)
+        if i % 25 == 0:
+            out.append({**base, "verdict_id": f"v{i:04d}-r", "revision_of": base["verdict_id"], "impact": "P0",
+                        "confidence": 0.95})
+    return out
+
+
+def _feedback(verdicts: list[dict]) -> list[tuple[str, str, int]]:
+    """(verdict_id, decision, at_ns): every third verdict reviewed, every 9th changes its mind."""
+    fb = []
+    for n, v in enumerate(verdicts):
+        if n % 3:
+            continue
+        first = "confirm" if n % 2 == 0 else "reject"
+        fb.append((v["verdict_id"], first, 1_000))
+        if n % 9 == 0:
+            fb.append((v["verdict_id"], "reject" if first == "confirm" else "confirm", 2_000))
+    return fb
+
+
+@pytest.fixture(scope="module")
+def month(tmp_path_factory):
+    """The store with 30 days of probes and verdicts, plus the generated truth."""
+    path = tmp_path_factory.mktemp("month") / "clickhouse"
+    store = ChdbStore(path)
+    migrate(store)
+    fab = fabric(tors=10, rnics_per_tor=10)
+    load_inventory(store, fab.inventory)
+    now_s = int(time.time())
+    start = (now_s * 10**9 // HOUR_NS - 24 * DAYS + 1) * HOUR_NS
+    p = simulate(fab, start, hours=24 * DAYS, per_hour=20, seed=11)
+    per_day = len(p.t1) // DAYS
+    t0 = time.perf_counter()
+    for d in range(DAYS):
+        batch = f"probes.raw/0/{d}"
+        store.insert_arrow("probes", probe_table(fab, p, slice(d * per_day, (d + 1) * per_day), batch), batch)
+    load_s = time.perf_counter() - t0
+    verdicts = _verdicts(fab, now_s)
+    store.insert_arrow("verdicts", pa.Table.from_pylist(verdicts, schema=_verdict_schema()), "verdicts/0/0")
+    fb = _feedback([v for v in verdicts if v["revision_of"] is None])
+    base_ns = time.time_ns()
+    for vid, decision, dt in fb:
+        record_feedback(store, vid, decision, note="checked", at_ns=base_ns + dt)
+    yield {"store": store, "path": path, "fab": fab, "p": p, "start": start, "now_s": now_s,
+           "verdicts": verdicts, "feedback": fb, "load_s": load_s}
+    store.close()
+
+
+def _verdict_schema() -> pa.Schema:
+    from schemas.arrow_pa import arrow_schema
+
+    return arrow_schema("verdict.v1")
+
+
+def _run(month, name: str, **params: str) -> list[dict]:
+    t0 = time.perf_counter()
+    rows = month["store"].query_arrow(render_named(name, params)).to_pylist()
+    month.setdefault("ms", {})[name] = round((time.perf_counter() - t0) * 1000, 1)
+    return rows
+
+
+def _live(month, since_s: int) -> list[dict]:
+    revised = {v["revision_of"] for v in month["verdicts"] if v["revision_of"]}
+    cut = (month["now_s"] - since_s) * 10**9
+    return [v for v in month["verdicts"] if v["window_start_ns"] >= cut and v["verdict_id"] not in revised]
+
+
+def test_the_month_loaded_through_the_views(month):
+    p = month["p"]
+    got = month["store"].query_arrow("SELECT sum(probes) AS n, sum(timeouts) AS t FROM probes_1h_rnic").to_pylist()
+    assert got == [{"n": len(p.t1), "t": int(p.timeout.sum())}]
+    assert len(p.t1) == 100 * 20 * 24 * DAYS
+    print(f"\nloaded {len(p.t1):,} probe rows in {month['load_s']:.1f} s")
+
+
+def test_top_suspects(month):
+    for since, since_s in (("7d", 7 * 86400), ("31d", 31 * 86400)):
+        got = _run(month, "top_suspects", since=since, limit="10")
+        groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+        for v in _live(month, since_s):
+            if v["kind"] != "undetermined":
+                groups[(v["kind"], v["location"])].append(v)
+        want = sorted(
+            ({"kind": k, "location": loc, "windows": len(vs), "worst_impact": min(v["impact"] for v in vs),
+              "failed_probes": sum(v["failed_probes"] for v in vs),
+              "jobs": len({v["job_id"] for v in vs if v["job_id"]})} for (k, loc), vs in groups.items()),
+            key=lambda r: (-r["windows"], -r["failed_probes"], r["location"]),
+        )[:10]
+        assert [{k: r[k] for k in want[0]} for r in got] == want
+        for r in got:
+            vs = groups[(r["kind"], r["location"])]
+            assert r["confidence"] == pytest.approx(np.mean([v["confidence"] for v in vs]), abs=5e-4)
+
+
+def test_rtt_per_tor_pair_per_hour(month):
+    p, fab = month["p"], month["fab"]
+    got = _run(month, "rtt_tor_hourly", since="31d")
+    tor = np.array([int(t[1:]) for t in fab.tors])
+    hour = (p.t1 - month["start"]) // HOUR_NS
+    key = hour * 10_000 + tor[p.src] * 100 + tor[p.dst]
+    ok = ~p.timeout
+    want_q = grouped_quantiles(key[ok], p.rtt[ok], (0.5, 0.99, 0.999))
+    uniq, counts = np.unique(key, return_counts=True)
+    want_n = dict(zip(uniq.tolist(), counts.tolist(), strict=True))
+    want_t = Counter(key[p.timeout].tolist())
+    assert len(got) == len(want_n)
+    for r in got:
+        h = (int(r["hour"].timestamp()) * 10**9 - month["start"]) // HOUR_NS
+        k = h * 10_000 + int(r["prober_tor"][1:]) * 100 + int(r["responder_tor"][1:])
+        assert (r["probes"], r["timeouts"]) == (want_n[k], want_t.get(k, 0))
+        assert [r["p50_ns"], r["p99_ns"], r["p999_ns"]] == want_q[k]
+
+
+def test_rtt_per_pinglist_per_hour_and_summary(month):
+    p = month["p"]
+    hourly = _run(month, "rtt_pinglist_hourly", since="31d")
+    hour = (p.t1 - month["start"]) // HOUR_NS
+    key = hour * 10 + p.pinglist
+    ok = ~p.timeout
+    want = grouped_quantiles(key[ok], p.rtt[ok], (0.5, 0.99, 0.999))
+    assert len(hourly) == len(want) == 24 * DAYS * 3
+    names_ = ["tor_mesh", "inter_tor", "service"]
+    for r in hourly:
+        k = ((int(r["hour"].timestamp()) * 10**9 - month["start"]) // HOUR_NS) * 10 + names_.index(r["pinglist"])
+        assert [r["p50_ns"], r["p99_ns"], r["p999_ns"]] == want[k]
+    summary = {r["pinglist"]: r for r in _run(month, "rtt_pinglist_summary", since="31d")}
+    whole = grouped_quantiles(p.pinglist[ok], p.rtt[ok], (0.5, 0.99, 0.999))
+    for i, name in enumerate(names_):
+        sel = p.pinglist == i
+        assert summary[name]["probes"] == int(sel.sum())
+        assert summary[name]["timeouts"] == int((sel & p.timeout).sum())
+        assert [summary[name][c] for c in ("p50_ns", "p99_ns", "p999_ns")] == whole[i]
+
+
+def test_loss_heatmap(month):
+    p, fab = month["p"], month["fab"]
+    got = _run(month, "loss_heatmap", since="31d")
+    tor = np.array([int(t[1:]) for t in fab.tors])
+    key = tor[p.src] * 100 + tor[p.dst]
+    n = np.bincount(key, minlength=10_000)
+    t = np.bincount(key[p.timeout], minlength=10_000)
+    assert len(got) == int((n > 0).sum()) == 100  # every ordered pair, ToR-mesh on the diagonal
+    for r in got:
+        k = int(r["prober_tor"][1:]) * 100 + int(r["responder_tor"][1:])
+        assert (r["probes"], r["timeouts"]) == (n[k], t[k])
+        assert r["loss"] == pytest.approx(t[k] / n[k], abs=1e-6)
+    worst = max(got, key=lambda r: r["loss"])
+    assert (worst["prober_tor"], worst["responder_tor"]) == ("T01", "T03")  # the injected lossy pair
+
+
+def test_rnic_history(month):
+    rnic = month["fab"].rnics[3]
+    got = _run(month, "rnic_history", since="31d", rnic=rnic)
+    latest = {}
+    for vid, decision, _dt in sorted(month["feedback"], key=lambda f: f[2]):
+        latest[vid] = decision
+    want = sorted((v for v in _live(month, 31 * 86400)
+                   if v["location"] == rnic or rnic in v["location"].split("->")),
+                  key=lambda v: (-v["window_start_ns"], v["verdict_id"]))
+    assert any("->" in v["location"] for v in want) and any(v["location"] == rnic for v in want)
+    assert [(r["verdict_id"], r["kind"], r["impact"], r["feedback"]) for r in got] == [
+        (v["verdict_id"], v["kind"], v["impact"], latest.get(v["verdict_id"], "")) for v in want]
+
+
+def test_job_timeline(month):
+    got = _run(month, "job_timeline", since="31d", job="job-0")
+    want = sorted((v for v in _live(month, 31 * 86400) if v["job_id"] == "job-0"),
+                  key=lambda v: (v["window_start_ns"], v["impact"], v["location"]))
+    assert [(r["verdict_id"], r["impact"], r["kind"]) for r in got] == [
+        (v["verdict_id"], v["impact"], v["kind"]) for v in want]
+    assert {r["impact"] for r in got} == {"P0", "P1", "P2"}
+    assert any(r["verdict_id"].endswith("-r") for r in got)  # the revision, not the revised verdict
+
+
+def test_precision_from_operator_feedback(month):
+    got = {r["kind"]: r for r in _run(month, "precision", since="31d")}
+    latest: dict[str, str] = {}
+    for vid, decision, _ in sorted(month["feedback"], key=lambda f: f[2]):
+        latest[vid] = decision
+    for kind in KINDS:
+        vs = [v for v in _live(month, 31 * 86400) if v["kind"] == kind]
+        c = sum(latest.get(v["verdict_id"]) == "confirm" for v in vs)
+        r = sum(latest.get(v["verdict_id"]) == "reject" for v in vs)
+        assert (got[kind]["verdicts"], got[kind]["confirmed"], got[kind]["rejected"]) == (len(vs), c, r)
+        assert got[kind]["unreviewed"] == len(vs) - c - r
+        assert got[kind]["precision"] == pytest.approx(c / (c + r), abs=1e-4)
+
+
+def test_every_saved_query_is_covered(month):
+    tested = set(month.get("ms", {}))
+    assert set(names()) <= tested, set(names()) - tested
+    print("\nquery ms:", month["ms"])
+
+
+def test_report_csv_matches_sql_and_pngs_are_written(month, tmp_path):
+    from fabricscope.report_tail_rtt import tail_rtt_report
+
+    store = month["store"]
+    out = tmp_path / "report"
+    result = tail_rtt_report(store.query_arrow, "31d", out)
+    for csv_name, query in (("rtt_pinglist_hourly.csv", "rtt_pinglist_hourly"), ("tor_heatmap.csv", "loss_heatmap")):
+        from_csv = pacsv.read_csv(out / csv_name).to_pylist()
+        from_sql = store.query_arrow(render_named(query, {"since": "31d"})).to_pylist()
+        assert len(from_csv) == len(from_sql) > 0
+        for a, b in zip(from_csv, from_sql, strict=True):
+            assert {k: v for k, v in a.items() if k != "hour"} == {k: v for k, v in b.items() if k != "hour"}
+            if "hour" in a:
+                assert a["hour"].timestamp() == b["hour"].timestamp()
+    for png in ("tail_rtt_by_pinglist.png", "tor_heatmap.png"):
+        data = (out / png).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
+    assert {r["pinglist"] for r in result["summary"].to_pylist()} == {"tor_mesh", "inter_tor", "service"}
+    keep = Path(__file__).resolve().parents[1] / "var" / "report-test"
+    keep.mkdir(parents=True, exist_ok=True)
+    for png in out.glob("*.png"):
+        (keep / png.name).write_bytes(png.read_bytes())
+
+
+def test_cli_saved_query_and_feedback_on_the_closed_store(month, tmp_path):
+    """`fabricscope query NAME` and `fabricscope verdict confirm` as a user runs them."""
+    store = month["store"]
+    vid = month["verdicts"][1]["verdict_id"]
+    store.close()
+    env = {"FABRICSCOPE_VAR": str(month["path"].parent), "PATH": "/usr/bin:/bin"}
+    exe = [sys.executable, "-m", "fabricscope"]
+    r = subprocess.run([*exe, "verdict", "reject", vid, "--note", "cable fine"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    r = subprocess.run([*exe, "query", "rnic_history", "-p", f"rnic={month['verdicts'][1]['location']}",
+                        "--since", "31d", "--csv"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = pacsv.read_csv(pa.py_buffer(r.stdout.encode())).to_pylist()
+    assert {"verdict_id": vid, "feedback": "reject"} in [{"verdict_id": x["verdict_id"], "feedback": x["feedback"]}
+                                                          for x in rows]
+    r = subprocess.run([*exe, "verdict", "confirm", "nope"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "no verdict 'nope'" in r.stderr
+    month["store"] = ChdbStore(month["path"])  # for the fixture's teardown
