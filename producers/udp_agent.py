@@ -306,9 +306,16 @@ class Agent:
             if now >= next_upload:
                 self.upload()
                 next_upload += upload_ns
-            wake = min([next_upload, next_pinglist] + ([self._schedule[0][0]] if self._schedule else []))
+            if self.role == "responder":
+                wake = min(next_upload, next_reverse)
+            else:
+                wake = min([next_upload, next_pinglist] + ([self._schedule[0][0]] if self._schedule else []))
             self.engine.poll(max(0.0, min(0.05, (wake - time.monotonic_ns()) / 1e9)))
-        self.engine.expire(time.monotonic_ns() + 10**12)
+        # Let the probes in flight finish; those still pending were cut by the stop, not lost.
+        drain_end = time.monotonic_ns() + 600_000_000
+        while self.engine.pending and time.monotonic_ns() < drain_end:
+            self.engine.poll(0.01)
+        self.engine.pending.clear()
         self.upload()
         self.flush()
         self.engine.close()

@@ -217,8 +217,8 @@ def down(directory: str | os.PathLike[str] | None = None, prefix: str | None = N
         if ns in netns.listnetns():
             netns.remove(ns)
             removed.append(ns)
-    for stale in (d / "registry").glob("*.json"):  # QPNs of agents that no longer run
-        stale.unlink()
+    for stale in [*(d / "registry").glob("*.json"), *(d / "pinglists").glob("*.json")]:
+        stale.unlink()  # both carry QPNs of agents that no longer run
     (d / STATE_FILE).unlink(missing_ok=True)
     return removed
 

@@ -90,8 +90,9 @@ def stop(entry: dict[str, Any], timeout_s: float = 2.0) -> None:
 
 
 def stop_all(directory: Path, state: dict[str, Any]) -> None:
-    """Stop every process recorded in ``state`` (throttlers first, so nothing stays SIGSTOPped)."""
+    """Stop every process recorded in ``state``: throttlers first (nothing stays SIGSTOPped), then probers."""
     entries = state.get("processes", {})
-    for name in sorted(entries, key=lambda n: entries[n].get("kind") != "busy"):
+    order = {"busy": 0, "prober": 1, "responder": 2}  # probers before responders: no false timeouts
+    for name in sorted(entries, key=lambda n: order.get(entries[n].get("role") or entries[n].get("kind"), 3)):
         stop(entries[name])
     entries.clear()
