@@ -44,7 +44,6 @@ from typing import Any
 
 from producers.udp_prober import DEFAULT_DST_PORT, LocalRnic, UdpEngine
 from schemas.arrow_nano import encode_columns
-from schemas.inventory import gid_from_ip
 from schemas.records import PATH_V1, PROBE_V1, REGISTRY_V1
 
 log = logging.getLogger("fabricscope.agent")
@@ -57,6 +56,14 @@ TRACE_INTERVAL_S = 60.0
 RETRACE_FAILED_S = 5.0
 
 Sink = Callable[[str, bytes, str], None]  # (schema key, Arrow IPC bytes, message key)
+
+
+def gid_of(ip: str) -> str:
+    """RoCEv2 GID of an IPv4 address: IPv4-mapped IPv6 (``::ffff:a.b.c.d``), as in ``schemas.inventory``.
+
+    Kept here so the agent does not import the inventory module (and PyYAML).
+    """
+    return f"::ffff:{ip}" if ":" not in ip else ip
 
 
 def make_sink(output: dict[str, Any]) -> tuple[Sink, Callable[[], None]]:
@@ -210,7 +217,7 @@ class Agent:
                 "rnic": r.name,
                 "tor": r.tor,
                 "ip": r.ip,
-                "gid": gid_from_ip(r.ip),
+                "gid": gid_of(r.ip),
                 "gid_index": 3,
                 "qpn": self.engine.qpns[r.name],
             }
