@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, Message
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message
 
 from schemas import topics as T
 from schemas.codec import CodecError, decode, schema_key_from_headers
@@ -40,13 +40,23 @@ class SinkStats:
     rows: int = 0
     undecodable: int = 0
     store_retries: int = 0
+    commit_failures: int = 0
     rows_by_table: dict[str, int] = field(default_factory=dict)
 
 
 def dedup_token(msg: Message, table: pa.Table) -> str:
-    """The batch identity: the source batch id for probes, else this message's topic/partition/offset."""
+    """The batch identity, stable across a worker's replay.
+
+    Probes carry their source batch id (raw topic/partition/offset); dead letters
+    carry the source message's coordinates, so a dead-letter record the worker
+    emits again after a crash (at a new dead-letter offset) is still one insert.
+    Anything else: this message's topic/partition/offset.
+    """
     if "batch_id" in table.column_names and table.num_rows:
         return f"{msg.topic()}:{table['batch_id'][0].as_py()}"
+    if {"source_topic", "source_partition", "source_offset"} <= set(table.column_names) and table.num_rows:
+        r = table.slice(0, 1).select(["source_topic", "source_partition", "source_offset"]).to_pylist()[0]
+        return f"{msg.topic()}:{r['source_topic']}/{r['source_partition']}/{r['source_offset']}"
     return f"{msg.topic()}/{msg.partition()}/{msg.offset()}"
 
 
@@ -140,8 +150,19 @@ class StoreWriter:
             self.stats.batches += 1
             self.stats.rows += data.num_rows
             self.stats.rows_by_table[table_name] = self.stats.rows_by_table.get(table_name, 0) + data.num_rows
-            self._consumer.commit(message=msg, asynchronous=False)
+            self._commit(msg)
         return written
+
+    def _commit(self, msg: Message) -> None:
+        """Commit past ``msg``. A refused commit (this member was evicted from the group while frozen or
+        partitioned, or a rebalance is in progress) is not fatal: the rows are stored, the message will be
+        read again and its insert is a no-op (same deduplication token)."""
+        try:
+            self._consumer.commit(message=msg, asynchronous=False)
+        except KafkaException as err:
+            self.stats.commit_failures += 1
+            log.warning("offset commit for %s/%d/%d refused (%s); it will be re-read and deduplicated",
+                        msg.topic(), msg.partition(), msg.offset(), err.args[0].str() if err.args else err)
 
     def run(self, stop: Callable[[], bool]) -> None:
         """Loop until ``stop()`` is true."""

@@ -1,0 +1,163 @@
+"""Helpers of the failure tests: seeded uploads, store counts, topic sizes, a private broker.
+
+Nothing here mocks Kafka or ClickHouse: uploads go through :class:`AgentProducer`
+to a real broker, rows are counted in the real embedded store through the sink's
+query endpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from producers.kafka_producer import AgentProducer
+from producers.synthetic import synthetic_batch
+from schemas.arrow_nano import encode_columns
+from sinks.clickhouse import StoreError
+from sinks.query_endpoint import find_endpoint, query_remote
+
+REPO = Path(__file__).resolve().parents[1]
+KAFKA_SH = REPO / "infra" / "kafka" / "kafka.sh"
+START_NS = 1_795_000_000_000_000_000
+SLOT_NS = 5_000_000_000
+
+
+@dataclass
+class Fleet:
+    """A few agents uploading one ``probe.v1`` batch each per round, with globally unique (agent_id, seq).
+
+    ``round_`` k of agent h covers event time ``START_NS + (slot0 + k) * 5 s`` and seqs
+    ``(slot0 + k) * probes ...``; ``rows`` counts what was handed to the producer.
+    """
+
+    producer: AgentProducer
+    topic: str
+    hosts: int = 4
+    probes: int = 50
+    qpn: int = 1000
+    slot0: int = 0
+    rows: int = 0
+    batches: int = 0
+    publish_s: list[float] = field(default_factory=list)
+
+    def agents(self) -> list[str]:
+        return [f"h{h}" for h in range(self.hosts)]
+
+    def round_(self, k: int, agents: list[str] | None = None) -> None:
+        """Publish round ``k`` for ``agents`` (all by default); records how long each publish call took."""
+        every = [f"h{h}-r0" for h in range(self.hosts)]
+        slot = self.slot0 + k
+        for a in agents or self.agents():
+            cols = synthetic_batch(a, [f"{a}-r0"], [r for r in every if not r.startswith(f"{a}-")],
+                                   START_NS + slot * SLOT_NS, self.probes, seed=slot * 31 + int(a[1:]),
+                                   seq0=slot * self.probes)
+            cols["qpn"] = [self.qpn] * self.probes
+            payload = encode_columns("probe.v1", cols)
+            t0 = time.perf_counter()
+            self.producer.publish(self.topic, payload, "probe.v1", key=a)
+            self.publish_s.append(time.perf_counter() - t0)
+            self.rows += self.probes
+            self.batches += 1
+
+
+def store_counts(store_path: Path, table: str = "probes") -> tuple[int, int] | None:
+    """``(count(), uniqExact(agent_id, seq))`` of ``table`` through the running sink, or None if none answers."""
+    try:
+        url = find_endpoint(store_path)
+        if not url:
+            return None
+        t = query_remote(url, f"SELECT count() AS n, uniqExact(agent_id, seq) AS u FROM {table}", timeout=5)
+    except (httpx.HTTPError, StoreError):
+        return None
+    row = t.to_pylist()[0]
+    return int(row["n"]), int(row["u"])
+
+
+def query(store_path: Path, sql: str):  # noqa: ANN201 - a pyarrow table or None
+    """Run ``sql`` through the running sink; None when it does not answer."""
+    try:
+        url = find_endpoint(store_path)
+        return query_remote(url, sql, timeout=5) if url else None
+    except (httpx.HTTPError, StoreError):
+        return None
+
+
+def topic_messages(bootstrap: str, topic: str) -> int:
+    """Messages ever written to ``topic`` (sum of high watermarks over its partitions)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "fabricscope-watermarks"})
+    try:
+        md = c.list_topics(topic, timeout=10)
+        total = 0
+        for p in md.topics[topic].partitions:
+            _, high = c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)
+            total += high
+        return total
+    finally:
+        c.close()
+
+
+def free_port() -> int:
+    """A TCP port nobody listens on right now (127.0.0.1)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class PrivateBroker:
+    """A second Kafka broker from the shared jars, on its own ports and data dir, for restart tests.
+
+    Never touches the shared broker on 9092: ``kafka.sh`` is pointed at ``var`` through
+    ``FABRICSCOPE_VAR`` and at other ports through ``KAFKA_PORT``/``KAFKA_CONTROLLER_PORT``.
+    """
+
+    def __init__(self, var: Path) -> None:
+        self.var = var
+        self.port = free_port()
+        self.controller_port = free_port()
+        kafka = var / "kafka"
+        kafka.mkdir(parents=True, exist_ok=True)
+        shared_libs = REPO / "var" / "kafka" / "libs"
+        if not (kafka / "libs").exists():
+            if not (shared_libs / ".complete").exists():
+                raise RuntimeError(f"no Kafka jars at {shared_libs}: run infra/kafka/kafka.sh install")
+            os.symlink(shared_libs, kafka / "libs")
+        self.env = {**os.environ, "FABRICSCOPE_VAR": str(var), "KAFKA_PORT": str(self.port),
+                    "KAFKA_CONTROLLER_PORT": str(self.controller_port)}
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _sh(self, action: str, timeout: float = 120) -> str:
+        r = subprocess.run(["bash", str(KAFKA_SH), action], env=self.env, capture_output=True, text=True,
+                           timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"kafka.sh {action} (private broker {self.bootstrap}) failed: {r.stdout}{r.stderr}")
+        return r.stdout
+
+    def start(self) -> str:
+        return self._sh("start")
+
+    def stop(self) -> str:
+        return self._sh("stop")
+
+    def answers(self) -> bool:
+        try:
+            return bool(AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=3).brokers)
+        except Exception:
+            return False
+
+    def cleanup(self) -> None:
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self.var / "kafka" / "data", ignore_errors=True)

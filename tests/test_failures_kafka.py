@@ -1,0 +1,269 @@
+"""Failures the pipeline must survive, each at a seeded random point, on the real broker and chdb.
+
+After each failure the store must hold every row the agents produced, once:
+``count() = uniqExact(agent_id, seq) = rows produced`` in ``probes`` (issue 8).
+The seed is ``FABRICSCOPE_FAILURE_SEED`` (default 8); each test prints it with
+its kill point so a failure can be replayed.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from reliability import Fleet, PrivateBroker, query, store_counts, topic_messages
+
+from fabricscope.kafka_admin import create_topics
+from producers.kafka_producer import AgentProducer
+
+from conftest import Processes, wait_for
+
+pytestmark = pytest.mark.kafka
+
+SEED = int(os.environ.get("FABRICSCOPE_FAILURE_SEED", "8"))
+ROUNDS = 12  # 4 agents x 12 rounds x 50 probes = 2400 rows per test
+
+
+def _rng(name: str) -> random.Random:
+    return random.Random(f"{SEED}:{name}")
+
+
+def _wait_first_rows(store: Path) -> None:
+    wait_for(lambda: (c := store_counts(store)) is not None and c[0] > 0, timeout=60, what="first rows in the store")
+
+
+def _assert_exactly_once(store: Path, expected: int, what: str) -> tuple[int, int]:
+    """Wait for ``expected`` rows, then check they stay (no late duplicate) and are unique."""
+    wait_for(lambda: (c := store_counts(store)) is not None and c[0] >= expected, timeout=60,
+             what=f"{expected} rows after {what}")
+    time.sleep(3)  # a late replay would show up as an extra row here
+    got = store_counts(store)
+    assert got == (expected, expected), f"after {what}: (count, uniqExact) = {got}, produced {expected}"
+    return got
+
+
+def test_worker_sigkill_mid_stream_loses_and_duplicates_nothing(pipeline_env, tmp_path):
+    env, procs = pipeline_env
+    prefix, bootstrap = env["FABRICSCOPE_TOPIC_PREFIX"], env["KAFKA_BOOTSTRAP"]
+    rng = _rng("worker")
+    kill_at, kill_after = rng.randrange(2, ROUNDS - 3), rng.uniform(0.0, 0.6)
+    store = tmp_path / "var" / "clickhouse"
+    fleet = Fleet(AgentProducer(bootstrap), f"{prefix}probes.raw")
+    procs.start("sink")
+    worker = procs.start("worker")
+    fleet.round_(0)
+    _wait_first_rows(store)
+    for k in range(1, ROUNDS):
+        fleet.round_(k)
+        if k == kill_at:
+            time.sleep(kill_after)
+            worker.send_signal(signal.SIGKILL)
+            assert worker.wait(10) == -signal.SIGKILL
+            fleet.round_(ROUNDS + k)  # an upload while no worker runs
+            worker = procs.start("worker")
+        time.sleep(rng.uniform(0.05, 0.3))
+    assert fleet.producer.flush(30) == 0
+    _assert_exactly_once(store, fleet.rows, "a worker SIGKILL")
+    raw = topic_messages(bootstrap, f"{prefix}probes.raw")
+    enriched = topic_messages(bootstrap, f"{prefix}probes.enriched")
+    print(f"seed={SEED} worker SIGKILL after round {kill_at} (+{kill_after:.2f} s): rows={fleet.rows} "
+          f"raw batches={raw} enriched messages={enriched} (replayed by the new worker: {enriched - raw})")
+    assert raw == fleet.batches
+    assert enriched >= raw
+
+
+@pytest.mark.parametrize("how", ["sigkill", "sigstop"])
+def test_sink_down_for_a_while_then_back(pipeline_env, tmp_path, how):
+    """The embedded store's owner SIGKILLed (restarted 4 s later) or frozen past its session timeout."""
+    env, procs = pipeline_env
+    prefix, bootstrap = env["FABRICSCOPE_TOPIC_PREFIX"], env["KAFKA_BOOTSTRAP"]
+    rng = _rng(f"sink-{how}")
+    kill_at, kill_after = rng.randrange(2, ROUNDS - 3), rng.uniform(0.0, 0.6)
+    store = tmp_path / "var" / "clickhouse"
+    fleet = Fleet(AgentProducer(bootstrap), f"{prefix}probes.raw")
+    sink = procs.start("sink")
+    procs.start("worker")
+    fleet.round_(0)
+    _wait_first_rows(store)
+    for k in range(1, ROUNDS):
+        fleet.round_(k)
+        if k == kill_at:
+            time.sleep(kill_after)
+            before = store_counts(store)
+            if how == "sigkill":
+                sink.send_signal(signal.SIGKILL)
+                assert sink.wait(10) == -signal.SIGKILL
+                for j in range(2):  # uploads keep flowing while the store is down
+                    fleet.round_(ROUNDS + 2 * k + j)
+                    time.sleep(2)
+                sink = procs.start("sink")
+            else:
+                sink.send_signal(signal.SIGSTOP)
+                for j in range(2):
+                    fleet.round_(ROUNDS + 2 * k + j)
+                    time.sleep(4.5)  # 9 s frozen > session.timeout.ms (6 s): the group evicts it
+                sink.send_signal(signal.SIGCONT)
+        time.sleep(rng.uniform(0.05, 0.3))
+    assert fleet.producer.flush(30) == 0
+    _assert_exactly_once(store, fleet.rows, f"the sink {how}")
+    assert sink.poll() is None, "the sink exited after coming back"
+    print(f"seed={SEED} sink {how} after round {kill_at} (+{kill_after:.2f} s) with {before} rows stored: "
+          f"rows={fleet.rows} batches={fleet.batches}")
+
+
+@pytest.fixture
+def private_broker(tmp_path: Path):
+    """A second broker on free ports with its own data dir; stopped (only it) afterwards."""
+    b = PrivateBroker(tmp_path / "kvar")
+    b.start()
+    yield b
+    b.cleanup()
+
+
+def test_broker_restart_mid_stream_with_the_agent_buffering(private_broker, tmp_path):
+    broker = private_broker
+    prefix = "r."
+    create_topics(broker.bootstrap, prefix)
+    env = {**os.environ, "KAFKA_BOOTSTRAP": broker.bootstrap, "FABRICSCOPE_TOPIC_PREFIX": prefix,
+           "FABRICSCOPE_VAR": str(tmp_path / "var")}
+    procs = Processes(env, tmp_path)
+    rng = _rng("broker")
+    stop_at = rng.randrange(2, ROUNDS - 3)
+    store = tmp_path / "var" / "clickhouse"
+    fleet = Fleet(AgentProducer(broker.bootstrap), f"{prefix}probes.raw")
+    try:
+        procs.start("sink")
+        procs.start("worker")
+        fleet.round_(0)
+        _wait_first_rows(store)
+        down_publish_s: list[float] = []
+        for k in range(1, ROUNDS):
+            fleet.round_(k)
+            if k == stop_at:
+                time.sleep(rng.uniform(0.0, 0.6))
+                broker.stop()
+                assert not broker.answers()
+                n0 = len(fleet.publish_s)
+                for j in range(3):  # the agent keeps uploading into its local buffer
+                    fleet.round_(ROUNDS + 3 * k + j)
+                    time.sleep(0.5)
+                down_publish_s = fleet.publish_s[n0:]
+                assert fleet.producer.flush(0.1) > 0, "nothing was buffered while the broker was down"
+                broker.start()
+            time.sleep(rng.uniform(0.05, 0.3))
+        assert fleet.producer.flush(60) == 0
+        assert fleet.producer.stats.dropped_oldest == 0
+        assert max(down_publish_s) < 0.05, f"publish blocked while the broker was down: {down_publish_s}"
+        _assert_exactly_once(store, fleet.rows, "a broker restart")
+        assert all(p.poll() is None for p in procs.procs), "a worker or sink exited across the broker restart"
+        print(f"seed={SEED} broker stopped after round {stop_at}: rows={fleet.rows} batches={fleet.batches}, "
+              f"12 uploads buffered, slowest publish while down {max(down_publish_s) * 1000:.1f} ms")
+    finally:
+        procs.stop_all()
+
+
+AGENT = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from reliability import Fleet
+from producers.kafka_producer import AgentProducer
+bootstrap, topic, qpn, slot0 = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+fleet = Fleet(AgentProducer(bootstrap), topic, qpn=qpn, slot0=slot0)
+for k in range(1000):
+    fleet.round_(k, ["h0"])
+    fleet.producer.flush(10)
+    print(k, flush=True)
+    time.sleep(0.2)
+"""
+
+
+def test_agent_restart_with_a_new_qpn(pipeline_env, tmp_path):
+    """Agent h0 SIGKILLed and restarted with a new QPN; its peers' probes to the old QPN time out (stale-QPN
+    noise). Every row that reached probes.raw is stored once; the timeouts are rows, not dead letters."""
+    env, procs = pipeline_env
+    prefix, bootstrap = env["FABRICSCOPE_TOPIC_PREFIX"], env["KAFKA_BOOTSTRAP"]
+    rng = _rng("agent")
+    kill_after = rng.uniform(1.0, 3.0)
+    store = tmp_path / "var" / "clickhouse"
+    topic = f"{prefix}probes.raw"
+    procs.start("sink")
+    procs.start("worker")
+    tests_dir = str(Path(__file__).parent)
+
+    def agent(qpn: int, slot0: int) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-c", AGENT, tests_dir, bootstrap, topic, str(qpn), str(slot0)],
+                                stdout=subprocess.PIPE, text=True)
+
+    first = agent(1000, 0)
+    time.sleep(kill_after)
+    first.send_signal(signal.SIGKILL)
+    first.wait(10)
+    rounds_first = len(first.stdout.read().split())
+    second = agent(2000, 10_000)  # new incarnation: new QPN, seqs past the old ones
+    peers = Fleet(AgentProducer(bootstrap), topic)
+    for k in range(4):  # peers still probe h0-r0 with the old QPN until the registry update: all time out
+        peers.round_(k, ["h1", "h2", "h3"])
+    stale = _stale_batch(peers, 99)
+    assert peers.producer.flush(30) == 0
+    time.sleep(1.5)
+    second.terminate()
+    second.wait(10)
+    rounds_second = len(second.stdout.read().split())
+    # rows produced = what reached probes.raw (a SIGKILLed agent may have lost its unsent buffer)
+    raw_rows = _raw_rows(bootstrap, topic)
+    _assert_exactly_once(store, raw_rows, "an agent restart")
+    t = query(store, "SELECT qpn, count() AS n FROM probes WHERE agent_id = 'h0' GROUP BY qpn ORDER BY qpn")
+    by_qpn = dict(zip(t["qpn"].to_pylist(), t["n"].to_pylist(), strict=True))
+    assert set(by_qpn) == {1000, 2000}
+    assert by_qpn[1000] >= rounds_first * 50 and by_qpn[2000] >= rounds_second * 50
+    n_stale = query(store, "SELECT count() AS n FROM probes WHERE status = 'timeout' AND responder_rnic = 'h0-r0' "
+                           "AND qpn = 1000 AND agent_id != 'h0'")["n"][0].as_py()
+    assert n_stale == stale
+    dl = query(store, "SELECT count() AS n FROM deadletters")["n"][0].as_py()
+    assert dl == 0
+    print(f"seed={SEED} agent h0 SIGKILL after {kill_after:.2f} s ({rounds_first} uploads acked), restarted with "
+          f"QPN 2000 ({rounds_second} uploads); rows in probes.raw = stored = {raw_rows}; stale-QPN timeouts {stale}")
+
+
+def _stale_batch(peers: Fleet, slot: int) -> int:
+    """One upload of h1 whose probes to h0-r0 carry the old QPN and time out; returns their number."""
+    from reliability import SLOT_NS, START_NS
+
+    from producers.synthetic import synthetic_batch
+    from schemas.arrow_nano import encode_columns
+
+    n = 20
+    cols = synthetic_batch("h1", ["h1-r0"], ["h0-r0"], START_NS + slot * SLOT_NS, n, seed=slot, seq0=slot * 50,
+                           timeout_rate=1.0)
+    cols["qpn"] = [1000] * n
+    peers.producer.publish(peers.topic, encode_columns("probe.v1", cols), "probe.v1", key="h1")
+    peers.rows += n
+    return n
+
+
+def _raw_rows(bootstrap: str, topic: str) -> int:
+    """Rows in every decodable message of ``topic`` (read with a fresh group from the start)."""
+    from confluent_kafka import Consumer
+
+    from schemas.codec import decode
+
+    total = topic_messages(bootstrap, topic)
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{time.time_ns()}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    rows, seen, deadline = 0, 0, time.time() + 30
+    while seen < total and time.time() < deadline:
+        for m in c.consume(100, timeout=1):
+            if m.error():
+                continue
+            seen += 1
+            rows += decode(m.value())[1].num_rows
+    c.close()
+    assert seen == total, f"read {seen} of {total} messages of {topic}"
+    return rows
