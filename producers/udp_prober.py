@@ -153,6 +153,44 @@ class Trace:
     reached: int | None = None
 
 
+def probe_row(agent_id: str, host: str, p: PendingProbe) -> dict[str, Any]:
+    """The ``probe.v1`` row of a finished probe (status ``ok`` when ACK1 came in time).
+
+    t3/t4 are kept only with ACK1 (an ACK2 alone proves nothing about the probe's
+    round trip). ``ts_source`` is ``hardware`` only when both ends used NIC clocks,
+    so hardware and software readings never meet in one row.
+    """
+    ok = p.t5 is not None
+    e = p.entry
+    return {
+        "agent_id": agent_id,
+        "seq": p.seq,
+        "pinglist": e.get("pinglist", "tor_mesh"),
+        "prober_host": e.get("prober_host", host),
+        "prober_rnic": e["prober_rnic"],
+        "responder_host": e.get("responder_host", ""),
+        "responder_rnic": e.get("responder_rnic", ""),
+        "src_ip": e["src_ip"],
+        "dst_ip": e["dst_ip"],
+        "src_port": e["src_port"],
+        "dst_port": e["dst_port"],
+        "flow_label": int(e.get("flow_label") or 0),
+        "traffic_class": int(e.get("traffic_class") or 0),
+        "priority": int(e.get("priority") or 0),
+        "qpn": int(e.get("qpn") or 0),
+        "gid_index": int(e.get("gid_index") or 0),
+        "job_id": e.get("job_id"),
+        "t1": p.t1,
+        "t2": p.t2,
+        "t3": p.t3 if ok else None,
+        "t4": p.t4 if ok else None,
+        "t5": p.t5,
+        "t6": p.t6,
+        "ts_source": "hardware" if p.hardware and bool(p.responder_hw) else "software",
+        "status": "ok" if ok else "timeout",
+    }
+
+
 class UdpEngine:
     """Prober, responder and tracer of one agent over kernel-timestamped UDP sockets.
 
@@ -292,37 +330,7 @@ class UdpEngine:
 
     def _finish(self, p: PendingProbe) -> None:
         self.pending.pop(p.seq, None)
-        ok = p.t5 is not None
-        e = p.entry
-        both_hw = p.hardware and bool(p.responder_hw)
-        row = {
-            "agent_id": self.agent_id,
-            "seq": p.seq,
-            "pinglist": e.get("pinglist", "tor_mesh"),
-            "prober_host": e.get("prober_host", self.host),
-            "prober_rnic": e["prober_rnic"],
-            "responder_host": e.get("responder_host", ""),
-            "responder_rnic": e.get("responder_rnic", ""),
-            "src_ip": e["src_ip"],
-            "dst_ip": e["dst_ip"],
-            "src_port": e["src_port"],
-            "dst_port": e["dst_port"],
-            "flow_label": int(e.get("flow_label") or 0),
-            "traffic_class": int(e.get("traffic_class") or 0),
-            "priority": int(e.get("priority") or 0),
-            "qpn": int(e.get("qpn") or 0),
-            "gid_index": int(e.get("gid_index") or 0),
-            "job_id": e.get("job_id"),
-            "t1": p.t1,
-            "t2": p.t2,
-            "t3": p.t3 if ok else None,
-            "t4": p.t4 if ok else None,
-            "t5": p.t5,
-            "t6": p.t6,
-            "ts_source": "hardware" if both_hw else "software",
-            "status": "ok" if ok else "timeout",
-        }
-        self.on_probe(row)
+        self.on_probe(probe_row(self.agent_id, self.host, p))
 
     def expire(self, now_mono: int | None = None) -> int:
         """Finish probes past their deadline (timeouts, or ok without ACK2); returns how many."""
