@@ -53,8 +53,10 @@ class ProbeArrays:
     prober: np.ndarray
 
 
-def simulate(fab: Fabric, start_ns: int, hours: int, per_hour: int = 20, seed: int = 7) -> ProbeArrays:
-    """Probes of ``hours`` hours from ``start_ns`` (see the module docstring for the model)."""
+def simulate(fab: Fabric, start_ns: int, hours: int, per_hour: int = 20, seed: int = 7,
+             period_ns: int = HOUR_NS) -> ProbeArrays:
+    """Probes of ``hours`` periods (an hour unless ``period_ns`` says otherwise) from ``start_ns``,
+    ``per_hour`` probes per RNIC per period (see the module docstring for the model)."""
     rng = np.random.default_rng(seed)
     n_rnic = len(fab.rnics)
     tor_idx = np.array([int(t[1:]) for t in fab.tors])
@@ -62,7 +64,7 @@ def simulate(fab: Fabric, start_ns: int, hours: int, per_hour: int = 20, seed: i
     rows = n_rnic * per_hour * hours
     src = np.tile(np.repeat(np.arange(n_rnic), per_hour), hours)
     hour = np.repeat(np.arange(hours), n_rnic * per_hour)
-    t1 = start_ns + hour.astype(np.int64) * HOUR_NS + rng.integers(0, HOUR_NS, rows)
+    t1 = start_ns + hour.astype(np.int64) * period_ns + rng.integers(0, period_ns, rows)
     kind = rng.choice(3, rows, p=[0.6, 0.3, 0.1])
     # ToR-mesh: another RNIC under the same ToR; others: an RNIC under another ToR.
     same = tor_idx[src] * per_tor + (src % per_tor + rng.integers(1, per_tor, rows)) % per_tor
