@@ -312,3 +312,33 @@ def test_busy_host_and_host_restart_faults_drive_the_agents(fab: lab.Fabric) -> 
     finally:
         faults.clear(None, d)
         agents.stop_agents(d, ["H2"])
+
+
+@needs_nft
+def test_cli_lab_up_fault_status_down(tmp_path: Path) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from fabricscope.cli import _register, app
+
+    _register()
+    run = CliRunner()
+    d = ["--dir", str(tmp_path)]
+    r = run.invoke(app, ["lab", "up", "--no-agents", "--prefix", "fst2-", "--spines", "2", "--tors", "2", *d])
+    assert r.exit_code == 0, r.output
+    assert "2 spines, 2 ToRs, 4 hosts, 8 RNICs" in r.output
+    try:
+        r = run.invoke(app, ["lab", "fault", "link-loss", "A", "S2", "--loss", "0.5", *d])
+        assert r.exit_code == 0 and "fault f1: link-loss A-S2" in r.output, r.output
+        assert "numgen random mod 1000 < 500" in ns_exec("fst2-S2", ["nft", "list", "ruleset"])
+        r = run.invoke(app, ["lab", "fault", "link-down", "A", "B", *d])
+        assert r.exit_code == 1 and "not a ToR-spine link" in r.output
+        st = json.loads(run.invoke(app, ["lab", "status", "--json", *d]).output)
+        assert st["up"] and len(st["namespaces"]) == 8 and [f["id"] for f in st["faults"]] == ["f1"]
+        assert run.invoke(app, ["lab", "fault", "clear", *d]).output.strip() == "cleared f1"
+        assert "fs_f1" not in ns_exec("fst2-S2", ["nft", "list", "ruleset"])
+    finally:
+        r = run.invoke(app, ["lab", "down", *d])
+    assert r.output.strip() == "removed 8 namespaces"
+    assert lab_namespaces("fst2-") == []

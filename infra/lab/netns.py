@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 from pyroute2 import IPRoute, netns
 
+from infra.lab import procs
 from infra.lab.topology import Fabric, LabSpec, plan
 
 DEFAULT_LAB_DIR = Path("var/lab")
@@ -124,8 +125,8 @@ def up(spec: LabSpec | None = None, directory: str | os.PathLike[str] | None = N
     """
     check_privileges()
     d = lab_dir(directory)
-    down(d)
     fab = plan(spec)
+    down(d, fab.spec.prefix)  # only this lab's prefix: another lab may run beside it
     state: dict[str, Any] = {
         "spec": fab.spec.__dict__,
         "namespaces": [fab.netns(n) for n in fab.nodes],
@@ -203,8 +204,6 @@ def down(directory: str | os.PathLike[str] | None = None, prefix: str | None = N
     prefix (``prefix`` or the state's, default ``fs-``), so it cleans up after a
     crash. Returns the namespaces removed.
     """
-    from infra.lab import procs  # late: procs imports this module
-
     d = lab_dir(directory)
     state = read_state(d) if (d / STATE_FILE).exists() else {}
     procs.stop_all(d, state)
