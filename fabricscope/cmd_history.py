@@ -1,4 +1,5 @@
-"""History commands: saved queries list, operator feedback, inventory for ToR rollups, reports."""
+"""History and chatops commands: saved queries, operator feedback, inventory for ToR rollups, reports,
+the local Alertmanager and the alert sink."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def _feedback(verdict_id: str, decision: str, note: str, operator: str) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``queries``, ``verdict``, ``history`` and ``report`` to ``app``."""
+    """Add ``queries``, ``verdict``, ``history``, ``report``, ``alertmanager`` and ``alerts`` to ``app``."""
+    register_alerts(app)
 
     @app.command("queries")
     def queries() -> None:
@@ -120,3 +122,71 @@ def register(app: typer.Typer) -> None:
         Console().print(t)
         for f in result["files"]:
             console.print(f"wrote {f}")
+
+
+def register_alerts(app: typer.Typer) -> None:
+    """Add ``alertmanager start|stop|status`` and ``alerts`` (the alert sink) to ``app``."""
+    import os
+    import subprocess
+
+    script = Path(__file__).resolve().parents[1] / "infra" / "alertmanager" / "alertmanager.sh"
+    am_app = typer.Typer(help="The local Prometheus Alertmanager (127.0.0.1:9193, data under ./var/alertmanager).")
+    app.add_typer(am_app, name="alertmanager")
+
+    def _am(action: str) -> int:
+        env = {**os.environ, "FABRICSCOPE_VAR": str(load().fabricscope_var.resolve())}
+        return subprocess.call(["bash", str(script), action], env=env)
+
+    @am_app.command("start")
+    def am_start() -> None:
+        """Render alertmanager.yml with receiver URLs from the environment and start Alertmanager."""
+        raise typer.Exit(_am("start"))
+
+    @am_app.command("stop")
+    def am_stop() -> None:
+        """Stop the local Alertmanager."""
+        raise typer.Exit(_am("stop"))
+
+    @am_app.command("status")
+    def am_status() -> None:
+        """Say whether the local Alertmanager answers."""
+        raise typer.Exit(_am("status"))
+
+    @app.command("alerts")
+    def alerts(
+        alertmanager_url: str = typer.Option("http://127.0.0.1:9193", envvar="ALERTMANAGER_URL",
+                                             help="Alertmanager base URL"),
+        cluster: str = typer.Option("default", envvar="FABRICSCOPE_CLUSTER", help="the cluster label"),
+        clear_windows: int = typer.Option(3, min=1, help="windows a problem must be absent before it resolves"),
+        resend: float = typer.Option(30.0, help="re-push firing alerts every this many seconds"),
+        idle_advance: bool = typer.Option(True, help="advance time by the wall clock while no verdicts arrive"),
+        metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
+    ) -> None:
+        """Chatops: consume verdicts, apply hysteresis, push alerts to Alertmanager until SIGTERM/SIGINT."""
+        import logging
+        import signal
+
+        from sinks.alerts import AlertmanagerClient, AlertSink, Hysteresis
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s alerts %(levelname)s %(message)s")
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        if metrics_port:
+            from prometheus_client import start_http_server
+
+            start_http_server(metrics_port, addr="127.0.0.1")
+        s = load()
+        stopping = False
+
+        def _stop(*_: object) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        sink = AlertSink(s.kafka_bootstrap, AlertmanagerClient(alertmanager_url), Hysteresis(cluster, clear_windows),
+                         s.fabricscope_topic_prefix, resend_s=resend, idle_advance=idle_advance,
+                         kafka_config=s.kafka_client_config())
+        try:
+            sink.run(lambda: stopping)
+        finally:
+            sink.close()

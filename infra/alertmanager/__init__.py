@@ -1,0 +1,1 @@
+"""Prometheus Alertmanager for fabricscope: config, renderer, start/stop script."""

@@ -1,0 +1,200 @@
+"""Chatops through a real Prometheus Alertmanager (Debian's prometheus-alertmanager) and a
+local HTTP receiver that records every notification; verdicts travel through the real
+Kafka broker to the alert sink process (``fabricscope alerts``)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import httpx
+import pyarrow as pa
+import pytest
+
+from infra.alertmanager.render import render, write
+from schemas.arrow_pa import arrow_schema
+from schemas.codec import encode, headers_for
+from sinks.alerts import Hysteresis
+
+from conftest import wait_for
+
+REPO = Path(__file__).resolve().parents[1]
+WINDOW_NS = 20 * 10**9
+SECRET = "T0KEN-s3cr3t-9f8e7d"
+
+
+def _verdict(i: int, window: int, kind: str, location: str, impact: str, job: str | None, base: int) -> dict:
+    start = base + window * WINDOW_NS
+    return {"verdict_id": f"v{window}-{i}", "window_start_ns": start, "window_end_ns": start + WINDOW_NS,
+            "kind": kind, "location": location, "votes": 3.0, "confidence": 0.9, "failed_probes": 17,
+            "total_probes": 200, "impact": impact, "job_id": job, "revision_of": None, "evidence": "{}",
+            "emitted_ns": start + WINDOW_NS}
+
+
+# ---- hysteresis alone (no services) ---------------------------------------------------------
+
+def test_flapping_problem_fires_once_and_resolves_after_n_clear_windows():
+    h = Hysteresis("c1", clear_windows=3)
+    events = []
+    for w in range(12):
+        rows = [_verdict(0, w, "switch", "T01->S2", "P0", "j1", 0)] if w in (0, 1, 3, 5) else []
+        rows.append(_verdict(1, w, "rnic", "R0009", "P2", None, 0))  # keeps time moving
+        events += [(w, e.status, e.problem.labels["location"]) for e in h.observe(rows) + h.advance()]
+    assert events == [(0, "firing", "T01->S2"), (0, "firing", "R0009"), (8, "resolved", "T01->S2")]
+    assert h.active[("rnic", "R0009", "", "P2")].labels == {
+        "alertname": "FabricProblem", "cluster": "c1", "kind": "rnic", "location": "R0009", "impact": "P2", "job": ""}
+
+
+def test_undetermined_verdicts_raise_no_alert():
+    h = Hysteresis("c1")
+    assert h.observe([_verdict(0, 0, "undetermined", "?", "P2", None, 0)]) == []
+
+
+# ---- through Alertmanager -------------------------------------------------------------------
+
+class Recorder:
+    """A local webhook receiver: records (path, payload) of every POST."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, dict]] = []
+        rec = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                rec.got.append((self.path, json.loads(body)))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def notifications(self, path_part: str, location: str | None = None) -> list[dict]:
+        out = []
+        for path, payload in list(self.got):
+            if path_part in path and (location is None or any(a["labels"]["location"] == location
+                                                               for a in payload["alerts"])):
+                out.append(payload)
+        return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def alertmanager(tmp_path):
+    if not (shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")):
+        pytest.skip("prometheus-alertmanager is not installed (scripts/setup installs it as root)")
+    rec = Recorder()
+    env = {"FABRICSCOPE_CHAT_WEBHOOK_URL": f"{rec.base}/chat/{SECRET}",
+           "FABRICSCOPE_DIGEST_WEBHOOK_URL": f"{rec.base}/digest/{SECRET}"}
+    cfg = tmp_path / "am.yml"
+    write(render(env, timings={"group_wait": "1s", "group_interval": "2s", "repeat_interval": "4s"}), cfg)
+    port = _free_port()
+    am_env = {"PATH": "/usr/bin:/bin", "FABRICSCOPE_VAR": str(tmp_path / "var"), "ALERTMANAGER_PORT": str(port),
+              "ALERTMANAGER_CONFIG": str(cfg)}
+    script = str(REPO / "infra" / "alertmanager" / "alertmanager.sh")
+    subprocess.run(["bash", script, "start"], env=am_env, check=True, timeout=60)
+    yield rec, f"http://127.0.0.1:{port}", tmp_path / "var" / "alertmanager" / "alertmanager.log"
+    subprocess.run(["bash", script, "stop"], env=am_env, timeout=30)
+    rec.server.shutdown()
+
+
+def _publish(bootstrap: str, topic: str, rows: list[dict]) -> None:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap})
+    p.produce(topic, encode(pa.Table.from_pylist(rows, schema=arrow_schema("verdict.v1"))), key=b"x",
+              headers=headers_for("verdict.v1"))
+    assert p.flush(10) == 0
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_flapping_p2_digest_silence_and_secret_urls(alertmanager, pipeline_env, kafka_bootstrap, tmp_path):
+    rec, am_url, am_log = alertmanager
+    env, procs = pipeline_env
+    topic = f"{env['FABRICSCOPE_TOPIC_PREFIX']}verdicts"
+    sink = procs.start("alerts", "--alertmanager-url", am_url, "--cluster", "c1", "--clear-windows", "3",
+                       "--resend", "2", "--no-idle-advance")
+    base = (time.time_ns() // WINDOW_NS - 20) * WINDOW_NS
+    flap = "T01->S2"
+
+    # Phase 1: a P0 switch problem flaps (windows 0, 1, 3, 5); a P2 RNIC problem stays.
+    rows = []
+    for w in range(6):
+        if w in (0, 1, 3, 5):
+            rows.append(_verdict(0, w, "switch", flap, "P0", "j1", base))
+        rows.append(_verdict(1, w, "rnic", "R0009", "P2", None, base))
+    for w in range(6):  # one message per window, as the analyzer emits them
+        _publish(kafka_bootstrap, topic, [r for r in rows if r["window_start_ns"] == base + w * WINDOW_NS])
+    wait_for(lambda: rec.notifications("/chat/", flap), timeout=60, what="the first chat notification")
+    t_first = time.time()
+    time.sleep(9)  # a flapping problem must not re-fire; only the 4 s repeats arrive
+
+    # Phase 2: the switch problem is clear for windows 6..9; it resolves after 3 clear windows.
+    for w in range(6, 10):
+        _publish(kafka_bootstrap, topic, [_verdict(1, w, "rnic", "R0009", "P2", None, base)])
+    wait_for(lambda: [n for n in rec.notifications("/chat/", flap) if n["status"] == "resolved"], timeout=30,
+             what="the resolve notification")
+    elapsed = time.time() - t_first
+    time.sleep(5)  # nothing may follow the resolve
+
+    chat = rec.notifications("/chat/", flap)
+    statuses = [n["status"] for n in chat]
+    print(f"\nchat notifications for {flap}: {statuses} over {elapsed:.1f} s")
+    assert statuses[-1] == "resolved" and statuses.count("resolved") == 1, statuses
+    firing = statuses[:-1]
+    assert set(firing) == {"firing"}
+    assert 2 <= len(firing) <= elapsed / 4 + 2, (len(firing), elapsed)  # first + repeats, not a flood
+    starts = {a["startsAt"] for n in chat for a in n["alerts"]}
+    assert len(starts) == 1  # one alert all along: it never resolved and re-fired while flapping
+    labels = chat[0]["alerts"][0]["labels"]
+    assert {k: labels[k] for k in ("kind", "location", "impact", "job", "cluster")} == {
+        "kind": "switch", "location": flap, "impact": "P0", "job": "j1", "cluster": "c1"}
+
+    # P2 reaches the digest only.
+    assert rec.notifications("/digest/", "R0009")
+    assert not rec.notifications("/chat/", "R0009")
+    assert all(a["labels"]["impact"] == "P2" for n in rec.notifications("/digest/") for a in n["alerts"])
+
+    # Phase 3: a maintenance silence on R0010 suppresses its P0 alert.
+    now = datetime.now(UTC)
+    r = httpx.post(f"{am_url}/api/v2/silences", json={
+        "matchers": [{"name": "location", "value": "R0010", "isRegex": False, "isEqual": True}],
+        "startsAt": now.isoformat(), "endsAt": (now + timedelta(hours=1)).isoformat(),
+        "createdBy": "test", "comment": "maintenance window"})
+    assert r.status_code == 200, r.text
+    _publish(kafka_bootstrap, topic, [_verdict(2, 10, "rnic", "R0010", "P0", "j2", base)])
+
+    def suppressed() -> bool:
+        alerts = httpx.get(f"{am_url}/api/v2/alerts").json()
+        return any(a["labels"]["location"] == "R0010" and a["status"]["state"] == "suppressed" for a in alerts)
+
+    wait_for(suppressed, timeout=30, what="the silenced alert in Alertmanager")
+    time.sleep(4)
+    assert not rec.notifications("/chat/", "R0010")
+
+    # The webhook URLs (their secret path) appear in no log line.
+    sink.terminate()
+    sink.wait(timeout=20)
+    logs = [am_log, *tmp_path.glob("*.log")]
+    assert any(p.stat().st_size for p in logs)
+    for p in logs:
+        assert SECRET not in p.read_text(errors="replace"), p
+    assert "firing alertname=FabricProblem" in "".join(p.read_text() for p in tmp_path.glob("alerts-*.log"))
