@@ -138,7 +138,8 @@ def report(r: ThroughputResult) -> str:
         f"(a) bare Kafka consumer + decode : {r.bare_consumer_rows_s:12,.0f} rows/s",
         f"(b) Faust worker + store writer  : {r.pipeline_rows_s:12,.0f} rows/s",
         f"(c) bare chdb insert             : {r.bare_insert_rows_s:12,.0f} rows/s",
-        f"b/a = {r.pipeline_rows_s / r.bare_consumer_rows_s:.3f}   b/c = {r.pipeline_rows_s / r.bare_insert_rows_s:.3f}",
+        f"b/a = {r.pipeline_rows_s / r.bare_consumer_rows_s:.3f}   "
+        f"b/c = {r.pipeline_rows_s / r.bare_insert_rows_s:.3f}",
         "peak RSS (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in r.pipeline_peak_rss_mib.items()),
         f"paper target for a 10,000-RNIC cluster: 1.5 M probe rows/s -> {r.pipeline_rows_s / 1.5e6:.2%} of it per "
         "worker+sink pair on this machine",
