@@ -82,6 +82,16 @@ def store_counts(store_path: Path, table: str = "probes") -> tuple[int, int] | N
     return int(row["n"]), int(row["u"])
 
 
+ROLLUPS = ("probes_1m", "probes_1h_rnic", "probes_1h_tor")  # schemas/ddl/005_history.sql
+
+
+def rollup_probes(store_path: Path) -> dict[str, int] | None:
+    """``sum(probes)`` of every rollup table, through the running sink; None if it does not answer."""
+    sql = " UNION ALL ".join(f"SELECT '{r}' AS t, sum(probes) AS n FROM {r}" for r in ROLLUPS)
+    t = query(store_path, sql)
+    return None if t is None else {r["t"]: int(r["n"]) for r in t.to_pylist()}
+
+
 def query(store_path: Path, sql: str):  # noqa: ANN201 - a pyarrow table or None
     """Run ``sql`` through the running sink; None when it does not answer."""
     try:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from reliability import Fleet, PrivateBroker, query, store_counts, topic_messages
+from reliability import ROLLUPS, Fleet, PrivateBroker, query, rollup_probes, store_counts, topic_messages
 
 from fabricscope.kafka_admin import create_topics
 from producers.kafka_producer import AgentProducer
@@ -39,12 +39,14 @@ def _wait_first_rows(store: Path) -> None:
 
 
 def _assert_exactly_once(store: Path, expected: int, what: str) -> tuple[int, int]:
-    """Wait for ``expected`` rows, then check they stay (no late duplicate) and are unique."""
+    """Wait for ``expected`` rows, then check they stay (no late duplicate), are unique, and that every
+    rollup (minute, hour per RNIC pair, hour per ToR pair) counts each of them once too."""
     wait_for(lambda: (c := store_counts(store)) is not None and c[0] >= expected, timeout=60,
              what=f"{expected} rows after {what}")
     time.sleep(3)  # a late replay would show up as an extra row here
     got = store_counts(store)
     assert got == (expected, expected), f"after {what}: (count, uniqExact) = {got}, produced {expected}"
+    assert rollup_probes(store) == dict.fromkeys(ROLLUPS, expected), f"rollups after {what}"
     return got
 
 
