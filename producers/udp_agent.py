@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import heapq
+import inspect
 import json
 import logging
 import os
@@ -55,7 +56,8 @@ UPLOAD_INTERVAL_S = 5.0
 TRACE_INTERVAL_S = 60.0
 RETRACE_FAILED_S = 5.0
 
-Sink = Callable[[str, bytes, str], None]  # (schema key, Arrow IPC bytes, message key)
+# (schema key, Arrow IPC bytes, message key, extra Kafka headers)
+Sink = Callable[[str, bytes, str, list[tuple[str, bytes]]], None]
 
 
 def gid_of(ip: str) -> str:
@@ -80,14 +82,19 @@ def make_sink(output: dict[str, Any]) -> tuple[Sink, Callable[[], None]]:
             kafka_config=output.get("kafka_config"),
         )
 
-        def send(schema: str, payload: bytes, key: str) -> None:
-            producer.publish(topics[schema], payload, schema, key)
+        takes_headers = "headers" in inspect.signature(producer.publish).parameters
+
+        def send(schema: str, payload: bytes, key: str, headers: list[tuple[str, bytes]]) -> None:
+            if takes_headers:
+                producer.publish(topics[schema], payload, schema, key, headers=headers)
+            else:
+                producer.publish(topics[schema], payload, schema, key)
 
         return send, lambda: None if producer.flush(5.0) == 0 else log.warning("batches left unsent")
     if kind == "dir":
         root = Path(output["path"])
 
-        def write(schema: str, payload: bytes, key: str) -> None:
+        def write(schema: str, payload: bytes, key: str, headers: list[tuple[str, bytes]]) -> None:
             d = root / schema
             d.mkdir(parents=True, exist_ok=True)
             tmp = d / f".{time.time_ns()}.tmp"
@@ -96,7 +103,7 @@ def make_sink(output: dict[str, Any]) -> tuple[Sink, Callable[[], None]]:
 
         return write, lambda: None
     if kind == "none":
-        return (lambda schema, payload, key: None), lambda: None
+        return (lambda schema, payload, key, headers: None), lambda: None
     raise ValueError(f"agent config: output.kind {kind!r} is not one of kafka, dir, none")
 
 
@@ -122,21 +129,37 @@ class Agent:
         self.flush = flush or (lambda: None)
         self.probe_rows: list[dict[str, Any]] = []
         self.path_rows: list[dict[str, Any]] = []
-        self.engine = UdpEngine(
-            self.agent_id,
-            self.host,
-            self.rnics,
-            netns=config.get("netns"),
-            qpns=config.get("qpns"),
-            allowed_sources=config.get("allowed_sources", []),
-            responder=self.role in ("both", "responder"),
-            dst_port=int(config.get("dst_port", DEFAULT_DST_PORT)),
-            hardware=bool(config.get("hardware_timestamps", False)),
-            rate_limit=float(config.get("rate_limit", 500.0)),
-            address_names=config.get("address_names", {}),
-            on_probe=self._on_probe,
-            on_path=self.path_rows.append,
-        )
+        self.backend = config.get("backend", "udp")
+        if self.backend not in ("udp", "verbs"):
+            raise ValueError(f"agent config: backend {self.backend!r} is not one of udp, verbs")
+        self.tracing = self.backend == "udp"
+        if self.backend == "verbs":
+            from producers.verbs_prober import VerbsEngine
+
+            self.engine: Any = VerbsEngine(
+                self.agent_id,
+                self.host,
+                config["rnics"],
+                allowed_gids={gid_of(ip) for ip in config.get("allowed_sources", [])},
+                rate_limit=float(config.get("rate_limit", 500.0)),
+                on_probe=self._on_probe,
+            )
+        else:
+            self.engine = UdpEngine(
+                self.agent_id,
+                self.host,
+                self.rnics,
+                netns=config.get("netns"),
+                qpns=config.get("qpns"),
+                allowed_sources=config.get("allowed_sources", []),
+                responder=self.role in ("both", "responder"),
+                dst_port=int(config.get("dst_port", DEFAULT_DST_PORT)),
+                hardware=bool(config.get("hardware_timestamps", False)),
+                rate_limit=float(config.get("rate_limit", 500.0)),
+                address_names=config.get("address_names", {}),
+                on_probe=self._on_probe,
+                on_path=self.path_rows.append,
+            )
         self.rates = {**DEFAULT_RATES, **config.get("rates", {})}
         self.entries: list[dict[str, Any]] = []
         self._schedule: list[tuple[int, int]] = []
@@ -234,13 +257,13 @@ class Agent:
             )
             tmp.replace(Path(d) / f"{self.host}.json")
         rows = [dict(r, agent_id=self.agent_id, upload_ns=now) for r in regs]
-        self.sink(REGISTRY_V1.key, encode_columns(REGISTRY_V1.key, columns(rows, REGISTRY_V1.names)), self.host)
+        self.sink(REGISTRY_V1.key, encode_columns(REGISTRY_V1.key, columns(rows, REGISTRY_V1.names)), self.host, [])
 
     # ---- probing, tracing, uploading ---------------------------------------------
 
     def _on_probe(self, row: dict[str, Any]) -> None:
         self.probe_rows.append(row)
-        if row["status"] == "timeout":
+        if row["status"] == "timeout" and self.tracing:
             key = (row["src_ip"], row["src_port"], row["dst_ip"], row["dst_port"])
             if time.monotonic_ns() - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
                 self._trace_entry(row)  # a rehash can move a failing tuple: trace it again
@@ -258,30 +281,33 @@ class Agent:
             due, i = heapq.heappop(self._schedule)
             e = self.entries[i]
             self.engine.send_probe(e)
-            key = (
-                self.engine.rnics[e["prober_rnic"]].ip,
-                int(e.get("src_port") or 0),
-                e["dst_ip"],
-                int(e.get("dst_port") or self.engine.dst_port),
-            )
-            if key[1] and now - self._traced.get(key, -(2**62)) > trace_ns:
-                self._trace_entry(e)
+            if self.tracing and e.get("src_port"):
+                key = (
+                    self.engine.rnics[e["prober_rnic"]].ip,
+                    int(e["src_port"]),
+                    e["dst_ip"],
+                    int(e.get("dst_port") or self.engine.dst_port),
+                )
+                if now - self._traced.get(key, -(2**62)) > trace_ns:
+                    self._trace_entry(e)
             nxt = due + e["_interval_ns"]
             heapq.heappush(self._schedule, (nxt if nxt > now else now + e["_interval_ns"], i))
 
     def upload(self) -> None:
         """Upload the probe rows (always: the heartbeat) and path rows gathered since the last upload."""
         now = time.time_ns()
+        # The upload marks travel as headers too, so an empty batch is still a heartbeat (host-down rule).
+        marks = [("agent_id", self.agent_id.encode()), ("upload_ns", str(now).encode()), ("host", self.host.encode())]
         if self.role != "responder":
             rows, self.probe_rows = self.probe_rows, []
             for r in rows:
                 r["upload_ns"] = now
-            self.sink(PROBE_V1.key, encode_columns(PROBE_V1.key, columns(rows, PROBE_V1.names)), self.agent_id)
+            self.sink(PROBE_V1.key, encode_columns(PROBE_V1.key, columns(rows, PROBE_V1.names)), self.agent_id, marks)
         if self.path_rows:
             rows, self.path_rows = self.path_rows, []
             for r in rows:
                 r["upload_ns"] = now
-            self.sink(PATH_V1.key, encode_columns(PATH_V1.key, columns(rows, PATH_V1.names)), self.agent_id)
+            self.sink(PATH_V1.key, encode_columns(PATH_V1.key, columns(rows, PATH_V1.names)), self.agent_id, marks)
 
     def stop(self, *_: object) -> None:
         self._stop = True
@@ -307,7 +333,7 @@ class Agent:
                     self._reload_registry()
                     next_registry = now + registry_ns
                 self.run_due(now)
-            elif now >= next_reverse:  # responder: trace the ACK paths of the probers it answered
+            elif self.tracing and now >= next_reverse:  # responder: trace the ACK paths it answered
                 self.engine.trace_reverse_paths(reverse_since)
                 reverse_since, next_reverse = now, now + trace_ns
             if now >= next_upload:

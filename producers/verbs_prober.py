@@ -346,3 +346,78 @@ class VerbsDevice:
         for a in actions:
             self.post(a)
         return n
+
+
+class VerbsEngine:
+    """The agent-facing engine of the verbs backend: one :class:`VerbsDevice` and protocol per RNIC.
+
+    Same calls as :class:`producers.udp_prober.UdpEngine` that the agent uses
+    (``send_probe``, ``poll``, ``expire``, ``close``, ``qpns``, ``pending``,
+    ``counters``); path tracing stays with the udp tracer (RoCE switches answer
+    TTL-limited UDP like any router, R-Pingmesh §3.2).
+
+    Args:
+        rnics: ``{"name", "ibdev", "port", "gid_index"}`` dicts, one per RNIC.
+        allowed_gids: registered source GIDs.
+
+    Raises:
+        VerbsUnavailable: no pyverbs or a named device is missing.
+    """
+
+    def __init__(
+        self,
+        agent_id: str,
+        host: str,
+        rnics: list[dict[str, Any]],
+        *,
+        allowed_gids: set[str],
+        rate_limit: float = 500.0,
+        on_probe: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.devices: dict[str, VerbsDevice] = {}
+        self.protos: dict[str, VerbsProtocol] = {}
+        for r in rnics:
+            dev = VerbsDevice(r["ibdev"], int(r.get("port", 1)), int(r.get("gid_index", 3)))
+            self.devices[r["name"]] = dev
+            self.protos[r["name"]] = VerbsProtocol(
+                agent_id,
+                host,
+                r["name"],
+                dev.clock,
+                dev.qpn,
+                set(allowed_gids),
+                rate_limit,
+                on_probe or (lambda row: None),
+            )
+        self.qpns = {name: dev.qpn for name, dev in self.devices.items()}
+
+    @property
+    def pending(self) -> dict[int, PendingProbe]:
+        return {s: p for proto in self.protos.values() for s, p in proto.pending.items()}
+
+    @property
+    def counters(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for proto in self.protos.values():
+            for k, v in proto.counters.items():
+                out[k] = out.get(k, 0) + v
+        return out
+
+    def send_probe(self, entry: dict[str, Any]) -> int:
+        """Post one probe of pinglist ``entry`` (needs ``gid`` and ``qpn`` of the responder)."""
+        s = self.protos[entry["prober_rnic"]].probe(entry)
+        self.devices[entry["prober_rnic"]].post(s)
+        return int(s.ref[1])
+
+    def poll(self, timeout_s: float) -> None:
+        """Drain every CQ; sleep up to 1 ms when nothing completed; expire deadlines."""
+        n = sum(dev.poll(self.protos[name]) for name, dev in self.devices.items())
+        if not n and timeout_s > 0:
+            time.sleep(min(timeout_s, 0.001))
+        self.expire()
+
+    def expire(self, now_mono: int | None = None) -> int:
+        return sum(p.expire(now_mono) for p in self.protos.values())
+
+    def close(self) -> None:
+        self.devices.clear()

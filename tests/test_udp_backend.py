@@ -86,6 +86,7 @@ def _free_udp_port() -> int:
 def test_agent_over_loopback_uploads_probe_and_path_batches() -> None:
     port = _free_udp_port()
     sent: list[tuple[str, bytes, str]] = []
+    heads: list[dict[str, bytes]] = []
     cfg = {
         "host": "H1",
         "rnics": [{"name": "A1", "ip": "127.0.0.1", "tor": "A"}],
@@ -94,7 +95,12 @@ def test_agent_over_loopback_uploads_probe_and_path_batches() -> None:
         "upload_interval_s": 0.4,
         "trace_interval_s": 60,
     }
-    agent = Agent(cfg, sink=lambda schema, payload, key: sent.append((schema, payload, key)))
+
+    def sink(schema: str, payload: bytes, key: str, headers: list[tuple[str, bytes]]) -> None:
+        sent.append((schema, payload, key))
+        heads.append(dict(headers))
+
+    agent = Agent(cfg, sink=sink)
     qpn = agent.engine.qpns["A1"]
     agent.set_entries(
         [
@@ -126,6 +132,8 @@ def test_agent_over_loopback_uploads_probe_and_path_batches() -> None:
     probes = [ipc.open_stream(p).read_all() for s, p, _ in sent if s == "probe.v1"]
     paths = [ipc.open_stream(p).read_all() for s, p, _ in sent if s == "path.v1"]
     assert len(probes) >= 3  # one batch per upload, empty or not (the heartbeat)
+    probe_heads = [h for (s, _, _), h in zip(sent, heads, strict=True) if s == "probe.v1"]
+    assert all(h["agent_id"] == b"H1" and h["host"] == b"H1" and int(h["upload_ns"]) > 0 for h in probe_heads)
     rows = [r for t in probes for r in t.to_pylist()]
     ok = [r for r in rows if r["status"] == "ok"]
     stale = [r for r in rows if r["qpn"] != qpn]

@@ -104,3 +104,11 @@ def test_timeouts_stale_qpn_unregistered_and_foreign_acks() -> None:
 def test_without_rdma_the_device_layer_says_what_to_do() -> None:
     with pytest.raises(VerbsUnavailable, match="python3-pyverbs|no RDMA device"):
         list_devices()
+
+
+def test_agent_with_verbs_backend_refuses_without_rdma() -> None:
+    from producers.udp_agent import Agent
+
+    cfg = {"host": "H1", "backend": "verbs", "rnics": [{"name": "A1", "ip": "10.1.1.2", "ibdev": "mlx5_0"}]}
+    with pytest.raises(VerbsUnavailable, match="--source udp|pyverbs"):
+        Agent(cfg)
