@@ -1,11 +1,12 @@
 """``fabricscope report tail-rtt``: the tail-RTT capacity study (R-Pingmesh §6; Pingmesh-style heatmap).
 
-Reads three saved queries (``rtt_pinglist_hourly``, ``loss_heatmap``,
+Reads four saved queries (``rtt_pinglist_hourly``, ``rtt_service_hourly``, ``loss_heatmap``,
 ``rtt_pinglist_summary``) and writes, into one directory:
 
 - ``tail_rtt_by_pinglist.png``: P50/P99/P999 network RTT per hour, one panel per pinglist;
+- ``tail_rtt_by_service.png``: P50 and P99 per hour of each service (job), from raw probes (14 days);
 - ``tor_heatmap.png``: ToR x ToR P99 network RTT and loss ratio;
-- ``rtt_pinglist_hourly.csv`` and ``tor_heatmap.csv``: the query results as they are.
+- ``rtt_pinglist_hourly.csv``, ``rtt_service_hourly.csv`` and ``tor_heatmap.csv``: the query results.
 
 No analytics here: every number is the SQL's.
 """
@@ -55,6 +56,38 @@ def plot_tail_rtt(hourly: pa.Table, path: Path) -> None:
     plt.close(fig)
 
 
+def plot_services(by_service: pa.Table, path: Path, top: int = 8) -> None:
+    """P50 (dotted) and P99 (solid) per hour of the ``top`` services with the most probes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = by_service.to_pylist()
+    volume: dict[str, int] = {}
+    for r in rows:
+        volume[r["job"]] = volume.get(r["job"], 0) + r["probes"]
+    jobs = sorted(volume, key=lambda j: (-volume[j], j))[:top]
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    for n, job in enumerate(jobs):
+        mine = [r for r in rows if r["job"] == job]
+        color = f"C{n % 10}"
+        hours = [r["hour"] for r in mine]
+        ax.plot(hours, [(r["p99_ns"] or np.nan) / 1000 for r in mine], "-", color=color, lw=1.2, label=f"{job} P99")
+        ax.plot(hours, [(r["p50_ns"] or np.nan) / 1000 for r in mine], ":", color=color, lw=1.2, label=f"{job} P50")
+    ax.set_yscale("log")
+    ax.set_ylabel("network RTT (µs)")
+    ax.set_xlabel("hour (UTC)")
+    ax.set_title("service pinglist: network RTT per job per hour" + ("" if jobs else " (no service probes)"))
+    ax.grid(True, which="both", alpha=0.3)
+    if jobs:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8)
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_tor_heatmap(heat: pa.Table, path: Path) -> None:
     """Two ToR x ToR heatmaps: P99 network RTT (µs) and loss ratio (Pingmesh Fig. style)."""
     import matplotlib
@@ -96,16 +129,19 @@ def tail_rtt_report(query: Query, since: str, out: Path) -> dict[str, pa.Table |
         out: the directory to write (created).
 
     Returns:
-        ``hourly``, ``heatmap``, ``summary`` (the query results) and ``files`` (paths written).
+        ``hourly``, ``by_service``, ``heatmap``, ``summary`` (the query results) and ``files`` (paths written).
     """
     out.mkdir(parents=True, exist_ok=True)
     hourly = query(render_named("rtt_pinglist_hourly", {"since": since}))
+    by_service = query(render_named("rtt_service_hourly", {"since": since}))
     heat = query(render_named("loss_heatmap", {"since": since}))
     summary = query(render_named("rtt_pinglist_summary", {"since": since}))
-    files = [out / "rtt_pinglist_hourly.csv", out / "tor_heatmap.csv", out / "tail_rtt_by_pinglist.png",
-             out / "tor_heatmap.png"]
+    files = [out / "rtt_pinglist_hourly.csv", out / "rtt_service_hourly.csv", out / "tor_heatmap.csv",
+             out / "tail_rtt_by_pinglist.png", out / "tail_rtt_by_service.png", out / "tor_heatmap.png"]
     _write_csv(hourly, files[0])
-    _write_csv(heat, files[1])
-    plot_tail_rtt(hourly, files[2])
-    plot_tor_heatmap(heat, files[3])
-    return {"hourly": hourly, "heatmap": heat, "summary": summary, "files": files}
+    _write_csv(by_service, files[1])
+    _write_csv(heat, files[2])
+    plot_tail_rtt(hourly, files[3])
+    plot_services(by_service, files[4])
+    plot_tor_heatmap(heat, files[5])
+    return {"hourly": hourly, "by_service": by_service, "heatmap": heat, "summary": summary, "files": files}

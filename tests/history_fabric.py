@@ -103,6 +103,7 @@ def probe_table(fab: Fabric, p: ProbeArrays, sl: slice, batch_id: str) -> pa.Tab
             "prober_rnic": pa.array(rnics[src]),
             "responder_host": pa.array(hosts[dst]),
             "responder_rnic": pa.array(rnics[dst]),
+            "job_id": pa.array(np.where(p.pinglist[sl] == 2, np.char.add("job-", (src % 4).astype(str)), None)),
             "t1": pa.array(p.t1[sl], pa.int64()),
             "ts_source": pa.array(["hardware"] * n),
             "status": pa.array(np.where(to, "timeout", "ok")),

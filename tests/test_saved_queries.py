@@ -175,6 +175,26 @@ def test_rtt_per_pinglist_per_hour_and_summary(month):
         assert [summary[name][c] for c in ("p50_ns", "p99_ns", "p999_ns")] == whole[i]
 
 
+def test_rtt_per_service_per_hour_from_raw_probes(month):
+    p = month["p"]
+    before = time.time_ns()
+    got = _run(month, "rtt_service_hourly", since="7d")
+    cut_hour = (before - 7 * 86400 * 10**9) // HOUR_NS + 1  # the first whole hour inside the period
+    hour = p.t1 // HOUR_NS
+    sel = (p.pinglist == 2) & (hour >= cut_hour)
+    job = p.src % 4
+    key = hour * 10 + job
+    want_q = grouped_quantiles(key[sel & ~p.timeout], p.rtt[sel & ~p.timeout], (0.5, 0.99, 0.999))
+    uniq, counts = np.unique(key[sel], return_counts=True)
+    want_n = dict(zip(uniq.tolist(), counts.tolist(), strict=True))
+    rows = [r for r in got if int(r["hour"].timestamp()) * 10**9 // HOUR_NS >= cut_hour]
+    assert len(rows) == len(want_n) == 4 * (len(set((hour[sel]).tolist())))
+    for r in rows:
+        k = int(r["hour"].timestamp()) * 10**9 // HOUR_NS * 10 + int(r["job"].split("-")[1])
+        assert r["probes"] == want_n[k]
+        assert [r["p50_ns"], r["p99_ns"], r["p999_ns"]] == want_q[k]
+
+
 def test_loss_heatmap(month):
     p, fab = month["p"], month["fab"]
     got = _run(month, "loss_heatmap", since="31d")
@@ -239,9 +259,11 @@ def test_report_csv_matches_sql_and_pngs_are_written(month, tmp_path):
     from fabricscope.report_tail_rtt import tail_rtt_report
 
     store = month["store"]
+    store.command("SYSTEM STOP TTL MERGES probes")  # raw rows past 14 days must not vanish between two reads
     out = tmp_path / "report"
     result = tail_rtt_report(store.query_arrow, "31d", out)
-    for csv_name, query in (("rtt_pinglist_hourly.csv", "rtt_pinglist_hourly"), ("tor_heatmap.csv", "loss_heatmap")):
+    for csv_name, query in (("rtt_pinglist_hourly.csv", "rtt_pinglist_hourly"), ("tor_heatmap.csv", "loss_heatmap"),
+                            ("rtt_service_hourly.csv", "rtt_service_hourly")):
         from_csv = pacsv.read_csv(out / csv_name).to_pylist()
         from_sql = store.query_arrow(render_named(query, {"since": "31d"})).to_pylist()
         assert len(from_csv) == len(from_sql) > 0
@@ -249,7 +271,7 @@ def test_report_csv_matches_sql_and_pngs_are_written(month, tmp_path):
             assert {k: v for k, v in a.items() if k != "hour"} == {k: v for k, v in b.items() if k != "hour"}
             if "hour" in a:
                 assert a["hour"].timestamp() == b["hour"].timestamp()
-    for png in ("tail_rtt_by_pinglist.png", "tor_heatmap.png"):
+    for png in ("tail_rtt_by_pinglist.png", "tail_rtt_by_service.png", "tor_heatmap.png"):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
     assert {r["pinglist"] for r in result["summary"].to_pylist()} == {"tor_mesh", "inter_tor", "service"}
