@@ -104,3 +104,22 @@ def test_saved_query_parameters_are_checked_and_quoted():
         render_named("top_suspects", {"limit": "1; DROP TABLE probes"})
     with pytest.raises(SavedQueryError, match="saved queries are"):
         render_named("nope")
+
+
+def test_inventory_command_loads_rnic_tors(tmp_path):
+    import subprocess
+    import sys
+
+    from schemas.inventory import panel1
+
+    inv = panel1()
+    inv.dump(tmp_path / "cluster.yaml")
+    env = {"FABRICSCOPE_VAR": str(tmp_path / "var"), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-m", "fabricscope", "history", "inventory", str(tmp_path / "cluster.yaml")],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert f"{len(inv.rnics)} RNICs loaded" in r.stderr
+    store = ChdbStore(tmp_path / "var" / "clickhouse")
+    got = store.query_arrow("SELECT rnic, host, tor FROM rnic_inventory FINAL ORDER BY rnic").to_pylist()
+    store.close()
+    assert got == [{"rnic": r.id, "host": r.host, "tor": r.tor} for r in sorted(inv.rnics.values(), key=lambda r: r.id)]
