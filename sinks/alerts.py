@@ -11,6 +11,9 @@ Time is event time: the watermark is the newest ``window_end_ns`` seen on the to
 so a replay gives the same fire/resolve decisions. While the topic is idle the wall
 clock advances the watermark (live mode), or a quiet cluster would never resolve.
 
+If Alertmanager is unreachable the offset is not committed and every firing alert is
+re-pushed each ``resend_s``; a lost resolve still ends at the alert's ``endsAt`` (``hold_s``).
+
 Alert labels: ``alertname=FabricProblem``, ``cluster``, ``kind``, ``location``,
 ``impact``, ``job`` (empty when no job). Receiver URLs live only in Alertmanager's
 config; this module never sees them.
