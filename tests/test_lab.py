@@ -137,7 +137,7 @@ def test_64_ports_cover_every_spine_and_stay_on_one(fab: lab.Fabric) -> None:
         for _ in range(100):
             for p in PORTS:
                 prober.send_probe(dict(e, src_port=p))
-            pump([prober, resp], 0.01)
+            pump([prober, resp], 0.02)
         pump([prober, resp], 1.5, until=lambda: not prober.pending)
         counts = {s: nft.counters(fab.netns(s), "fs_ecmp") for s in fab.spines}
         for p in PORTS:
@@ -342,3 +342,61 @@ def test_cli_lab_up_fault_status_down(tmp_path: Path) -> None:
         r = run.invoke(app, ["lab", "down", *d])
     assert r.output.strip() == "removed 8 namespaces"
     assert lab_namespaces("fst2-") == []
+
+
+@pytest.mark.slow
+def test_agents_traces_put_a_dead_link_on_every_failing_tuple(fab: lab.Fabric) -> None:
+    """Agents on every host, link A-S3 dies: each failing tuple's traced probe or ACK path crosses it."""
+    import collections
+
+    import pyarrow.ipc as ipc
+
+    from fabricscope.cmd_lab import build_lab_pinglists
+    from schemas.inventory import from_dict
+
+    d: Path = fab.dir  # type: ignore[attr-defined]
+    spool = d / "spool"
+    qpns = agents.start_agents(d, {"kind": "dir", "path": str(spool)}, upload_interval_s=1)
+    try:
+        agents.write_pinglists(build_lab_pinglists(from_dict(fab.inventory_dict()), qpns, 1, []), d)
+        time.sleep(3.0)  # every tuple probed and traced (forward by probers, reverse by responders)
+        fault_ns = time.time_ns()
+        rec = faults.inject("link-down", d, a="A", b="S3")
+        time.sleep(3.0)
+        clear_ns = time.time_ns()
+        faults.clear(rec["id"], d)
+    finally:
+        agents.stop_agents(d)
+
+    def table(schema: str) -> list[dict[str, object]]:
+        return [
+            r
+            for f in sorted((spool / schema).glob("*.arrow"))
+            for r in ipc.open_stream(f.read_bytes()).read_all().to_pylist()
+        ]
+
+    rows, paths = table("probe.v1"), table("path.v1")
+    before = [r for r in rows if int(r["t1"]) < fault_ns]  # type: ignore[call-overload]
+    failed = [
+        r
+        for r in rows
+        if fault_ns + 100_000_000 < int(r["t1"]) < clear_ns and r["status"] == "timeout"  # type: ignore[call-overload]
+    ]
+    assert before and all(r["status"] == "ok" for r in before)
+    assert failed and all(r["pinglist"] == "inter_tor" for r in failed)  # ToR-mesh never crosses a spine
+    traced: dict[tuple[object, ...], list[str]] = collections.defaultdict(list)
+    for p in paths:
+        if int(p["trace_ns"]) < fault_ns and p["complete"]:  # type: ignore[call-overload]
+            key = (
+                (p["src_ip"], p["src_port"], p["dst_ip"])
+                if p["direction"] == "forward"
+                else (p["dst_ip"], p["dst_port"], p["src_ip"])
+            )
+            traced[key].append(str(p["hops"]))
+    votes: collections.Counter[str] = collections.Counter()
+    for r in failed:
+        hops = traced[(r["src_ip"], r["src_port"], r["dst_ip"])]
+        links = {f"{a}->{b}" for h in hops for a, b in zip(h.split(","), h.split(",")[1:], strict=False)}
+        assert links & {"A->S3", "S3->A"}, (r["prober_rnic"], r["responder_rnic"], hops)
+        votes.update(links)
+    assert votes.most_common(1)[0][0] in ("A->S3", "S3->A")

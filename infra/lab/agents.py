@@ -135,7 +135,8 @@ def stop_agents(
     d = lab_dir(directory)
     state = read_state(d)
     stopped = []
-    for name, entry in list(state.get("processes", {}).items()):
+    entries = sorted(state.get("processes", {}).items(), key=lambda kv: kv[1].get("role") != "prober")
+    for name, entry in entries:  # probers first: a responder gone before them makes false timeouts
         if entry.get("kind") == "agent" and (hosts is None or entry["host"] in hosts) and entry["role"] in roles:
             procs.stop(entry)
             del state["processes"][name]
