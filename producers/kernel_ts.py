@@ -120,6 +120,26 @@ def read_errqueue(sock: socket.socket, hardware: bool = False) -> Iterator[ErrQu
                 break
 
 
+def _ifreq(ifname: str, data: bytearray) -> bytes:
+    """A ``struct ifreq`` (40 bytes) naming ``ifname`` with ``ifr_data`` pointing at ``data``."""
+    ptr = ctypes.addressof(ctypes.c_char.from_buffer(data))
+    return struct.pack("@16sP16x", ifname.encode()[:15], ptr)
+
+
+def ts_capabilities(ifname: str) -> int:
+    """``SOF_TIMESTAMPING_*`` capability bits of ``ifname`` (``ETHTOOL_GET_TS_INFO``); 0 if unknown."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        info = bytearray(struct.pack("=II", ETHTOOL_GET_TS_INFO, 0) + bytes(40))
+        try:
+            fcntl.ioctl(s.fileno(), SIOCETHTOOL, _ifreq(ifname, info))
+        except OSError:
+            return 0
+        return struct.unpack_from("=I", info, 4)[0]
+    finally:
+        s.close()
+
+
 def hardware_timestamping(ifname: str) -> bool:
     """Whether ``ifname`` can do raw hardware TX/RX timestamps, and enable them on the device.
 
@@ -127,25 +147,16 @@ def hardware_timestamping(ifname: str) -> bool:
     TX on and RX filter ALL. Returns False (software timestamps) for veth and any
     NIC that refuses; needs CAP_NET_ADMIN to enable.
     """
+    need = SOF_TX_HARDWARE | SOF_RX_HARDWARE | SOF_RAW_HARDWARE
+    if ts_capabilities(ifname) & need != need:
+        return False
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
-        info = bytearray(struct.pack("=II", ETHTOOL_GET_TS_INFO, 0) + bytes(40))
-        ifr = struct.pack("=16sP", ifname.encode()[:15], ctypes.addressof(ctypes.c_char.from_buffer(info)))
-        try:
-            fcntl.ioctl(s.fileno(), SIOCETHTOOL, ifr)
-        except OSError:
-            return False
-        caps = struct.unpack_from("=I", info, 4)[0]
-        need = SOF_TX_HARDWARE | SOF_RX_HARDWARE | SOF_RAW_HARDWARE
-        if caps & need != need:
-            return False
         cfg = bytearray(struct.pack("=iii", 0, HWTSTAMP_TX_ON, HWTSTAMP_FILTER_ALL))
-        ifr = struct.pack("=16sP", ifname.encode()[:15], ctypes.addressof(ctypes.c_char.from_buffer(cfg)))
-        try:
-            fcntl.ioctl(s.fileno(), SIOCSHWTSTAMP, ifr)
-        except OSError:
-            return False
+        fcntl.ioctl(s.fileno(), SIOCSHWTSTAMP, _ifreq(ifname, cfg))
         return True
+    except OSError:
+        return False
     finally:
         s.close()
 

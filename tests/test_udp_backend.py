@@ -145,3 +145,12 @@ def test_agent_over_loopback_uploads_probe_and_path_batches() -> None:
     assert agent.engine.counters["dropped_stale_qpn"] == len(stale)
     hops = [r["hops"] for t in paths for r in t.to_pylist() if r["direction"] == "forward"]
     assert "A1,A1" in hops  # loopback: the destination answers at TTL 1
+
+
+def test_loopback_offers_software_timestamps_only() -> None:
+    caps = kernel_ts.ts_capabilities("lo")
+    assert caps & (kernel_ts.SOF_TX_SOFTWARE | kernel_ts.SOF_RX_SOFTWARE) == (
+        kernel_ts.SOF_TX_SOFTWARE | kernel_ts.SOF_RX_SOFTWARE
+    )
+    assert kernel_ts.hardware_timestamping("lo") is False  # so rows say "software"
+    assert kernel_ts.ts_capabilities("no-such-if0") == 0
