@@ -75,20 +75,27 @@ def register(app: typer.Typer) -> None:
 
     @app.command("source")
     def source(
-        kind: str = typer.Argument("synthetic", help="synthetic (the minimal seeded prober)"),
-        hosts: int = 4,
-        rnics: int = 2,
+        kind: str = typer.Argument("sim", help="sim (Clos fabric model with faults) | synthetic (minimal prober)"),
+        scenario: str = typer.Option("healthy", help="sim: the fault scenario (see `fabricscope sim --help`)"),
+        inventory: str = typer.Option("panel1", help="sim: an inventory YAML, or panel1"),
+        hosts: int = typer.Option(4, help="synthetic: hosts"),
+        rnics: int = typer.Option(2, help="synthetic: RNICs per host"),
         seed: int = 1,
-        probes_per_batch: int = 100,
-        batches: int = typer.Option(0, help="stop after this many uploads (0 = run until stopped)"),
+        probes_per_batch: int = typer.Option(100, help="synthetic: probes per upload"),
+        batches: int = typer.Option(0, help="stop after this many 5 s uploads (0 = run until stopped)"),
         realtime: bool = typer.Option(True, help="pace uploads every 5 s of wall time"),
+        start_ns: int = typer.Option(0, help="event time of the first upload (0 = now, aligned to 5 s)"),
     ) -> None:
-        """Publish probe batches from a source to probes.raw."""
-        run_source(load(), kind, hosts, rnics, seed, probes_per_batch, batches, realtime)
+        """Publish agent uploads from a source: probes.raw, paths.traced, registry."""
+        s = load()
+        if kind == "sim":
+            run_sim_source(s, scenario, inventory, seed, batches or None, realtime, start_ns or None)
+        else:
+            run_source(s, kind, hosts, rnics, seed, probes_per_batch, batches, realtime)
 
     @app.command("up")
     def up(
-        source: str = typer.Option("synthetic", help="probe source"),
+        source: str = typer.Option("sim", help="probe source: sim | synthetic"),
         workers: int = typer.Option(1, help="Faust workers in the consumer group"),
         duration: float = typer.Option(0, help="stop after this many seconds (0 = until Ctrl-C)"),
     ) -> None:
@@ -198,6 +205,39 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
         if realtime and sent % hosts == 0:
             time.sleep(5.0)
     producer.flush()
+
+
+def load_inventory(spec: str):  # noqa: ANN201 - schemas.inventory.Inventory
+    """``panel1`` or a path to an inventory YAML."""
+    from schemas import inventory
+
+    return inventory.panel1() if spec == "panel1" else inventory.load(spec)
+
+
+def run_sim_source(s: Settings, scenario: str, inventory_spec: str, seed: int, batches: int | None,
+                   realtime: bool, start_ns: int | None) -> int:
+    """Publish the simulator's uploads for ``scenario`` (faults drawn from ``seed``)."""
+    from producers.kafka_producer import AgentProducer
+    from producers.sim import Simulator
+    from producers.sim.scenarios import scenario_faults
+    from producers.sim_publish import publish_sim
+
+    inv = load_inventory(inventory_spec)
+    start = start_ns or (time.time_ns() // 5_000_000_000) * 5_000_000_000
+    try:
+        faults = scenario_faults(scenario, inv, seed, start)
+    except ValueError as err:
+        raise typer.BadParameter(str(err), param_hint="--scenario") from None
+    sim = Simulator(inv, seed=seed, faults=faults, inter_tor="even")
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    stopping = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    return publish_sim(sim, producer, s.fabricscope_topic_prefix, start, batches, realtime, lambda: stopping)
 
 
 def run_up(s: Settings, source: str, workers: int, duration: float) -> None:

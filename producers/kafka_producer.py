@@ -51,7 +51,9 @@ class AgentProducer:
         }
         conf.update(kafka_config or {})
         self._producer = Producer(conf)
-        self._backlog: collections.deque[tuple[str, bytes, bytes | None, str]] = collections.deque()
+        self._backlog: collections.deque[tuple[str, bytes, bytes | None, str, list[tuple[str, bytes]]]] = (
+            collections.deque()
+        )
         self.max_buffered = max_buffered
         self.stats = ProducerStats()
 
@@ -62,9 +64,19 @@ class AgentProducer:
             self.stats.failed += 1
             log.error("batch delivery failed: %s", err)
 
-    def publish(self, topic: str, payload: bytes, schema_key: str, key: str | None = None) -> None:
-        """Queue one batch; never blocks. Serves the delivery callbacks of earlier batches."""
-        self._backlog.append((topic, payload, key.encode() if key else None, schema_key))
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        schema_key: str,
+        key: str | None = None,
+        headers: list[tuple[str, bytes]] | None = None,
+    ) -> None:
+        """Queue one batch; never blocks. Serves the delivery callbacks of earlier batches.
+
+        ``headers`` are added to the schema header (e.g. an idle upload's ``agent_id``/``upload_ns``).
+        """
+        self._backlog.append((topic, payload, key.encode() if key else None, schema_key, headers or []))
         while len(self._backlog) > self.max_buffered:
             self._backlog.popleft()
             self.stats.dropped_oldest += 1
@@ -73,10 +85,10 @@ class AgentProducer:
 
     def _drain(self) -> None:
         while self._backlog:
-            topic, payload, key, schema_key = self._backlog[0]
+            topic, payload, key, schema_key, extra = self._backlog[0]
             try:
                 self._producer.produce(
-                    topic, payload, key=key, headers=headers_for(schema_key), on_delivery=self._on_delivery
+                    topic, payload, key=key, headers=headers_for(schema_key) + extra, on_delivery=self._on_delivery
                 )
             except BufferError:
                 return  # librdkafka's queue is full: keep the rest in our bounded backlog

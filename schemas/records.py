@@ -144,6 +144,34 @@ VERDICT_V1 = RecordSchema(
     ),
 )
 
+# Per job and window: the coverage behind a `blame` answer (R-Pingmesh §5: no answer without coverage).
+COVERAGE_V1 = RecordSchema(
+    "coverage",
+    1,
+    (
+        Field("window_start_ns", "int64"),
+        Field("window_end_ns", "int64"),
+        Field("job_id", "string"),
+        Field("connections_expected", "int64", doc="the job's connections known so far"),
+        Field("connections_probed", "int64", doc="of those, probed in this window"),
+        Field("links_total", "int64", doc="links on the job's paths"),
+        Field("links_covered", "int64", doc="of those, crossed by enough probes"),
+        Field("agents_silent", "string", doc="comma-separated agents silent in the window"),
+        Field("sufficient", "bool", doc="enough coverage to call the network innocent"),
+    ),
+)
+
+# Job metric samples for impact grading (R-Pingmesh §5): e.g. training throughput.
+JOBMETRIC_V1 = RecordSchema(
+    "jobmetric",
+    1,
+    (
+        Field("job_id", "string"),
+        Field("sample_ns", "int64", doc="when the job measured it (ns)"),
+        Field("value", "float64", doc="the job team's metric, e.g. samples/s"),
+    ),
+)
+
 LOOPBACK_V1 = RecordSchema(
     "loopback",
     1,
@@ -226,6 +254,8 @@ SCHEMAS: dict[str, RecordSchema] = {
         PROBE_ENRICHED_V1,
         PATH_V1,
         VERDICT_V1,
+        COVERAGE_V1,
+        JOBMETRIC_V1,
         LOOPBACK_V1,
         HOSTMETRIC_V1,
         HOST_LINK_V1,

@@ -34,9 +34,14 @@ LOOPBACK_RAW = Topic("loopback.raw", 1, "host", "loopback.v1", _RETAIN_7D, "Host
 HOSTMETRICS_RAW = Topic("hostmetrics.raw", 1, "host", "hostmetric.v1", _RETAIN_7D, "hardware monitor samples")
 REGISTRY = Topic("registry", 1, "rnic", "registry.v1", _COMPACTED, "RNIC registry: GID, QPN per RNIC")
 PINGLISTS = Topic("pinglists", 1, "agent_id", "probe.v1", _COMPACTED, "controller pinglists per agent")
+WINDOW_PARTIALS = Topic(
+    "window.partials", 1, "window_start_ns", "", _RETAIN_7D,
+    "per-worker window partials (link counts, failing paths) to the one reducer",
+)
+COVERAGE = Topic("coverage", 1, "job_id", "coverage.v1", {"retention.ms": str(30 * _DAY_MS)}, "blame coverage")
 VERDICTS = Topic("verdicts", 1, "location", "verdict.v1", {"retention.ms": str(30 * _DAY_MS)})
 HOST_LINKS = Topic("host_links", 1, "host", "host_link.v1", {"retention.ms": str(30 * _DAY_MS)})
-JOB_METRICS = Topic("jobs.metrics", 1, "job_id", "", _RETAIN_7D, "job throughput samples for impact grading")
+JOB_METRICS = Topic("jobs.metrics", 1, "job_id", "jobmetric.v1", _RETAIN_7D, "job throughput samples for impact grading")
 GROUND_TRUTH = Topic("sim.truth", 1, "", "", _RETAIN_7D, "simulator fault labels; the analyzer never reads it")
 DEADLETTER = Topic("deadletter", 1, "source_topic", "deadletter.v1", {"retention.ms": str(30 * _DAY_MS)})
 
@@ -48,7 +53,9 @@ ALL_TOPICS: tuple[Topic, ...] = (
     HOSTMETRICS_RAW,
     REGISTRY,
     PINGLISTS,
+    WINDOW_PARTIALS,
     VERDICTS,
+    COVERAGE,
     HOST_LINKS,
     JOB_METRICS,
     GROUND_TRUTH,

@@ -29,6 +29,7 @@ TABLE_OF: dict[str, str] = {
     T.VERDICTS.name: "verdicts",
     T.DEADLETTER.name: "deadletters",
     T.HOST_LINKS.name: "host_links",
+    T.COVERAGE.name: "coverage",
 }
 
 

@@ -1,27 +1,51 @@
 """The Faust app: the whole stream topology at a glance.
 
-    probes.raw ──rtt──▶ probes.enriched ──▶ (sink process) ClickHouse `probes`
-              └──────▶ deadletter       ──▶ (sink process) ClickHouse `deadletters`
+    probes.raw ──rtt (N workers)──▶ probes.enriched ──▶ (sink) ClickHouse `probes`
+        │                        └─▶ deadletter      ──▶ (sink) ClickHouse `deadletters`
+        └─ per window: summarize(rows, paths) ──▶ window.partials (1 partition)
+    paths.traced ──(mirror in every worker)──▶ PathIndex
+    window.partials ──reducer (one owner)──▶ verdicts ──▶ (sink) `verdicts`, chatops
+        registry, jobs.metrics ──(mirror)──▶      └───▶ coverage ──▶ (sink) `coverage`
 
-Analytics live in plain modules (:mod:`streams.rtt`, :mod:`streams.validate`,
-:mod:`streams.probe_batch`); this file is plumbing only. Configuration comes
-from the environment: ``KAFKA_BOOTSTRAP`` (default 127.0.0.1:9092) and
-``FABRICSCOPE_TOPIC_PREFIX`` (default empty; tests use their own).
+Analytics live in plain modules (:mod:`streams.probe_batch`, :mod:`streams.reducer`,
+:mod:`streams.analyzer`); this file is plumbing only. Configuration comes from the
+environment: ``KAFKA_BOOTSTRAP`` (default 127.0.0.1:9092), ``FABRICSCOPE_TOPIC_PREFIX``
+(default empty), ``FABRICSCOPE_JOB_THRESHOLDS`` (JSON ``{"job": {"value": 100.0,
+"higher_is_worse": false}}``) and the Kafka security variables of
+:mod:`fabricscope.settings`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import os
 import sys
 
 import faust
+import pyarrow as pa
 
 from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
+from streams.impact import JobThreshold
+from streams.links import PathIndex
 from streams.probe_batch import process_probe_message
+from streams.reducer import UploadMark, WindowReducer, batch_partials
+from streams.topic_mirror import TopicMirror
+from streams.windows import WINDOW_NS
+
+log = logging.getLogger("fabricscope.app")
 
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 PREFIX = os.environ.get("FABRICSCOPE_TOPIC_PREFIX", "")
+
+
+def _security() -> dict[str, str]:
+    from fabricscope.settings import load  # noqa: PLC0415 - settings are the CLI's; read once here
+
+    return load().kafka_client_config()
+
 
 app = faust.App(
     f"{PREFIX}fabricscope",
@@ -39,27 +63,143 @@ app = faust.App(
     datadir=os.path.join(os.environ.get("FABRICSCOPE_VAR", "var"), "faust"),
 )
 
-probes_raw = app.topic(T.topic_name(T.PROBES_RAW, PREFIX), value_serializer="raw", key_serializer="raw")
-probes_enriched = app.topic(T.topic_name(T.PROBES_ENRICHED, PREFIX), value_serializer="raw", key_serializer="raw")
-deadletter = app.topic(T.topic_name(T.DEADLETTER, PREFIX), value_serializer="raw", key_serializer="raw")
+
+def _topic(t: T.Topic) -> faust.TopicT:
+    return app.topic(T.topic_name(t, PREFIX), value_serializer="raw", key_serializer="raw")
+
+
+probes_raw = _topic(T.PROBES_RAW)
+probes_enriched = _topic(T.PROBES_ENRICHED)
+deadletter = _topic(T.DEADLETTER)
+window_partials = _topic(T.WINDOW_PARTIALS)
+verdicts = _topic(T.VERDICTS)
+coverage = _topic(T.COVERAGE)
+
+# Per-process state, built on first use (the worker's own side readers).
+_paths: PathIndex | None = None
+_paths_mirror: TopicMirror | None = None
+_reducer: WindowReducer | None = None
+_reducer_mirrors: list[TopicMirror] = []
+
+
+def _path_index() -> tuple[PathIndex, TopicMirror]:
+    global _paths, _paths_mirror
+    if _paths is None:
+        _paths = PathIndex()
+        _paths_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.PATHS_TRACED, PREFIX), _paths.update, _security())
+    return _paths, _paths_mirror
+
+
+def _window_reducer() -> tuple[WindowReducer, list[TopicMirror]]:
+    global _reducer
+    if _reducer is None:
+        raw = T.topic_name(T.PROBES_RAW, PREFIX)
+        n_parts = len(_partitions_of(raw))
+        _reducer = WindowReducer(partitions=n_parts,
+                                 idle_s=float(os.environ.get("FABRICSCOPE_PARTITION_IDLE_S", "30")))
+        for name, spec in json.loads(os.environ.get("FABRICSCOPE_JOB_THRESHOLDS", "{}")).items():
+            _reducer.thresholds[name] = JobThreshold(float(spec["value"]), bool(spec.get("higher_is_worse", False)))
+        sec = _security()
+        _reducer_mirrors.extend([
+            TopicMirror(BOOTSTRAP, T.topic_name(T.REGISTRY, PREFIX), _reducer.on_registry, sec),
+            TopicMirror(BOOTSTRAP, T.topic_name(T.JOB_METRICS, PREFIX), _reducer.on_job_metrics, sec),
+        ])
+    return _reducer, _reducer_mirrors
+
+
+def _partitions_of(topic: str) -> dict:
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": BOOTSTRAP, **_security()}).list_topics(topic, timeout=10)
+    return md.topics[topic].partitions
+
+
+def _marks(enriched: pa.Table | None, headers: dict[str, bytes]) -> list[UploadMark]:
+    """Upload marks of a batch: from its rows, or from the agent's headers for an idle heartbeat."""
+    if enriched is not None and enriched.num_rows:
+        g = enriched.group_by(["agent_id", "prober_host"]).aggregate([("upload_ns", "max")])
+        return [UploadMark(a, int(u), h) for a, h, u in
+                zip(g["agent_id"].to_pylist(), g["prober_host"].to_pylist(), g["upload_ns_max"].to_pylist(),
+                    strict=True)]
+    if "agent_id" in headers and "upload_ns" in headers:
+        host = headers.get("host", b"").decode() or None
+        return [UploadMark(headers["agent_id"].decode(), int(headers["upload_ns"]), host)]
+    return []
+
+
+def _mark_headers(m: UploadMark, ws: int | None, partition: int) -> list[tuple[str, bytes]]:
+    return [("agent_id", m.agent_id.encode()), ("upload_ns", str(m.upload_ns).encode()),
+            ("host", (m.host or "").encode()), ("window_start_ns", b"" if ws is None else str(ws).encode()),
+            ("src_partition", str(partition).encode())]
 
 
 @app.agent(probes_raw)
 async def rtt(stream: faust.StreamT) -> None:
-    """Decompose every probe batch (R-Pingmesh §4.2.1) and forward it; bad rows to the dead-letter topic."""
+    """Decompose every probe batch (R-Pingmesh §4.2.1), forward it, and send its window partials."""
+    loop = asyncio.get_running_loop()
     async for event in stream.events():
         msg = event.message
-        result = process_probe_message(
-            event.value, schema_key_from_headers(event.headers), msg.topic, msg.partition, msg.offset
-        )
+        headers = dict(event.headers or {})
+        result = process_probe_message(event.value, schema_key_from_headers(headers), msg.topic, msg.partition,
+                                       msg.offset)
         if result.enriched is not None:
-            await probes_enriched.send(
-                key=event.key, value=encode(result.enriched), headers=headers_for("probe_enriched.v1")
-            )
+            await probes_enriched.send(key=event.key, value=encode(result.enriched),
+                                       headers=headers_for("probe_enriched.v1"))
         if result.dead is not None:
-            await deadletter.send(
-                key=msg.topic.encode(), value=encode(result.dead), headers=headers_for("deadletter.v1")
-            )
+            await deadletter.send(key=msg.topic.encode(), value=encode(result.dead),
+                                  headers=headers_for("deadletter.v1"))
+        paths, mirror = _path_index()
+        await loop.run_in_executor(None, mirror.catch_up)  # every path published before this batch
+        marks = _marks(result.enriched, headers)
+        parts = batch_partials(result.enriched, paths, WINDOW_NS) if result.enriched is not None else {}
+        for m in marks[:-1]:
+            await window_partials.send(key=b"mark", value=b"", headers=_mark_headers(m, None, msg.partition))
+        last = marks[-1] if marks else None
+        for ws, blob in sorted(parts.items()):
+            await window_partials.send(key=str(ws).encode(), value=blob, headers=_mark_headers(last, ws, msg.partition))
+        if last is not None and not parts:
+            await window_partials.send(key=b"mark", value=b"", headers=_mark_headers(last, None, msg.partition))
+
+
+@app.agent(window_partials)
+async def reducer(stream: faust.StreamT) -> None:
+    """Merge the partials of each window once the watermark passes it; emit verdicts and coverage."""
+    loop = asyncio.get_running_loop()
+    async for event in stream.events():
+        h = dict(event.headers or {})
+        red, mirrors = _window_reducer()
+        for mirror in mirrors:
+            await loop.run_in_executor(None, mirror.catch_up)
+        ws = h.get("window_start_ns", b"")
+        mark = UploadMark(h["agent_id"].decode(), int(h["upload_ns"]), h.get("host", b"").decode() or None)
+        part = int(h.get("src_partition", b"0"))
+        await _emit(red.add(mark, int(ws) if ws else None, event.value or None, part))
+
+
+@app.timer(interval=1.0)
+async def close_idle_windows() -> None:
+    """Close windows held only by idle partitions (processing-time idleness; see WindowReducer)."""
+    if _reducer is not None:
+        await _emit(_reducer.close_ready())
+
+
+async def _emit(results: list) -> None:
+    for res in results:
+        if res.verdicts.num_rows:
+            for v in res.verdicts.to_pylist():  # one log line per verdict: few per window
+                log.warning("verdict %s at %s (impact %s, confidence %.2f)", v["kind"], v["location"],
+                            v["impact"], v["confidence"])
+            await verdicts.send(key=b"window", value=encode(res.verdicts), headers=headers_for("verdict.v1"))
+        if res.coverage.num_rows:
+            await coverage.send(key=b"window", value=encode(_as_coverage(res.coverage)),
+                                headers=headers_for("coverage.v1"))
+
+
+def _as_coverage(t: pa.Table) -> pa.Table:
+    from schemas.arrow_pa import arrow_schema
+
+    schema = arrow_schema("coverage.v1")
+    return pa.Table.from_arrays([t[name] for name in schema.names], schema=schema)
 
 
 def run_worker(loglevel: str = "warn") -> None:
