@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
 
-from schemas.codec import headers_for
+from schemas.headers import headers_for
 
 log = logging.getLogger("fabricscope.agent.producer")
 

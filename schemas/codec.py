@@ -13,10 +13,10 @@ from __future__ import annotations
 import pyarrow as pa
 
 from schemas.arrow_pa import SCHEMA_METADATA_KEY, arrow_schema
+from schemas.headers import SCHEMA_HEADER, headers_for, schema_key_from_headers
 from schemas.records import UnknownSchemaError
 
-SCHEMA_HEADER = "schema"
-
+__all__ = ["SCHEMA_HEADER", "decode", "encode", "headers_for", "schema_key_from_headers"]
 
 class CodecError(ValueError):
     """A message could not be decoded; ``str(err)`` is the reason for the dead-letter record."""
@@ -32,22 +32,6 @@ class SchemaMismatchError(CodecError):
 
 class UnknownSchemaVersionError(CodecError):
     """The message names a schema/version this build does not know."""
-
-
-def headers_for(key: str) -> list[tuple[str, bytes]]:
-    """Kafka headers for a message of schema ``key`` (not checked here: the reader checks)."""
-    return [(SCHEMA_HEADER, key.encode())]
-
-
-def schema_key_from_headers(headers: object) -> str | None:
-    """The schema key in Kafka ``headers`` (a list of pairs or a dict), or None."""
-    if headers is None:
-        return None
-    items = headers.items() if isinstance(headers, dict) else headers
-    for k, v in items:
-        if k == SCHEMA_HEADER:
-            return v.decode() if isinstance(v, bytes | bytearray) else str(v)
-    return None
 
 
 def encode(table: pa.Table | pa.RecordBatch) -> bytes:
@@ -82,12 +66,15 @@ def decode(payload: bytes, expected: str | None = None) -> tuple[str, pa.Table]:
     try:
         reader = pa.ipc.open_stream(payload)
         table = reader.read_all()
-    except (pa.ArrowInvalid, pa.ArrowException, OSError) as err:
+        # The IPC reader checks framing, not contents: a corrupt offset or null count reads "fine" and
+        # then crashes (segfaults) the first kernel that trusts it. Full validation turns it into an error.
+        table.validate(full=True)
+    except (pa.ArrowException, OSError, ValueError, IndexError, OverflowError) as err:
         raise TruncatedPayloadError(
-            f"payload of {len(payload)} bytes is not a complete Arrow IPC stream: {err}"
+            f"payload of {len(payload)} bytes is not a complete Arrow IPC stream (truncated or corrupt): {err}"
         ) from None
     meta = table.schema.metadata or {}
-    key = meta.get(SCHEMA_METADATA_KEY, b"").decode() or expected
+    key = meta.get(SCHEMA_METADATA_KEY, b"").decode("utf-8", "replace") or expected
     if not key:
         raise UnknownSchemaVersionError("message names no schema (no 'schema' header, no Arrow metadata)")
     if expected and key != expected:
@@ -107,4 +94,7 @@ def decode(payload: bytes, expected: str | None = None) -> tuple[str, pa.Table]:
     if wrong:
         raise SchemaMismatchError(f"{key}: " + "; ".join(wrong))
     # Arrow does not enforce nullability; the workers' validation does, row by row.
-    return key, pa.Table.from_arrays(table.select(want.names).columns, schema=want)
+    try:
+        return key, pa.Table.from_arrays(table.select(want.names).columns, schema=want)
+    except (pa.ArrowException, ValueError) as err:
+        raise SchemaMismatchError(f"{key}: {err}") from None

@@ -41,7 +41,9 @@ WINDOW_PARTIALS = Topic(
 COVERAGE = Topic("coverage", 1, "job_id", "coverage.v1", {"retention.ms": str(30 * _DAY_MS)}, "blame coverage")
 VERDICTS = Topic("verdicts", 1, "location", "verdict.v1", {"retention.ms": str(30 * _DAY_MS)})
 HOST_LINKS = Topic("host_links", 1, "host", "host_link.v1", {"retention.ms": str(30 * _DAY_MS)})
-JOB_METRICS = Topic("jobs.metrics", 1, "job_id", "jobmetric.v1", _RETAIN_7D, "job throughput samples for impact grading")
+JOB_METRICS = Topic(
+    "jobs.metrics", 1, "job_id", "jobmetric.v1", _RETAIN_7D, "job throughput samples for impact grading"
+)
 GROUND_TRUTH = Topic("sim.truth", 1, "", "", _RETAIN_7D, "simulator fault labels; the analyzer never reads it")
 DEADLETTER = Topic("deadletter", 1, "source_topic", "deadletter.v1", {"retention.ms": str(30 * _DAY_MS)})
 
