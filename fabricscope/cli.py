@@ -19,6 +19,7 @@ def _register() -> None:
 
     cmd_pipeline.register(app)
     __import__("fabricscope.cmd_bench", fromlist=["register"]).register(app)
+    __import__("fabricscope.cmd_demo", fromlist=["register"]).register(app)
     __import__("fabricscope.cmd_diagnose", fromlist=["register"]).register(app)
     __import__("fabricscope.cmd_history", fromlist=["register"]).register(app)
     __import__("fabricscope.cmd_lab", fromlist=["register"]).register(app)

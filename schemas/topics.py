@@ -38,6 +38,10 @@ WINDOW_PARTIALS = Topic(
     "window.partials", 1, "window_start_ns", "", _RETAIN_7D,
     "per-worker window partials (link counts, failing paths) to the one reducer",
 )
+WINDOWS_CLOSED = Topic(
+    "windows.closed", 1, "window_start_ns", "json", _RETAIN_7D,
+    "one JSON summary per analyzed window: timeouts by triage step, verdict count",
+)
 COVERAGE = Topic("coverage", 1, "job_id", "coverage.v1", {"retention.ms": str(30 * _DAY_MS)}, "blame coverage")
 VERDICTS = Topic("verdicts", 1, "location", "verdict.v1", {"retention.ms": str(30 * _DAY_MS)})
 HOST_LINKS = Topic("host_links", 1, "host", "host_link.v1", {"retention.ms": str(30 * _DAY_MS)})
@@ -58,6 +62,7 @@ ALL_TOPICS: tuple[Topic, ...] = (
     WINDOW_PARTIALS,
     VERDICTS,
     COVERAGE,
+    WINDOWS_CLOSED,
     HOST_LINKS,
     JOB_METRICS,
     GROUND_TRUTH,

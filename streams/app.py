@@ -74,6 +74,7 @@ deadletter = _topic(T.DEADLETTER)
 window_partials = _topic(T.WINDOW_PARTIALS)
 verdicts = _topic(T.VERDICTS)
 coverage = _topic(T.COVERAGE)
+windows_closed = _topic(T.WINDOWS_CLOSED)
 
 # Per-process state, built on first use (the worker's own side readers).
 _paths: PathIndex | None = None
@@ -184,7 +185,9 @@ async def close_idle_windows() -> None:
 
 
 async def _emit(results: list) -> None:
-    for res in results:
+    for ws, res in results:
+        summary = {"window_start_ns": ws, "verdicts": res.verdicts.num_rows, **res.stats}
+        await windows_closed.send(key=str(ws).encode(), value=json.dumps(summary).encode())
         if res.verdicts.num_rows:
             for v in res.verdicts.to_pylist():  # one log line per verdict: few per window
                 log.warning("verdict %s at %s (impact %s, confidence %.2f)", v["kind"], v["location"],

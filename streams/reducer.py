@@ -84,7 +84,7 @@ class WindowReducer:
         self.job_metrics = rows if self.job_metrics is None else pa.concat_tables([self.job_metrics, rows])
 
     def add(self, mark: UploadMark, window_start_ns: int | None, partial: bytes | None,
-            partition: int = 0) -> list[WindowResult]:
+            partition: int = 0) -> list[tuple[int, WindowResult]]:
         """One message from a worker: a partial of one window (or none, for an idle heartbeat),
         about a batch read from ``partition`` of ``probes.raw``."""
         now = self.clock()
@@ -120,8 +120,8 @@ class WindowReducer:
         active = [w for w in active if w is not None]
         return min(active) if active else None
 
-    def close_ready(self) -> list[WindowResult]:
-        """Analyze every window the watermark has passed, oldest first."""
+    def close_ready(self) -> list[tuple[int, WindowResult]]:
+        """Analyze every window the watermark has passed, oldest first: ``[(window_start_ns, result)]``."""
         wm = self.watermark()
         if wm is None:
             return []
@@ -131,10 +131,10 @@ class WindowReducer:
             self.closed_before = max(self.closed_before, ws + self.config.window_ns)
             parts = self.pending.pop(ws, None)
             if parts:
-                out.append(analyze_window(merge(parts), registry=self.registry,
-                                          host_last_upload=self.host_last_upload(), state=self.state,
-                                          job_metrics=self.job_metrics, thresholds=self.thresholds,
-                                          config=self.config))
+                out.append((ws, analyze_window(merge(parts), registry=self.registry,
+                                               host_last_upload=self.host_last_upload(), state=self.state,
+                                               job_metrics=self.job_metrics, thresholds=self.thresholds,
+                                               config=self.config)))
         if self.job_metrics is not None and out:
             self.job_metrics = self.job_metrics.filter(
                 pc.greater_equal(self.job_metrics["sample_ns"], self.closed_before))
