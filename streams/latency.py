@@ -38,6 +38,10 @@ class LatencyConfig:
         min_excess_ns: and at least this much over the baseline (20 µs).
         min_samples: successful probes a flow needs in the window (5).
         ewma: weight of a new window in the baseline (0.2); slow windows do not update it.
+        min_baseline_windows: windows a flow's baseline needs before the flow is judged (2).
+            A tail is anomalous relative to the flow's own history; a cross-flow comparison
+            inside one window mistakes scheduler noise (software timestamps on busy hosts)
+            for a fabric fault.
     """
 
     quantile: float = 0.99
@@ -45,6 +49,7 @@ class LatencyConfig:
     min_excess_ns: int = 20_000
     min_samples: int = 5
     ewma: float = 0.2
+    min_baseline_windows: int = 2
 
 
 def _flow_key(t: pa.Table) -> pa.Array:
@@ -87,22 +92,19 @@ def slow_flows(fq: pa.Table, baseline: pa.Table | None, cfg: LatencyConfig = Lat
     if fq.num_rows == 0:
         return fq.append_column("baseline_ns", pa.array([], pa.float64())).append_column(
             "slow", pa.array([], pa.bool_()))
-    med = {}
-    for pl in set(fq["pinglist"].to_pylist()):
-        v = fq.filter(pc.equal(fq["pinglist"], pl))["p99_ns"].to_numpy()
-        med[pl] = float(np.median(v))
-    cohort = pa.array([med[p] for p in fq["pinglist"].to_pylist()], pa.float64())
-    t = fq.append_column("_cohort", cohort)
     if baseline is not None and baseline.num_rows:
-        t = t.join(baseline.select(["flow", "baseline_ns"]), "flow", join_type="left outer").sort_by("flow")
-        base = pc.coalesce(t["baseline_ns"], t["_cohort"])
-        t = t.drop(["baseline_ns"])
+        known = baseline.filter(pc.greater_equal(baseline["windows"], cfg.min_baseline_windows))
+        t = fq.join(known.select(["flow", "baseline_ns"]), "flow", join_type="left outer").sort_by("flow")
     else:
-        base = t["_cohort"]
+        t = fq.append_column("baseline_ns", pa.nulls(fq.num_rows, pa.float64()))
+    has_base = pc.is_valid(t["baseline_ns"]).to_numpy(zero_copy_only=False)
+    b = np.asarray(pc.fill_null(t["baseline_ns"], np.inf).to_numpy(zero_copy_only=False), dtype=np.float64)
+    t = t.drop(["baseline_ns"])
     p99 = t["p99_ns"].to_numpy()
-    b = np.asarray(base.to_numpy(zero_copy_only=False), dtype=np.float64)
-    slow = (p99 > cfg.factor * b) & (p99 - b > cfg.min_excess_ns) & (t["n"].to_numpy() >= cfg.min_samples)
-    return t.drop(["_cohort"]).append_column("baseline_ns", pa.array(b)).append_column("slow", pa.array(slow))
+    enough = t["n"].to_numpy() >= cfg.min_samples
+    slow = has_base & (p99 > cfg.factor * b) & (p99 - b > cfg.min_excess_ns) & enough
+    b = np.where(has_base, b, np.nan)
+    return t.append_column("baseline_ns", pa.array(b)).append_column("slow", pa.array(slow))
 
 
 def latency_cover(marked: pa.Table, vote: VoteConfig = VoteConfig()) -> CoverResult:
@@ -118,15 +120,17 @@ def update_baseline(baseline: pa.Table | None, marked: pa.Table, cfg: LatencyCon
     """New per-flow baseline: EWMA of window P99 over flows that were not slow (ns).
 
     Returns:
-        Table ``flow``, ``baseline_ns``, one row per flow ever seen.
+        Table ``flow``, ``baseline_ns``, ``windows`` (windows that built it), one row per flow ever seen.
     """
     ok = marked.filter(pc.and_(pc.invert(marked["slow"]), pc.greater_equal(marked["n"], cfg.min_samples)))
     new = pa.table({"flow": ok["flow"], "_new": ok["p99_ns"]})
     if baseline is None or baseline.num_rows == 0:
-        return new.rename_columns(["flow", "baseline_ns"]).sort_by("flow")
+        return pa.table({"flow": new["flow"], "baseline_ns": new["_new"],
+                         "windows": pa.array(np.ones(new.num_rows, np.int64))}).sort_by("flow")
     j = baseline.join(new, "flow", join_type="full outer")
     old = j["baseline_ns"]
     upd = pc.coalesce(
         pc.add(pc.multiply(old, 1 - cfg.ewma), pc.multiply(j["_new"], cfg.ewma)), old, j["_new"]
     )
-    return pa.table({"flow": j["flow"], "baseline_ns": upd}).sort_by("flow")
+    n = pc.add(pc.fill_null(j["windows"], 0), pc.cast(pc.is_valid(j["_new"]), pa.int64()))
+    return pa.table({"flow": j["flow"], "baseline_ns": upd, "windows": n}).sort_by("flow")

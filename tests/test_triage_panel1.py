@@ -16,6 +16,7 @@ from streams.impact import JobThreshold
 from streams.links import probe_links
 from streams.partial import summarize
 from streams.triage import TriageConfig
+from streams.windows import WINDOW_NS
 
 START = 1_000 * 20 * S
 FAB = panel1()
@@ -130,7 +131,10 @@ def test_fault_below_the_rnic_rule_is_undetermined_not_guessed():
 
 
 def test_latency_only_fault_is_switch_latency_at_that_link():
-    res = analyze(Faults(slow_links={"B->S2": 200_000}))
+    state = AnalyzerState()
+    for k in range(2):  # a tail is anomalous against the flow's own history: two healthy windows first
+        assert kinds(analyze(Faults(), start=START - (2 - k) * WINDOW_NS, state=state, seed=k)) == []
+    res = analyze(Faults(slow_links={"B->S2": 200_000}), state=state)
     assert kinds(res) == [("switch_latency", "B->S2")]
     v = res.verdicts.to_pylist()[0]
     assert v["failed_probes"] == v["total_probes"] == 8  # slow flows / flows crossing B–S2
