@@ -17,5 +17,6 @@ def schema_key_from_headers(headers: object) -> str | None:
     items = headers.items() if isinstance(headers, dict) else headers
     for k, v in items:
         if k == SCHEMA_HEADER:
-            return v.decode() if isinstance(v, bytes | bytearray) else str(v)
+            # a corrupt header must not crash the reader: bad UTF-8 becomes U+FFFD, then an unknown schema key
+            return bytes(v).decode("utf-8", "replace") if isinstance(v, bytes | bytearray) else str(v)
     return None
