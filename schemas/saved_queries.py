@@ -3,7 +3,10 @@
 A file starts with ``--`` comment lines: a description, then one line per parameter::
 
     -- param since UInt32 604800 seconds back from now (--since 7d)
-    -- param rnic String '' the RNIC id (-p rnic=A3)
+    -- param rnic String required the RNIC id (-p rnic=A3)
+    -- param src_tor String '' only this prober ToR ('' = all)
+
+The third word is the default; ``required`` means the user must give it.
 
 The SQL uses ClickHouse's own parameter syntax ``{since:UInt32}``, so the file runs
 unchanged in ``clickhouse-client --param_since=86400``. :func:`render` replaces each
@@ -38,6 +41,7 @@ class Param:
     type: str
     default: str
     doc: str
+    required: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,9 @@ def _parse(name: str, text: str) -> SavedQuery:
         m = _PARAM_LINE.match(line)
         if m:
             default = m.group(3)
-            params.append(Param(m.group(1), m.group(2), "" if default == "''" else default, m.group(4)))
+            required = default == "required"
+            params.append(Param(m.group(1), m.group(2), "" if default in ("''", "required") else default,
+                                m.group(4), required))
         else:
             doc.append(line[2:].strip())
     declared = {p.name for p in params}
@@ -144,7 +150,7 @@ def render(query: SavedQuery, values: dict[str, str] | None = None) -> str:
         value = values.get(p.name, p.default)
         if p.name == "since":
             value = str(parse_duration(value))
-        if p.type == "String" and value == "" and p.name not in values:
+        if p.required and p.name not in values:
             raise SavedQueryError(f"saved query {query.name} needs -p {p.name}=VALUE ({p.doc})")
         literals[p.name] = _literal(p, value)
     body = "\n".join(line for line in query.sql.splitlines() if not line.lstrip().startswith("--"))

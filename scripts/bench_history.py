@@ -73,13 +73,16 @@ def main() -> None:
         t0 = time.perf_counter()
         n = _load(store, a.rnics, a.per_tor, start, 24 * a.days, a.per_hour, HOUR_NS, a.days * 4)
         print(f"{a.rnics} RNICs, {a.days} days, {n:,} probe rows loaded in {time.perf_counter() - t0:.1f} s")
-        for name in names():
+        runs = [(name, {}) for name in names()]  # each at its own default --since
+        runs.append(("rtt_tor_hourly", {"since": f"{a.days + 1}d", "src_tor": "T01", "dst_tor": "T03"}))
+        runs.append(("rtt_pinglist_hourly", {"since": f"{a.days + 1}d"}))
+        for name, extra in runs:
             q = load(name)
-            sql = render(q, {k: v for k, v in SAMPLE_PARAMS.items() if k in {p.name for p in q.params}}
-                         | {"since": f"{a.days + 1}d"})
+            params = {k: v for k, v in SAMPLE_PARAMS.items() if k in {p.name for p in q.params}} | extra
             t0 = time.perf_counter()
-            rows = store.query_arrow(sql).num_rows
-            print(f"  query {name:22s} {1000 * (time.perf_counter() - t0):8.1f} ms  {rows:7d} rows")
+            rows = store.query_arrow(render(q, params)).num_rows
+            shown = " ".join(f"{k}={v}" for k, v in extra.items()) or "defaults"
+            print(f"  query {name:22s} {shown:40s} {1000 * (time.perf_counter() - t0):8.1f} ms  {rows:8d} rows")
         for t, (rows, b) in sizes(store).items():
             print(f"  {t:16s} {rows:>11,} rows {b / 2**20:9.1f} MiB on disk")
         store.close()

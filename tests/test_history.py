@@ -98,6 +98,7 @@ def test_saved_query_parameters_are_checked_and_quoted():
     assert "toIntervalSecond(3600)" in sql
     with pytest.raises(SavedQueryError, match="needs -p rnic"):
         render_named("rnic_history")
+    assert "'' = ''" in render_named("rtt_tor_hourly")  # optional filters default to all
     with pytest.raises(SavedQueryError, match="has no parameter"):
         render_named("top_suspects", {"bogus": "1"})
     with pytest.raises(SavedQueryError, match="expected an integer"):

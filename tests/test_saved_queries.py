@@ -152,6 +152,9 @@ def test_rtt_per_tor_pair_per_hour(month):
         k = h * 10_000 + int(r["prober_tor"][1:]) * 100 + int(r["responder_tor"][1:])
         assert (r["probes"], r["timeouts"]) == (want_n[k], want_t.get(k, 0))
         assert [r["p50_ns"], r["p99_ns"], r["p999_ns"]] == want_q[k]
+    one_pair = _run(month, "rtt_tor_hourly", since="31d", src_tor="T01", dst_tor="T03")
+    assert one_pair == [r for r in got if (r["prober_tor"], r["responder_tor"]) == ("T01", "T03")]
+    assert len(one_pair) == 24 * DAYS
 
 
 def test_rtt_per_pinglist_per_hour_and_summary(month):

@@ -1,7 +1,7 @@
 -- The verdict timeline of one job with its impact classes: one row per window and
 -- verdict, oldest first; a revised verdict shows its final revision only.
 -- param since UInt32 2592000 seconds back from now (--since 30d)
--- param job String '' the job id (-p job=train-42)
+-- param job String required the job id (-p job=train-42)
 SELECT
     window_start,
     fromUnixTimestamp64Nano(window_end_ns) AS window_end,

@@ -1,7 +1,7 @@
 -- One RNIC's problem history: every verdict naming it (as the RNIC, or as one end of
 -- a suspect link 'a->b'), newest first, with the operator's feedback if any.
 -- param since UInt32 7776000 seconds back from now (--since 90d)
--- param rnic String '' the RNIC id (-p rnic=A3)
+-- param rnic String required the RNIC id (-p rnic=A3)
 SELECT
     v.window_start AS window_start,
     v.kind AS kind,
