@@ -7,17 +7,25 @@ value fails at start with the variable's name and the fix.
 
 from __future__ import annotations
 
+import difflib
+import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ENV_FILE = ".env"
+
+
+class ConfigError(ValueError):
+    """A setting is wrong; the message names the variable (and the file), what is wrong and the fix."""
 
 
 class Settings(BaseSettings):
     """fabricscope's configuration. Every field reads the environment variable of the same name, upper-case."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore")
 
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers host:port[,...]")
     kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
@@ -52,6 +60,61 @@ class Settings(BaseSettings):
         return self.clickhouse_url.get_secret_value() if self.clickhouse_url else None
 
 
+def _secret(name: str) -> bool:
+    ann = str(Settings.model_fields[name].annotation) if name in Settings.model_fields else ""
+    return "SecretStr" in ann
+
+
+def _explain(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        name = str(e["loc"][0]) if e["loc"] else "?"
+        shown = "" if _secret(name) else f"={e.get('input')!r}"
+        lines.append(f"{name.upper()}{shown}: {e['msg']}")
+    return ("invalid setting" + ("s" if len(lines) > 1 else "") + " (environment or .env):\n  "
+            + "\n  ".join(lines) + "\nFix the variable and start again (README, Configuration).")
+
+
+def env_file_typos(path: str | Path = ENV_FILE) -> list[str]:
+    """Keys in the ``.env`` file at ``path`` that look like a misspelt setting (a silent no-op otherwise)."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    fields = [f.upper() for f in Settings.model_fields]
+    out = []
+    for raw in p.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key = line.split("=", 1)[0].strip().removeprefix("export ").strip().upper()
+        if key in fields:
+            continue
+        close = difflib.get_close_matches(key, fields, n=1, cutoff=0.85)
+        if close:
+            out.append(f"{key} in {p} is not a setting; did you mean {close[0]}?")
+    return out
+
+
+def read_settings() -> Settings:
+    """Read and validate settings (environment, then ``.env``).
+
+    Raises:
+        ConfigError: a bad value (the message names the variable, its value unless secret, and the
+            allowed values), or a misspelt key in ``.env``.
+    """
+    typos = env_file_typos()
+    if typos:
+        raise ConfigError("\n".join(typos))
+    try:
+        return Settings()
+    except ValidationError as err:
+        raise ConfigError(_explain(err)) from None
+
+
 def load() -> Settings:
-    """Read settings; a bad value raises pydantic's ValidationError naming the variable."""
-    return Settings()
+    """Settings for a command: on a :class:`ConfigError` print its message (no traceback) and exit 2."""
+    try:
+        return read_settings()
+    except ConfigError as err:
+        print(f"fabricscope: {err}", file=sys.stderr)
+        raise SystemExit(2) from None

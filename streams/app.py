@@ -29,6 +29,7 @@ import pyarrow as pa
 from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
 from streams.impact import JobThreshold
+from streams.kafka_env import faust_credentials
 from streams.links import PathIndex
 from streams.probe_batch import process_probe_message
 from streams.reducer import UploadMark, WindowReducer, batch_partials
@@ -50,6 +51,7 @@ def _security() -> dict[str, str]:
 app = faust.App(
     f"{PREFIX}fabricscope",
     broker=[f"kafka://{b}" for b in BOOTSTRAP.split(",")],
+    broker_credentials=faust_credentials(_security()),  # SASL/TLS: the same variables as every other client
     value_serializer="raw",
     key_serializer="raw",
     web_enabled=False,
@@ -209,3 +211,4 @@ def run_worker(loglevel: str = "warn") -> None:
     """Run one Faust worker of this app in the foreground (more workers share the partitions)."""
     sys.argv = ["fabricscope-worker", "worker", "-l", loglevel, "--without-web"]
     app.main()
+from streams import hostping_agents  # noqa: E402,F401  (Hostping: loopback.raw -> host_links, verdicts)
