@@ -95,7 +95,8 @@ def register(app: typer.Typer) -> None:
 
     @app.command("up")
     def up(
-        source: str = typer.Option("sim", help="probe source: sim | synthetic"),
+        source: str = typer.Option("auto", help="probe source: lab (netns fabric, root) | sim | synthetic; "
+                                    "auto = lab where root and network namespaces work, else sim"),
         workers: int = typer.Option(1, help="Faust workers in the consumer group"),
         duration: float = typer.Option(0, help="stop after this many seconds (0 = until Ctrl-C)"),
     ) -> None:
@@ -240,6 +241,13 @@ def run_sim_source(s: Settings, scenario: str, inventory_spec: str, seed: int, b
     return publish_sim(sim, producer, s.fabricscope_topic_prefix, start, batches, realtime, lambda: stopping)
 
 
+def lab_available() -> bool:
+    """Root and working network namespaces: what the netns fabric lab needs."""
+    if os.geteuid() != 0:
+        return False
+    return subprocess.run(["ip", "netns", "list"], capture_output=True).returncode == 0
+
+
 def run_up(s: Settings, source: str, workers: int, duration: float) -> None:
     """Start everything as child processes, show rows arriving, stop all on Ctrl-C or after ``duration``."""
     from fabricscope.kafka_admin import create_topics
@@ -249,11 +257,21 @@ def run_up(s: Settings, source: str, workers: int, duration: float) -> None:
     if s.kafka_bootstrap.startswith("127.0.0.1") and _kafka("start", s) != 0:
         raise typer.Exit(1)
     create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config())
+    if source == "auto":
+        source = "lab" if lab_available() else "sim"
     exe = [sys.executable, "-m", "fabricscope.cli"]
     children = [subprocess.Popen([*exe, "sink"])]
     children += [subprocess.Popen([*exe, "worker"]) for _ in range(workers)]
-    children.append(subprocess.Popen([*exe, "source", source]))
-    console.print(f"[green]fabricscope up[/green]: source={source}, workers={workers}; Ctrl-C stops")
+    lab = None
+    if source == "lab":
+        from fabricscope.cmd_lab import start_lab_source
+
+        lab = start_lab_source(s.kafka_bootstrap, s.fabricscope_topic_prefix,
+                               directory=s.fabricscope_var / "lab", kafka_config=s.kafka_client_config() or None)
+    else:
+        children.append(subprocess.Popen([*exe, "source", source]))
+    console.print(f"[green]fabricscope up[/green]: source={source}, workers={workers}; Ctrl-C stops"
+                  + ("; inject faults with `fabricscope lab fault ...`" if lab else ""))
     t0 = time.time()
     try:
         with console.status("waiting for rows…") as status:
@@ -264,8 +282,9 @@ def run_up(s: Settings, source: str, workers: int, duration: float) -> None:
                 try:
                     n = query_remote(url, "SELECT count() AS n, countIf(status='timeout') AS timeouts FROM probes")
                     row = n.to_pylist()[0]
+                    v = query_remote(url, "SELECT count() AS n FROM verdicts")["n"][0].as_py()
                     status.update(f"{int(time.time() - t0)} s: {row['n']} probe rows in the store, "
-                                  f"{row['timeouts']} timeouts")
+                                  f"{row['timeouts']} timeouts, {v} verdicts")
                 except Exception:
                     pass
                 if any(c.poll() is not None for c in children):
@@ -274,6 +293,8 @@ def run_up(s: Settings, source: str, workers: int, duration: float) -> None:
     except KeyboardInterrupt:
         pass
     finally:
+        if lab is not None:
+            lab.stop()
         for c in reversed(children):
             if c.poll() is None:
                 c.send_signal(signal.SIGTERM)

@@ -37,6 +37,7 @@ class DemoResult:
     verdicts: list[dict] = field(default_factory=list)
     windows: list[dict] = field(default_factory=list)
     fault_start_ns: int = 0
+    injected_ns: int = 0
 
     def complete_windows(self) -> list[dict]:
         """Summaries of windows that started at or after the fault (the 'first complete window' on)."""
@@ -121,10 +122,10 @@ def run_demo(s: Settings, source: str, scenario: str, seed: int = 1, windows: in
             lab = start_lab_source(s.kafka_bootstrap, prefix, seed=seed, directory=var / "lab",
                                    kafka_config=s.kafka_client_config() or None)
             time.sleep(6)  # one upload of healthy traffic first: baselines and paths
-            t = lab.scenario(scenario, seed=seed)
             now = time.time_ns()
+            t = lab.scenario(scenario, seed=seed)
             result = DemoResult(scenario, source, {"kind": t.kind, "locations": list(t.locations)},
-                                fault_start_ns=(now // WINDOW_NS + 1) * WINDOW_NS)
+                                fault_start_ns=(time.time_ns() // WINDOW_NS + 1) * WINDOW_NS, injected_ns=now)
         deadline = time.time() + timeout_s
         seen = 0
         while time.time() < deadline and len(result.complete_windows()) < windows:
@@ -166,4 +167,4 @@ def _feed_sim(s: Settings, prefix: str, scenario: str, seed: int, windows: int, 
     producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
     # windows + 1 so the last wanted window has uploads past its end, + 2 uploads of grace
     publish_sim(sim, producer, prefix, start, n_batches=(windows + 1) * 4 + 2)
-    return DemoResult(scenario, "sim", {"faults": truth}, fault_start_ns=start)
+    return DemoResult(scenario, "sim", {"faults": truth}, fault_start_ns=start, injected_ns=start)

@@ -38,6 +38,8 @@ class LatencyConfig:
         min_excess_ns: and at least this much over the baseline (20 µs).
         min_samples: successful probes a flow needs in the window (5).
         ewma: weight of a new window in the baseline (0.2); slow windows do not update it.
+        min_tail_samples: samples the tail quantile must have above it (3): with n samples the
+            quantile used is min(quantile, 1 - 3/n), so one outlier is never a tail.
         min_baseline_windows: windows a flow's baseline needs before the flow is judged (2).
             A tail is anomalous relative to the flow's own history; a cross-flow comparison
             inside one window mistakes scheduler noise (software timestamps on busy hosts)
@@ -50,6 +52,7 @@ class LatencyConfig:
     min_samples: int = 5
     ewma: float = 0.2
     min_baseline_windows: int = 2
+    min_tail_samples: int = 3
 
 
 def _flow_key(t: pa.Table) -> pa.Array:
@@ -71,7 +74,7 @@ def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.
     t = flows.append_column("flow", _flow_key(flows))
     t = t.sort_by([("flow", "ascending"), ("bucket", "ascending")])
     key = np.array(t["flow"].to_pylist(), dtype=object)
-    keys, q = _group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), cfg.quantile)
+    keys, q = _group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), cfg.quantile, cfg.min_tail_samples)
     g = t.group_by(["flow", *FLOW_KEYS]).aggregate([("n", "sum")])
     g = g.select(["flow", *FLOW_KEYS, "n_sum"]).rename_columns(["flow", *FLOW_KEYS, "n"])
     g = g.group_by(["flow"], use_threads=False).aggregate(

@@ -143,8 +143,14 @@ def host_delay_p50(delays: pa.Table) -> dict[tuple[str, str], float]:
                             strict=True)}
 
 
-def _group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
-    """Quantile per group of sorted (key, bucket) histogram rows; returns (keys, values in ns)."""
+def _group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
+                    min_tail: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Quantile per group of sorted (key, bucket) histogram rows; returns (keys, values in ns).
+
+    With ``min_tail`` > 0 a group of ``total`` samples uses ``min(q, 1 - min_tail/total)``: the
+    highest quantile that still has ``min_tail`` samples above it (the P99 of 15 samples is
+    their maximum, i.e. one outlier).
+    """
     uniq, start = np.unique(key, return_index=True)
     order = np.argsort(start)
     uniq, start = uniq[order], start[order]
@@ -152,7 +158,8 @@ def _group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float
     cum = np.cumsum(n)
     base = np.where(start > 0, cum[start - 1], 0)
     total = cum[end - 1] - base
-    target = base + np.ceil(q * total).astype(np.int64)
+    q_eff = np.minimum(q, 1.0 - min_tail / np.maximum(total, 1)) if min_tail else np.full(len(total), q)
+    target = base + np.ceil(q_eff * total).astype(np.int64)
     pos = np.searchsorted(cum, target, side="left")
     pos = np.minimum(np.maximum(pos, start), end - 1)
     return uniq, bucket_value(bucket[pos])
