@@ -11,8 +11,15 @@ import numpy as np
 from schemas.records import PROBE_V1
 
 
-def bulk_probe_columns(n_rows: int, seed: int, start_ns: int, agent_id: str = "h0", seq0: int = 0,
-                       n_rnics: int = 64, timeout_rate: float = 0.001) -> dict[str, object]:
+def bulk_probe_columns(
+    n_rows: int,
+    seed: int,
+    start_ns: int,
+    agent_id: str = "h0",
+    seq0: int = 0,
+    n_rnics: int = 64,
+    timeout_rate: float = 0.001,
+) -> dict[str, object]:
     """``n_rows`` probe.v1 rows spread over 5 s from ``start_ns`` with realistic ns readings.
 
     Network RTT ~ U(5, 15) µs, responder delay ~ U(1, 4) µs, prober delay ~ U(2, 8) µs;
@@ -58,7 +65,12 @@ def bulk_probe_columns(n_rows: int, seed: int, start_ns: int, agent_id: str = "h
         "qpn": np.full(n_rows, 1000, dtype=np.uint32),
         "gid_index": np.full(n_rows, 3, dtype=np.uint16),
         "job_id": np.full(n_rows, None, dtype=object),
-        "t1": t1, "t2": t2, "t3": masked(t3), "t4": masked(t4), "t5": masked(t5), "t6": masked(t6),
+        "t1": t1,
+        "t2": t2,
+        "t3": masked(t3),
+        "t4": masked(t4),
+        "t5": masked(t5),
+        "t6": masked(t6),
         "ts_source": np.full(n_rows, "hardware", dtype=object),
         "status": np.where(timeout, "timeout", "ok").astype(object),
     }

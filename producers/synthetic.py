@@ -57,15 +57,32 @@ def synthetic_batch(
         t5 = t2 + net + resp
         t6 = t5 - prober_clock + (pd - pd // 2)
         row = {
-            "agent_id": agent_id, "upload_ns": start_ns + 5_000_000_000, "seq": seq0 + i,
-            "pinglist": "tor_mesh", "prober_host": host, "prober_rnic": src,
-            "responder_host": dst.split("-")[0], "responder_rnic": dst,
-            "src_ip": "10.0.0.1", "dst_ip": "10.0.0.2", "src_port": 49152 + (i % 64), "dst_port": 4791,
-            "flow_label": i % 64, "traffic_class": 26, "priority": 3, "qpn": 1000, "gid_index": 3,
-            "job_id": None, "t1": t1, "t2": t2,
-            "t3": None if timeout else t3, "t4": None if timeout else t4,
-            "t5": None if timeout else t5, "t6": None if timeout else t6,
-            "ts_source": "hardware", "status": "timeout" if timeout else "ok",
+            "agent_id": agent_id,
+            "upload_ns": start_ns + 5_000_000_000,
+            "seq": seq0 + i,
+            "pinglist": "tor_mesh",
+            "prober_host": host,
+            "prober_rnic": src,
+            "responder_host": dst.split("-")[0],
+            "responder_rnic": dst,
+            "src_ip": "10.0.0.1",
+            "dst_ip": "10.0.0.2",
+            "src_port": 49152 + (i % 64),
+            "dst_port": 4791,
+            "flow_label": i % 64,
+            "traffic_class": 26,
+            "priority": 3,
+            "qpn": 1000,
+            "gid_index": 3,
+            "job_id": None,
+            "t1": t1,
+            "t2": t2,
+            "t3": None if timeout else t3,
+            "t4": None if timeout else t4,
+            "t5": None if timeout else t5,
+            "t6": None if timeout else t6,
+            "ts_source": "hardware",
+            "status": "timeout" if timeout else "ok",
         }
         for k, v in row.items():
             cols[k].append(v)
@@ -83,7 +100,8 @@ def synthetic_stream(
         t = start_ns + k * 5_000_000_000
         for hi, (h, rnics) in enumerate(names.items()):
             peers = [r for r in every if r not in rnics]
-            cols = synthetic_batch(h, rnics, peers, t, probes_per_batch, seed=seed * 1_000_003 + hi * 1009 + k,
-                                   seq0=k * probes_per_batch)
+            cols = synthetic_batch(
+                h, rnics, peers, t, probes_per_batch, seed=seed * 1_000_003 + hi * 1009 + k, seq0=k * probes_per_batch
+            )
             yield h, encode_columns(PROBE, cols)
         k += 1
