@@ -1,4 +1,5 @@
-"""Host agents: controller/pinglists, probe backends (sim, udp, verbs), tracer, loopback, hardware monitor, Kafka producer.
+"""Host agents: controller/pinglists, probe backends (sim, udp, verbs), tracer, loopback, hardware monitor,
+Kafka producer.
 
 Agent processes never import pyarrow (DESIGN.md): batches are built with nanoarrow.
 """
