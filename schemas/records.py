@@ -231,6 +231,21 @@ REGISTRY_V1 = RecordSchema(
     ),
 )
 
+# One host's intra-host topology and healthy loopback baseline (Hostping §4.1), published by its agent
+# to a compacted topic keyed by host: the last record per host is the one the host-link worker uses.
+HOST_TOPOLOGY_V1 = RecordSchema(
+    "host_topology",
+    1,
+    _UPLOAD
+    + (
+        Field("host", "string"),
+        Field("topology", "string", doc="JSON of schemas.intrahost.IntraHostTopology (schemas.host_topology)"),
+        Field("baseline", "string", doc="JSON {rnics, endpoints, gbps}: the healthy bandwidth matrix (Gb/s)"),
+        Field("rnic_config", "string", nullable=True,
+              doc="JSON rnic -> {slow_start, tx_window} when the RNIC registers were read; null otherwise"),
+    ),
+)
+
 # Dead letters keep the record's reason next to the original payload.
 DEADLETTER_V1 = RecordSchema(
     "deadletter",
@@ -261,6 +276,7 @@ SCHEMAS: dict[str, RecordSchema] = {
         HOST_LINK_V1,
         REGISTRY_V1,
         DEADLETTER_V1,
+        HOST_TOPOLOGY_V1,
     )
 }
 

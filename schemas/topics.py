@@ -49,6 +49,10 @@ JOB_METRICS = Topic(
     "jobs.metrics", 1, "job_id", "jobmetric.v1", _RETAIN_7D, "job throughput samples for impact grading"
 )
 GROUND_TRUTH = Topic("sim.truth", 1, "", "", _RETAIN_7D, "simulator fault labels; the analyzer never reads it")
+HOSTS_TOPOLOGY = Topic(
+    "hosts.topology", 1, "host", "host_topology.v1", _COMPACTED,
+    "Hostping: each host's intra-host topology and healthy loopback baseline (last per host wins)",
+)
 DEADLETTER = Topic("deadletter", 1, "source_topic", "deadletter.v1", {"retention.ms": str(30 * _DAY_MS)})
 
 ALL_TOPICS: tuple[Topic, ...] = (
@@ -67,6 +71,7 @@ ALL_TOPICS: tuple[Topic, ...] = (
     JOB_METRICS,
     GROUND_TRUTH,
     DEADLETTER,
+    HOSTS_TOPOLOGY,
 )
 
 

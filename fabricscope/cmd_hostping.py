@@ -1,0 +1,140 @@
+"""``fabricscope source hostping-sim``: Hostping sim hosts as a source (topology, bus readings, loopback).
+
+The pipeline's ``source`` command (:mod:`fabricscope.cmd_pipeline`) dispatches on its KIND
+argument; this module extends it with the ``hostping-sim`` kind and its options (``--pattern``,
+``--rounds``, ``--round-interval``, ``--host-prefix``) without touching that module: it wraps
+the registered callback, keeps every original option, and hands any other kind back to it.
+
+    fabricscope source hostping-sim --pattern rnic_pcie_link_failure \\
+        --pattern memory_channel_flapping --rounds 3 --no-realtime
+"""
+
+from __future__ import annotations
+
+import inspect
+import signal
+import time
+import typing
+from collections.abc import Callable
+
+import typer
+from rich.console import Console
+
+from fabricscope.settings import Settings, load
+
+console = Console(stderr=True)
+KIND = "hostping-sim"
+ROUND_NS = 5_000_000_000
+
+
+def run_hostping_sim(
+    s: Settings,
+    patterns: list[str],
+    rounds: int,
+    interval_s: float,
+    host_prefix: str,
+    seed: int,
+    realtime: bool,
+    start_ns: int | None,
+) -> int:
+    """Publish each pattern's host topology, then ``rounds`` rounds of bus readings and loopback batches.
+
+    Returns the number of messages published. Raises :class:`typer.BadParameter` for an unknown
+    pattern and :class:`typer.Exit` (1) when the broker did not take every message within 30 s.
+    """
+    from producers.hostping.sim_source import PATTERNS, sim_uploads
+    from producers.kafka_producer import AgentProducer
+    from schemas.topics import ALL_TOPICS, topic_name
+
+    unknown = [p for p in patterns if p not in PATTERNS]
+    if unknown or not patterns:
+        raise typer.BadParameter(f"unknown {unknown or 'no'} pattern; choose from: {', '.join(PATTERNS)}",
+                                 param_hint="--pattern")
+    if rounds < 1:
+        raise typer.BadParameter(f"must be >= 1, got {rounds}", param_hint="--rounds")
+    names = {t.name: topic_name(t, s.fabricscope_topic_prefix) for t in ALL_TOPICS}
+    start = start_ns or (time.time_ns() // ROUND_NS) * ROUND_NS
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    stopping = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    sent, last_round = 0, -1
+    for rnd, up in sim_uploads(patterns, rounds, start, int(interval_s * 1e9), host_prefix, seed):
+        if stopping:
+            break
+        if realtime and rnd > last_round >= 0:
+            producer.flush()
+            time.sleep(interval_s)
+        last_round = max(last_round, rnd)
+        producer.publish(names[up.topic], up.payload, up.schema, key=up.key)
+        sent += 1
+    left = producer.flush()
+    hosts = ", ".join(f"{host_prefix}-{p}" for p in patterns)
+    console.print(f"hostping-sim: {sent} messages ({rounds} rounds) for {hosts}")
+    if left:
+        console.print(f"[red]{left} messages not delivered to {s.kafka_bootstrap}[/red]")
+        raise typer.Exit(1)
+    return sent
+
+
+def _extra_params() -> list[inspect.Parameter]:
+    kw = inspect.Parameter.KEYWORD_ONLY
+    return [
+        inspect.Parameter("pattern", kw, annotation=list[str], default=typer.Option(
+            [], "--pattern", help=f"{KIND}: Hostping pattern, repeatable, one sim host each "
+                                  "(rnic_pcie_link_failure, memory_channel_flapping, upi_overload, ...)")),
+        inspect.Parameter("rounds", kw, annotation=int, default=typer.Option(
+            3, "--rounds", help=f"{KIND}: loopback rounds per host")),
+        inspect.Parameter("round_interval", kw, annotation=float, default=typer.Option(
+            30.0, "--round-interval", help=f"{KIND}: seconds of event time between rounds")),
+        inspect.Parameter("host_prefix", kw, annotation=str, default=typer.Option(
+            "sim", "--host-prefix", help=f"{KIND}: hosts are named PREFIX-PATTERN")),
+    ]
+
+
+def _with_hostping(original: Callable[..., object]) -> Callable[..., object]:
+    """``original`` (the pipeline's ``source``) extended with the ``hostping-sim`` kind and its options."""
+    extra = _extra_params()
+    names = [p.name for p in extra]
+    sig = inspect.signature(original, eval_str=True)
+    hints = typing.get_type_hints(original)
+
+    def source(**kw: object) -> object:
+        mine = {n: kw.pop(n) for n in names}
+        if kw.get("kind") != KIND:
+            if mine["pattern"]:
+                raise typer.BadParameter(f"only the {KIND} source takes it", param_hint="--pattern")
+            return original(**kw)
+        start = kw.get("start_ns")
+        run_hostping_sim(load(), list(mine["pattern"]), int(mine["rounds"]),  # type: ignore[call-overload,arg-type]
+                         float(mine["round_interval"]), str(mine["host_prefix"]),  # type: ignore[arg-type]
+                         int(kw.get("seed", 1)), bool(kw.get("realtime", True)),  # type: ignore[call-overload]
+                         int(start) if start else None)  # type: ignore[call-overload]
+        return None
+
+    source.__signature__ = sig.replace(parameters=[*sig.parameters.values(), *extra])  # type: ignore[attr-defined]
+    source.__annotations__ = {**hints, **{p.name: p.annotation for p in extra}}
+    source.__doc__ = (original.__doc__ or "").rstrip() + (
+        f" {KIND}: Hostping sim hosts (hosts.topology, hostmetrics.raw bus readings, loopback.raw).")
+    source.__name__ = "source"
+    return source
+
+
+def register(app: typer.Typer) -> None:
+    """Extend the registered ``source`` command with ``hostping-sim`` (or add ``source`` if there is none)."""
+    for info in app.registered_commands:
+        if info.name == "source" or (info.name is None and getattr(info.callback, "__name__", "") == "source"):
+            info.callback = _with_hostping(info.callback)  # type: ignore[arg-type]
+            return
+
+    def source(kind: str = typer.Argument(KIND, help=f"only {KIND} here"), seed: int = 1,
+               realtime: bool = True, start_ns: int = 0) -> None:
+        """Publish agent uploads from a source."""
+        if kind != KIND:
+            raise typer.BadParameter(f"unknown source {kind!r}; available: {KIND}", param_hint="KIND")
+
+    app.command("source")(_with_hostping(source))
