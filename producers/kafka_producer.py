@@ -1,15 +1,20 @@
 """The agent's Kafka producer: idempotent, acks=all, with a bounded local buffer.
 
-When the broker is unreachable, librdkafka queues messages locally; the queue is
-bounded (``queue.buffering.max.messages``) and :meth:`AgentProducer.publish`
-never blocks the prober: when the queue is full the oldest pending batch is
-dropped first and counted (issue 8, "Delivery").
+When the broker is unreachable, batches wait locally and :meth:`AgentProducer.publish`
+never blocks the prober. The bound is ``max_buffered`` batches in all: a few
+(``in_flight_max``: a tenth, at most 10 000) are handed to librdkafka, which never expires
+them (``message.timeout.ms`` = 0) and delivers them first when the broker is
+back; the rest wait in a deque, and when that is full the oldest of them is
+dropped first and counted (``stats.dropped_oldest``; logged). librdkafka's own
+queue cannot drop its oldest, so it is kept small: otherwise the bound would be
+twice ``max_buffered`` and the drops would fall in the middle (issue 8, "Delivery").
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import time
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException, Producer
@@ -46,7 +51,7 @@ class AgentProducer:
             "linger.ms": 5,
             "compression.type": "lz4",
             "message.max.bytes": 16 * 1024 * 1024,
-            "queue.buffering.max.messages": max_buffered,
+            "queue.buffering.max.messages": max(1, min(10_000, max_buffered // 10)),
             "message.timeout.ms": 0,  # never expire a queued batch: the buffer bound drops the oldest instead
         }
         conf.update(kafka_config or {})
@@ -55,6 +60,7 @@ class AgentProducer:
             collections.deque()
         )
         self.max_buffered = max_buffered
+        self.in_flight_max = int(conf["queue.buffering.max.messages"])
         self.stats = ProducerStats()
 
     def _on_delivery(self, err: object, _msg: object) -> None:
@@ -77,9 +83,12 @@ class AgentProducer:
         ``headers`` are added to the schema header (e.g. an idle upload's ``agent_id``/``upload_ns``).
         """
         self._backlog.append((topic, payload, key.encode() if key else None, schema_key, headers or []))
-        while len(self._backlog) > self.max_buffered:
+        while self._backlog and len(self._backlog) + len(self._producer) > self.max_buffered:
             self._backlog.popleft()
             self.stats.dropped_oldest += 1
+            if self.stats.dropped_oldest % 100 == 1:
+                log.warning("broker unreachable and %d batches buffered: dropped the oldest (%d dropped so far)",
+                            self.max_buffered, self.stats.dropped_oldest)
         self._drain()
         self._producer.poll(0)
 
@@ -99,6 +108,15 @@ class AgentProducer:
             self.stats.published += 1
 
     def flush(self, timeout: float = 30.0) -> int:
-        """Send everything queued; returns the number of batches still undelivered."""
-        self._drain()
-        return self._producer.flush(timeout) + len(self._backlog)
+        """Send everything queued, the local backlog too; returns the number of batches still undelivered.
+
+        Blocks up to ``timeout`` seconds (agents call it only at exit).
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self._drain()
+            left = max(0.0, deadline - time.monotonic())
+            # with a backlog, flush in short steps so it moves into librdkafka as the queue empties
+            pending = self._producer.flush(min(left, 0.5) if self._backlog else left)
+            if (pending == 0 and not self._backlog) or time.monotonic() >= deadline:
+                return pending + len(self._backlog)

@@ -269,3 +269,36 @@ def _raw_rows(bootstrap: str, topic: str) -> int:
     c.close()
     assert seen == total, f"read {seen} of {total} messages of {topic}"
     return rows
+
+
+def test_agent_buffer_is_bounded_drops_the_oldest_waiting_and_never_blocks(tmp_path):
+    """60 uploads while no broker runs, buffer of 20: the 2 handed to librdkafka and the newest 18 arrive."""
+    from confluent_kafka import Consumer
+
+    broker = PrivateBroker(tmp_path / "kvar")  # ports chosen, broker not started yet: "unreachable"
+    producer = AgentProducer(broker.bootstrap, max_buffered=20)
+    assert producer.in_flight_max == 2
+    took = []
+    for i in range(60):
+        t0 = time.perf_counter()
+        producer.publish("b.probes.raw", str(i).encode(), "probe.v1", key="h0")
+        took.append(time.perf_counter() - t0)
+    assert max(took) < 0.05, f"publish blocked: {max(took):.3f} s"
+    assert producer.stats.dropped_oldest == 40
+    try:
+        broker.start()
+        create_topics(broker.bootstrap, "b.")
+        assert producer.flush(60) == 0
+        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "check", "auto.offset.reset": "earliest"})
+        c.subscribe(["b.probes.raw"])
+        got: list[int] = []
+        deadline = time.time() + 30
+        while len(got) < 20 and time.time() < deadline:
+            got += [int(m.value()) for m in c.consume(50, timeout=1) if not m.error()]
+        c.close()
+        assert got == [0, 1, *range(42, 60)]
+        assert producer.stats.delivered == 20
+        print(f"60 uploads with the broker down, buffer 20: delivered {got[:2]} + {got[2]}..{got[-1]}, "
+              f"dropped {producer.stats.dropped_oldest}, slowest publish {max(took) * 1000:.2f} ms")
+    finally:
+        broker.cleanup()
