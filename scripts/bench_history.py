@@ -65,6 +65,7 @@ def main() -> None:
     ap.add_argument("--rate-rnics", type=int, default=48)
     ap.add_argument("--rate-minutes", type=int, default=5)
     ap.add_argument("--rate", type=int, default=150, help="probes/s per RNIC")
+    ap.add_argument("--queries-only", action="store_true", help="skip the final merge and the paper-rate part")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         store = ChdbStore(Path(tmp) / "q")
@@ -83,6 +84,9 @@ def main() -> None:
             rows = store.query_arrow(render(q, params)).num_rows
             shown = " ".join(f"{k}={v}" for k, v in extra.items()) or "defaults"
             print(f"  query {name:22s} {shown:40s} {1000 * (time.perf_counter() - t0):8.1f} ms  {rows:8d} rows")
+        if a.queries_only:
+            store.close()
+            return
         for t, (rows, b) in sizes(store).items():
             print(f"  {t:16s} {rows:>11,} rows {b / 2**20:9.1f} MiB on disk")
         store.close()
