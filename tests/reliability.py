@@ -129,7 +129,7 @@ class PrivateBroker:
     ``FABRICSCOPE_VAR`` and at other ports through ``KAFKA_PORT``/``KAFKA_CONTROLLER_PORT``.
     """
 
-    def __init__(self, var: Path) -> None:
+    def __init__(self, var: Path, extra_env: dict[str, str] | None = None) -> None:
         self.var = var
         self.port = free_port()
         self.controller_port = free_port()
@@ -141,7 +141,7 @@ class PrivateBroker:
                 raise RuntimeError(f"no Kafka jars at {shared_libs}: run infra/kafka/kafka.sh install")
             os.symlink(shared_libs, kafka / "libs")
         self.env = {**os.environ, "FABRICSCOPE_VAR": str(var), "KAFKA_PORT": str(self.port),
-                    "KAFKA_CONTROLLER_PORT": str(self.controller_port)}
+                    "KAFKA_CONTROLLER_PORT": str(self.controller_port), **(extra_env or {})}
 
     @property
     def bootstrap(self) -> str:

@@ -146,3 +146,45 @@ def test_subprocess_calls_take_argument_lists_never_shell_strings():
                     if node.args and isinstance(node.args[0], ast.Constant | ast.JoinedStr | ast.BinOp):
                         bad.append(f"{where} command is a string")
     assert bad == []
+
+
+@pytest.mark.kafka
+def test_the_whole_pipeline_runs_on_a_sasl_broker_and_never_logs_the_password(kafka_bootstrap, tmp_path):
+    """A private SASL_PLAINTEXT/PLAIN broker: agent producer, topics, Faust worker and sink all authenticate
+    from the same variables; a wrong password delivers nothing; no log line holds the password."""
+    from reliability import PrivateBroker, store_counts
+
+    from fabricscope.kafka_admin import create_topics
+    from producers.kafka_producer import AgentProducer
+    from schemas.arrow_nano import encode_columns
+
+    from conftest import Processes, wait_for
+    from probe_rows import columns, known_rows
+
+    broker = PrivateBroker(tmp_path / "kvar",
+                           {"KAFKA_SASL_PLAIN_USER": "fs-agent", "KAFKA_SASL_PLAIN_PASSWORD": SECRET})
+    broker.start()
+    procs = Processes({**os.environ, **SASL, "KAFKA_BOOTSTRAP": broker.bootstrap, "FABRICSCOPE_TOPIC_PREFIX": "s.",
+                       "FABRICSCOPE_VAR": str(tmp_path / "var")}, tmp_path)
+    try:
+        props = broker.var / "kafka" / "server.properties"
+        assert oct(props.stat().st_mode & 0o777) == "0o600"
+        conf = Settings(**{k.lower(): v for k, v in SASL.items()}).kafka_client_config()
+        assert not broker.answers()  # plaintext clients are refused
+        create_topics(broker.bootstrap, "s.", conf)
+        wrong = AgentProducer(broker.bootstrap, kafka_config={**conf, "sasl.password": "wrong"})
+        wrong.publish("s.probes.raw", b"x", "probe.v1")
+        assert wrong.flush(3) == 1
+        p = AgentProducer(broker.bootstrap, kafka_config=conf)
+        p.publish("s.probes.raw", encode_columns("probe.v1", columns(known_rows()[0])), "probe.v1", key="H1")
+        assert p.flush(30) == 0
+        procs.start("sink")
+        procs.start("worker")
+        wait_for(lambda: store_counts(tmp_path / "var" / "clickhouse") == (3, 3), timeout=90,
+                 what="3 rows through the SASL broker")
+    finally:
+        procs.stop_all()
+        broker.cleanup()
+    logs = "".join(f.read_text() for f in tmp_path.glob("*.log"))
+    assert "Sending username and password in the clear" in logs  # aiokafka's SASL PLAIN warning: Faust used it
+    assert SECRET not in logs

@@ -4,6 +4,10 @@
 #   infra/kafka/kafka.sh install|start|stop|status
 # Idempotent: `start` reuses a broker that already answers; `stop` is quiet
 # when nothing runs.
+# Env: FABRICSCOPE_VAR (data dir parent), KAFKA_PORT, KAFKA_CONTROLLER_PORT;
+# KAFKA_SASL_PLAIN_USER + KAFKA_SASL_PLAIN_PASSWORD make the client listener
+# SASL_PLAINTEXT with PLAIN and that one user (tests of the SASL path; the
+# password goes only into server.properties, mode 600, never on a command line).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -26,12 +30,17 @@ answers() {
   # A TCP accept on the listener is not enough: ask for metadata.
   timeout 5 bash -c "exec 3<>/dev/tcp/127.0.0.1/$port" 2>/dev/null || return 1
   python3 - "$port" <<'PY' 2>/dev/null
-import sys
+import os, sys
 try:
     from confluent_kafka.admin import AdminClient
 except ImportError:  # bare TCP check is all we can do before the venv exists
     sys.exit(0)
-md = AdminClient({"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}"}).list_topics(timeout=5)
+conf = {"bootstrap.servers": f"127.0.0.1:{sys.argv[1]}"}
+if os.environ.get("KAFKA_SASL_PLAIN_USER"):
+    conf.update({"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                 "sasl.username": os.environ["KAFKA_SASL_PLAIN_USER"],
+                 "sasl.password": os.environ.get("KAFKA_SASL_PLAIN_PASSWORD", "")})
+md = AdminClient(conf).list_topics(timeout=5)
 sys.exit(0 if md.brokers else 1)
 PY
 }
@@ -49,14 +58,18 @@ start() {
     echo "kafka: already running on 127.0.0.1:$port"; return 0
   fi
   mkdir -p "$var/data"
+  local proto=PLAINTEXT
+  if [ -n "${KAFKA_SASL_PLAIN_USER:-}" ]; then proto=SASL_PLAINTEXT; fi
+  (umask 077; : > "$var/server.properties")
   cat > "$var/server.properties" <<PROPS
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$cport
-listeners=PLAINTEXT://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
-advertised.listeners=PLAINTEXT://127.0.0.1:$port
+listeners=$proto://127.0.0.1:$port,CONTROLLER://127.0.0.1:$cport
+advertised.listeners=$proto://127.0.0.1:$port
+inter.broker.listener.name=$proto
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,$proto:$proto
 log.dirs=$var/data
 num.partitions=1
 offsets.topic.replication.factor=1
@@ -66,6 +79,14 @@ share.coordinator.state.topic.replication.factor=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 PROPS
+  if [ "$proto" = SASL_PLAINTEXT ]; then
+    local u="$KAFKA_SASL_PLAIN_USER" pw="${KAFKA_SASL_PLAIN_PASSWORD:-}"
+    cat >> "$var/server.properties" <<PROPS
+sasl.enabled.mechanisms=PLAIN
+sasl.mechanism.inter.broker.protocol=PLAIN
+listener.name.sasl_plaintext.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required username="$u" password="$pw" user_$u="$pw";
+PROPS
+  fi
   local cp="$libs/*"
   if [ ! -f "$var/data/meta.properties" ]; then
     local id; id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
