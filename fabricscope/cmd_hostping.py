@@ -121,15 +121,20 @@ def _with_hostping(original: Callable[..., object]) -> Callable[..., object]:
     source.__doc__ = (original.__doc__ or "").rstrip() + (
         f" {KIND}: Hostping sim hosts (hosts.topology, hostmetrics.raw bus readings, loopback.raw).")
     source.__name__ = "source"
+    source.hostping = True  # type: ignore[attr-defined]
     return source
 
 
 def register(app: typer.Typer) -> None:
     """Extend the registered ``source`` command with ``hostping-sim`` (or add ``source`` if there is none)."""
-    for info in app.registered_commands:
+    found = False
+    for info in app.registered_commands:  # registering twice (tests) adds a second `source`: wrap each once
         if info.name == "source" or (info.name is None and getattr(info.callback, "__name__", "") == "source"):
-            info.callback = _with_hostping(info.callback)  # type: ignore[arg-type]
-            return
+            found = True
+            if not getattr(info.callback, "hostping", False):
+                info.callback = _with_hostping(info.callback)  # type: ignore[arg-type]
+    if found:
+        return
 
     def source(kind: str = typer.Argument(KIND, help=f"only {KIND} here"), seed: int = 1,
                realtime: bool = True, start_ns: int = 0) -> None:

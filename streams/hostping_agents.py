@@ -1,13 +1,14 @@
 """Faust wiring of Hostping (imported at the end of :mod:`streams.app`).
 
-    hosts.topology (compacted) ──(mirror in the worker)──┐
-    hostmetrics.raw (bus_util rows) ──(mirror)───────────┤
-    loopback.raw ──hostlink (one owner: 1 partition)─────┴──▶ host_links ──▶ (sink) `host_links`
-                                                          └──▶ verdicts   ──▶ (sink) `verdicts`
-                                                          └──▶ deadletter (hosts with no topology)
+    hosts.topology (compacted) ──(mirror, from the start)──────┐
+    hostmetrics.raw (bus_util rows) ──(mirror, last 10 min)────┤
+    loopback.raw ──hostlink (one owner: 1 partition)───────────┴──▶ host_links ──▶ (sink) `host_links`
+                                                                └──▶ verdicts   ──▶ (sink) `verdicts`
+                                                                └──▶ deadletter (hosts with no topology)
 
 The analytics are :class:`streams.hostping_stream.HostpingStream`; this file is plumbing only.
-``FABRICSCOPE_HOSTPING_IMPACT`` (default P2) sets the impact class of Hostping verdicts.
+``FABRICSCOPE_HOSTPING_IMPACT`` (default P2) sets the impact class of Hostping verdicts;
+``FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S`` (default 600) how far back a starting worker reads bus readings.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from schemas.codec import CodecError, decode, encode, headers_for, schema_key_fr
 from streams.app import BOOTSTRAP, PREFIX, _security, _topic, app, deadletter, verdicts
 from streams.deadletter import whole_message
 from streams.hostping_stream import HostpingStream
+from streams.recent_mirror import RecentTopicMirror
 from streams.topic_mirror import TopicMirror
 
 log = logging.getLogger("fabricscope.hostping")
@@ -42,7 +44,8 @@ def _hostping() -> tuple[HostpingStream, list[TopicMirror]]:
         sec = _security()
         _mirrors.extend([
             TopicMirror(BOOTSTRAP, T.topic_name(T.HOSTS_TOPOLOGY, PREFIX), _state.on_topology, sec),
-            TopicMirror(BOOTSTRAP, T.topic_name(T.HOSTMETRICS_RAW, PREFIX), _state.on_hostmetrics, sec),
+            RecentTopicMirror(BOOTSTRAP, T.topic_name(T.HOSTMETRICS_RAW, PREFIX), _state.on_hostmetrics, sec,
+                              float(os.environ.get("FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S", "600"))),
         ])
     return _state, _mirrors
 

@@ -27,7 +27,7 @@ WINDOW_NS = 20_000_000_000
 # Recent (the store's TTL drops rows older than 2 years at insert) and a multiple of the 20 s window.
 START_NS = time.time_ns() // WINDOW_NS * WINDOW_NS - 300_000_000_000
 ROUND_NS = 30_000_000_000
-RNIC_HOST, FLAP_HOST = "sim-rnic_pcie_link_failure", "sim-memory_channel_flapping"
+RNIC_HOST, FLAP_HOST, UPI_HOST = "sim-rnic_pcie_link_failure", "sim-memory_channel_flapping", "sim-upi_overload"
 
 
 def _query(store, sql: str):  # noqa: ANN001
@@ -44,11 +44,12 @@ def test_sim_hosts_give_abnormal_and_flapping_links_and_named_verdicts(pipeline_
     env, procs = pipeline_env
     src = subprocess.run(
         [sys.executable, "-m", "fabricscope", "source", "hostping-sim", "--pattern", "rnic_pcie_link_failure",
-         "--pattern", "memory_channel_flapping", "--rounds", "3", "--round-interval", "30", "--no-realtime",
+         "--pattern", "memory_channel_flapping", "--pattern", "upi_overload",
+         "--rounds", "3", "--round-interval", "30", "--no-realtime",
          "--start-ns", str(START_NS)],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert src.returncode == 0, src.stderr
-    assert "14 messages (3 rounds)" in src.stderr  # 2 topologies + 3 rounds x 2 hosts x (bus reading, loopback)
+    assert "21 messages (3 rounds)" in src.stderr  # 3 topologies + 3 rounds x 3 hosts x (bus reading, loopback)
     # a loopback batch from a host that never published its topology goes to the dead letters
     ghost = loopback_upload(sim_host("healthy", "ghost"), "healthy", "agent-ghost", 0, START_NS)
     producer = AgentProducer(env["KAFKA_BOOTSTRAP"])
@@ -83,20 +84,33 @@ def test_sim_hosts_give_abnormal_and_flapping_links_and_named_verdicts(pipeline_
 
     verdicts = _rows(store, "SELECT verdict_id, window_start_ns, kind, location, impact, confidence, "
                             "total_probes, failed_probes, evidence FROM verdicts FINAL ORDER BY window_start_ns, kind",
-                     4, "4 Hostping verdicts")
+                     7, "7 Hostping verdicts")
     got = [(v["kind"], v["location"], v["window_start_ns"] - START_NS) for v in verdicts]
     assert got == [
         ("rnic_pcie_link_failure", f"{RNIC_HOST}:sw2->rnic2", 0),
+        ("upi_overload", f"{UPI_HOST}:cpu0->cpu1", 0),
         ("rnic_pcie_link_failure", f"{RNIC_HOST}:sw2->rnic2", 20_000_000_000),  # round at +30 s
+        ("upi_overload", f"{UPI_HOST}:cpu0->cpu1", 20_000_000_000),
         ("memory_channel_flapping", f"{FLAP_HOST}:cpu0->mem0", 60_000_000_000),
         ("rnic_pcie_link_failure", f"{RNIC_HOST}:sw2->rnic2", 60_000_000_000),
+        ("upi_overload", f"{UPI_HOST}:cpu0->cpu1", 60_000_000_000),
     ]
-    assert len({v["verdict_id"] for v in verdicts}) == 4
+    assert len({v["verdict_id"] for v in verdicts}) == 7
     assert {v["impact"] for v in verdicts} == {"P2"}
-    assert {(v["total_probes"], v["failed_probes"], v["confidence"]) for v in verdicts} == {(40, 0, 1.0)}
+    # idle rounds test 4 RNICs x 10 endpoints; busy (overload) rounds 4 x (2 GPUs + 2 memory nodes)
+    assert {(v["kind"], v["total_probes"], v["failed_probes"], v["confidence"]) for v in verdicts} == {
+        ("rnic_pcie_link_failure", 40, 0, 1.0), ("memory_channel_flapping", 40, 0, 1.0),
+        ("upi_overload", 16, 0, 1.0)}
     ev = json.loads(verdicts[0]["evidence"])
     assert (ev["host"], ev["cause"], ev["where"], ev["link_type"], ev["round_ns"]) == (
         RNIC_HOST, "failure", "sw2->rnic2", "rnic_pcie", START_NS)
+
+    # the bus monitor's reading reached the worker (hostmetrics.raw mirror): congestion, not failure
+    for k in range(3):
+        r = state[(UPI_HOST, "cpu0->cpu1", k)]
+        assert (r["state"], r["cause"]) == ("abnormal", "congestion")
+    upi = json.loads(next(v["evidence"] for v in verdicts if v["kind"] == "upi_overload"))
+    assert (upi["utilisation"], upi["cause"]) == (0.95, "congestion")
 
     dead = _rows(store, "SELECT source_topic, reason FROM deadletters", 1, "the ghost host's dead letter")
     assert dead[0]["source_topic"].endswith("loopback.raw")

@@ -165,3 +165,18 @@ def test_acs_enabled_is_named_on_its_switches_in_one_round():
     _, results = run(["acs_enabled"], rounds=1)
     assert results[0].verdicts["kind"].to_pylist() == ["acs_enabled"]
     assert results[0].verdicts["location"].to_pylist() == ["sim-acs_enabled:sw0,sw1,sw2,sw3"]
+
+
+def test_source_command_takes_hostping_sim_and_rejects_bad_use():
+    from typer.testing import CliRunner
+
+    from fabricscope.cli import _register, app
+
+    _register()
+    _register()  # twice, as some tests do: still one working `source`
+    runner = CliRunner()
+    out = runner.invoke(app, ["source", "hostping-sim", "--pattern", "nope"]).output
+    assert "unknown ['nope'] pattern" in out and "rnic_pcie_link_failure" in out
+    out = runner.invoke(app, ["source", "synthetic", "--pattern", "upi_overload"]).output
+    assert "only the hostping-sim source takes it" in out
+    assert "--round-interval" in runner.invoke(app, ["source", "--help"]).output

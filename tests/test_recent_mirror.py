@@ -1,0 +1,54 @@
+"""RecentTopicMirror on the real broker: only the last lookback's messages, no poll timeout when idle."""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pyarrow as pa
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from producers.hostping.sim_source import bus_util_upload, sim_host
+from schemas.codec import headers_for
+from streams.recent_mirror import RecentTopicMirror
+
+pytestmark = pytest.mark.kafka
+
+
+@pytest.fixture
+def topic(kafka_bootstrap: str):  # noqa: ANN201
+    name = f"t{uuid.uuid4().hex[:8]}.hostmetrics.raw"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for f in admin.create_topics([NewTopic(name, 2, 1)]).values():
+        f.result()
+    yield name
+    for f in admin.delete_topics([name]).values():
+        f.result()
+
+
+def test_recent_mirror_skips_old_messages_and_never_waits_on_an_idle_partition(kafka_bootstrap, topic):
+    up = bus_util_upload(sim_host("upi_overload", "h1"), "a1", 1)
+    prod = Producer({"bootstrap.servers": kafka_bootstrap})
+    now_ms = int(time.time() * 1000)
+    prod.produce(topic, up.payload, partition=0, headers=headers_for(up.schema), timestamp=now_ms - 3_600_000)
+    prod.produce(topic, up.payload, partition=0, headers=headers_for(up.schema), timestamp=now_ms - 60_000)
+    assert prod.flush(10) == 0
+
+    got: list[pa.Table] = []
+    m = RecentTopicMirror(kafka_bootstrap, topic, got.append, lookback_s=600)
+    t0 = time.monotonic()
+    assert m.catch_up() == 1  # the 1-minute-old reading, not the 1-hour-old one; partition 1 is empty
+    assert m.catch_up() == 0
+    assert time.monotonic() - t0 < 2.0
+    assert got[0].num_rows == 19 and "cpu0->cpu1" in got[0]["device"].to_pylist()
+
+    prod.produce(topic, up.payload, partition=1, headers=headers_for(up.schema))
+    assert prod.flush(10) == 0
+    assert m.catch_up() == 1 and len(got) == 2
+    # a fresh mirror with nothing recent starts at the end of every partition
+    time.sleep(1.5)
+    assert RecentTopicMirror(kafka_bootstrap, topic, got.append, lookback_s=1).catch_up() == 0
+    assert RecentTopicMirror(kafka_bootstrap, topic, got.append, lookback_s=7200).catch_up() == 3
+    m.close()
