@@ -93,7 +93,7 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 def run_demo(s: Settings, source: str, scenario: str, seed: int = 1, windows: int = 1, workers: int = 1,
              var: Path | None = None, prefix: str | None = None, timeout_s: float = 240.0,
-             start_ns: int | None = None, on_verdict=None) -> DemoResult:  # noqa: ANN001
+             start_ns: int | None = None, on_verdict=None, warmup_s: float = 6.0) -> DemoResult:  # noqa: ANN001
     """Run ``scenario`` on ``source`` (``sim`` or ``lab``) until ``windows`` complete windows after the
     fault have closed (or ``timeout_s``); returns what the pipeline said.
 
@@ -121,7 +121,7 @@ def run_demo(s: Settings, source: str, scenario: str, seed: int = 1, windows: in
 
             lab = start_lab_source(s.kafka_bootstrap, prefix, seed=seed, directory=var / "lab",
                                    kafka_config=s.kafka_client_config() or None)
-            time.sleep(6)  # one upload of healthy traffic first: baselines and paths
+            time.sleep(warmup_s)  # healthy traffic first: baselines and paths
             now = time.time_ns()
             t = lab.scenario(scenario, seed=seed)
             result = DemoResult(scenario, source, {"kind": t.kind, "locations": list(t.locations)},
