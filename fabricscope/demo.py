@@ -140,6 +140,7 @@ def run_demo(s: Settings, source: str, scenario: str, seed: int = 1, windows: in
         if on_verdict:
             for v in result.verdicts[seen:]:
                 on_verdict(v)
+        _wait_stored(var / "clickhouse", len({v["verdict_id"] for v in result.verdicts}), deadline)
         return result
     finally:
         collector.close()
@@ -149,6 +150,17 @@ def run_demo(s: Settings, source: str, scenario: str, seed: int = 1, windows: in
         delete_topics(s.kafka_bootstrap, prefix, s.kafka_client_config())
         if tmp:
             tmp.cleanup()
+
+
+def _wait_stored(store_path: Path, n_verdicts: int, deadline: float) -> None:
+    """Wait until the sink has written the verdicts seen on the topic (it is stopped next)."""
+    from sinks.query_endpoint import find_endpoint, query_remote
+
+    while time.time() < deadline + 30:
+        url = find_endpoint(store_path)
+        if url and query_remote(url, "SELECT uniqExact(verdict_id) AS n FROM verdicts")["n"][0].as_py() >= n_verdicts:
+            return
+        time.sleep(0.5)
 
 
 def _feed_sim(s: Settings, prefix: str, scenario: str, seed: int, windows: int, start_ns: int | None) -> DemoResult:
