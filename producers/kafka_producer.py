@@ -120,3 +120,17 @@ class AgentProducer:
             pending = self._producer.flush(min(left, 0.5) if self._backlog else left)
             if (pending == 0 and not self._backlog) or time.monotonic() >= deadline:
                 return pending + len(self._backlog)
+
+    def close(self, timeout: float = 0.0) -> int:
+        """Stop: deliver what can be delivered within ``timeout`` s, discard the rest (counted, logged).
+
+        Returns the number of batches discarded. Without it a producer whose broker is gone keeps
+        reconnecting for as long as the process lives.
+        """
+        left = self.flush(timeout) if timeout > 0 else len(self._producer) + len(self._backlog)
+        if left:
+            log.warning("closing with %d batches undelivered: discarded", left)
+            self._backlog.clear()
+            self._producer.purge()
+            self._producer.poll(0)
+        return left

@@ -114,6 +114,7 @@ def test_kafka_clients_speak_sasl_when_told_and_never_log_the_password(kafka_boo
     p = AgentProducer(kafka_bootstrap, kafka_config=conf)
     p.publish("never.probes.raw", b"x", "probe.v1", key="h0")
     assert p.flush(3) == 1  # not delivered: SASL against a plaintext listener
+    assert p.close() == 1
     store = ChdbStore(tmp_path / "ch")
     w = StoreWriter(store, kafka_bootstrap, "never.", kafka_config=conf)
     w.poll_once(timeout=3)
@@ -175,6 +176,7 @@ def test_the_whole_pipeline_runs_on_a_sasl_broker_and_never_logs_the_password(ka
         wrong = AgentProducer(broker.bootstrap, kafka_config={**conf, "sasl.password": "wrong"})
         wrong.publish("s.probes.raw", b"x", "probe.v1")
         assert wrong.flush(3) == 1
+        assert wrong.close() == 1
         p = AgentProducer(broker.bootstrap, kafka_config=conf)
         p.publish("s.probes.raw", encode_columns("probe.v1", columns(known_rows()[0])), "probe.v1", key="H1")
         assert p.flush(30) == 0
