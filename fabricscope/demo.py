@@ -25,6 +25,7 @@ from fabricscope.settings import Settings
 from schemas.codec import decode
 
 WINDOW_NS = 20_000_000_000
+JOB_ID = "job-h1h3"
 
 
 @dataclass
@@ -67,9 +68,11 @@ class _Collector:
         self.c.close()
 
 
-def _children(s: Settings, prefix: str, var: Path, workers: int) -> list[subprocess.Popen]:
+def _children(s: Settings, prefix: str, var: Path, workers: int, thresholds: dict | None = None
+              ) -> list[subprocess.Popen]:
     env = {**os.environ, "KAFKA_BOOTSTRAP": s.kafka_bootstrap, "FABRICSCOPE_TOPIC_PREFIX": prefix,
-           "FABRICSCOPE_VAR": str(var), "FABRICSCOPE_PARTITION_IDLE_S": "5"}
+           "FABRICSCOPE_VAR": str(var), "FABRICSCOPE_PARTITION_IDLE_S": "5",
+           "FABRICSCOPE_JOB_THRESHOLDS": json.dumps(thresholds or {})}
     exe = [sys.executable, "-m", "fabricscope"]
     var.mkdir(parents=True, exist_ok=True)
     procs = [subprocess.Popen([*exe, "sink"], env=env, stdout=open(var / "sink.log", "w"),  # noqa: SIM115
@@ -93,9 +96,14 @@ def _stop(procs: list[subprocess.Popen]) -> None:
 
 def run_demo(s: Settings, source: str, scenario: str, seed: int = 1, windows: int = 1, workers: int = 1,
              var: Path | None = None, prefix: str | None = None, timeout_s: float = 240.0,
-             start_ns: int | None = None, on_verdict=None, warmup_s: float = 6.0) -> DemoResult:  # noqa: ANN001
+             start_ns: int | None = None, on_verdict=None, warmup_s: float = 6.0,  # noqa: ANN001
+             job: tuple[float, float] | None = None) -> DemoResult:
     """Run ``scenario`` on ``source`` (``sim`` or ``lab``) until ``windows`` complete windows after the
     fault have closed (or ``timeout_s``); returns what the pipeline said.
+
+    ``job`` = (metric value, threshold): on the sim, the digest's job H1+H3 (``job-h1h3``: A2→B2 via
+    S3, A1→B1 via S1) runs on the ``service`` pinglist and reports that metric each upload; below the
+    threshold its problems are P0, else P1.
 
     Raises:
         ValueError: unknown source or scenario.
@@ -110,12 +118,13 @@ def run_demo(s: Settings, source: str, scenario: str, seed: int = 1, windows: in
     tmp = tempfile.TemporaryDirectory(prefix="fabricscope-demo-") if own_var else None
     var = Path(tmp.name) if tmp else var
     create_topics(s.kafka_bootstrap, prefix, s.kafka_client_config())
-    procs = _children(s, prefix, var, workers)
+    thresholds = {JOB_ID: {"value": job[1]}} if job else None
+    procs = _children(s, prefix, var, workers, thresholds)
     collector = _Collector(s.kafka_bootstrap, prefix, s.kafka_client_config())
     lab = None
     try:
         if source == "sim":
-            result = _feed_sim(s, prefix, scenario, seed, windows, start_ns)
+            result = _feed_sim(s, prefix, scenario, seed, windows, start_ns, job[0] if job else None)
         else:
             from fabricscope.cmd_lab import start_lab_source
 
@@ -163,10 +172,11 @@ def _wait_stored(store_path: Path, n_verdicts: int, deadline: float) -> None:
         time.sleep(0.5)
 
 
-def _feed_sim(s: Settings, prefix: str, scenario: str, seed: int, windows: int, start_ns: int | None) -> DemoResult:
+def _feed_sim(s: Settings, prefix: str, scenario: str, seed: int, windows: int, start_ns: int | None,
+              job_value: float | None) -> DemoResult:
     from producers.kafka_producer import AgentProducer
     from producers.sim import Simulator
-    from producers.sim.scenarios import scenario_faults
+    from producers.sim.scenarios import panel1_job_connections, scenario_faults
     from producers.sim_publish import publish_sim
     from schemas.inventory import panel1
 
@@ -176,7 +186,10 @@ def _feed_sim(s: Settings, prefix: str, scenario: str, seed: int, windows: int, 
     truth = [{k: v for k, v in t.items() if k in ("kind", "location")}
              for t in Simulator(inv, seed=seed, faults=faults).truth()]
     sim = Simulator(inv, seed=seed, faults=faults, inter_tor="even")
+    if job_value is not None:
+        sim.set_connections(panel1_job_connections(sim, JOB_ID))
     producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
     # windows + 1 so the last wanted window has uploads past its end, + 2 uploads of grace
-    publish_sim(sim, producer, prefix, start, n_batches=(windows + 1) * 4 + 2)
+    publish_sim(sim, producer, prefix, start, n_batches=(windows + 1) * 4 + 2,
+                job_metric=(JOB_ID, job_value) if job_value is not None else None)
     return DemoResult(scenario, "sim", {"faults": truth}, fault_start_ns=start, injected_ns=start)

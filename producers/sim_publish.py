@@ -16,7 +16,7 @@ from producers.kafka_producer import AgentProducer
 from producers.sim.engine import BATCH_NS, Simulator, to_pylists
 from producers.sim.stream import registry_updates
 from schemas.arrow_nano import encode_columns
-from schemas.topics import PATHS_TRACED, PROBES_RAW, REGISTRY, topic_name
+from schemas.topics import JOB_METRICS, PATHS_TRACED, PROBES_RAW, REGISTRY, topic_name
 
 
 def publish_sim(
@@ -27,12 +27,15 @@ def publish_sim(
     n_batches: int | None,
     realtime: bool = False,
     stop: Callable[[], bool] = lambda: False,
+    job_metric: tuple[str, float] | None = None,
 ) -> int:
     """Publish ``n_batches`` uploads (None: until ``stop()``); returns the number of probe rows sent.
 
     ``realtime`` paces one upload per 5 s of wall time; otherwise as fast as the producer takes them.
+    ``job_metric`` = (job id, value): one ``jobmetric.v1`` sample per upload, as the job would report it.
     """
     probes_t, paths_t, reg_t = (topic_name(t, prefix) for t in (PROBES_RAW, PATHS_TRACED, REGISTRY))
+    jobs_t = topic_name(JOB_METRICS, prefix)
     producer.publish(
         reg_t,
         encode_columns("registry.v1", to_pylists(sim.registry_columns(start_ns))),
@@ -44,6 +47,10 @@ def publish_sim(
     while (n_batches is None or i < n_batches) and not stop():
         t0 = start_ns + i * BATCH_NS
         began = time.monotonic()
+        if job_metric:
+            producer.publish(jobs_t, encode_columns("jobmetric.v1", {
+                "job_id": [job_metric[0]], "sample_ns": [t0 + BATCH_NS // 2], "value": [job_metric[1]]}),
+                "jobmetric.v1", key=job_metric[0])
         reg = registry_updates(sim, t0, t0 + BATCH_NS)
         if reg["rnic"]:
             producer.publish(reg_t, encode_columns("registry.v1", reg), "registry.v1", key="controller")
