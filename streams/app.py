@@ -93,6 +93,22 @@ def _path_index() -> tuple[PathIndex, TopicMirror]:
     return _paths, _paths_mirror
 
 
+_rnics: set[str] = set()
+_rnics_mirror: TopicMirror | None = None
+
+
+def _registry_rnics() -> TopicMirror:
+    """Every RNIC the registry has listed (the unknown-RNIC rule; off while the registry is empty)."""
+    global _rnics_mirror
+    if _rnics_mirror is None:
+        def add(t: pa.Table) -> None:
+            if "rnic" in t.column_names:
+                _rnics.update(r for r in t["rnic"].to_pylist() if r)
+
+        _rnics_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.REGISTRY, PREFIX), add, _security())
+    return _rnics_mirror
+
+
 def _window_reducer() -> tuple[WindowReducer, list[TopicMirror]]:
     global _reducer
     if _reducer is None:
@@ -143,8 +159,9 @@ async def rtt(stream: faust.StreamT) -> None:
     async for event in stream.events():
         msg = event.message
         headers = dict(event.headers or {})
+        await loop.run_in_executor(None, _registry_rnics().catch_up)  # every RNIC registered before this batch
         result = process_probe_message(event.value, schema_key_from_headers(headers), msg.topic, msg.partition,
-                                       msg.offset)
+                                       msg.offset, known_rnics=_rnics or None)
         if result.enriched is not None:
             await probes_enriched.send(key=event.key, value=encode(result.enriched),
                                        headers=headers_for("probe_enriched.v1"))

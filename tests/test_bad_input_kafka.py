@@ -1,5 +1,6 @@
 """Bad input through the real worker: each bad record lands on the dead-letter topic with its reason,
 the good rows of the same batches and every later batch still reach the store, and the worker lives.
+RNICs are checked against the registry topic (published first, as the controller does).
 
 Real broker, real ``fabricscope worker`` and ``fabricscope sink`` processes, real chdb.
 """
@@ -38,6 +39,11 @@ def test_bad_records_go_to_the_deadletter_topic_and_the_rest_flows(pipeline_env,
     def send(payload: bytes, agent: str = "H1") -> None:
         p.publish(topic, payload, "probe.v1", key=agent)
 
+    registry = {"agent_id": ["controller"] * 2, "upload_ns": [BASE_NS] * 2, "host": ["H1", "H2"],
+                "rnic": ["A1", "A2"], "tor": ["T1", "T1"], "ip": ["10.1.0.1", "10.1.0.2"],
+                "gid": ["fe80::1", "fe80::2"], "gid_index": [3, 3], "qpn": [77, 77]}
+    p.publish(f"{env['FABRICSCOPE_TOPIC_PREFIX']}registry", encode_columns("registry.v1", registry), "registry.v1",
+              key="controller")
     send(encode_columns("probe.v1", columns([good(0), good(1), good(2)])))  # 3 good
     no_t6 = table_from_columns("probe.v1", columns([good(3)])).drop_columns(["t6"])
     assert no_t6.schema.metadata[SCHEMA_METADATA_KEY] == b"probe.v1"
@@ -50,19 +56,22 @@ def test_bad_records_go_to_the_deadletter_topic_and_the_rest_flows(pipeline_env,
     wrap = good(31, "H3")
     wrap["t5"] = 500  # the prober RNIC's counter wrapped between t2 and t5
     send(encode_columns("probe.v1", columns([jump, wrap, good(32, "H3")])), "H3")
+    stranger = good(51, "H5")
+    stranger["responder_rnic"] = "Z9"  # not in the registry
+    send(encode_columns("probe.v1", columns([good(50, "H5"), stranger])), "H5")
     send(encode_columns("probe.v1", columns([good(40, "H4"), good(41, "H4")])), "H4")  # after all of it
     assert p.flush() == 0
 
     procs.start("sink")
     worker = procs.start("worker")
     store = tmp_path / "var" / "clickhouse"
-    # 3 + 2 + 1 + 2 good rows; 6 dead-letter records
-    wait_for(lambda: store_counts(store) == (8, 8), timeout=90, what="8 good probe rows")
+    # 3 + 2 + 1 + 1 + 2 good rows; 7 dead-letter records
+    wait_for(lambda: store_counts(store) == (9, 9), timeout=90, what="9 good probe rows")
     dl = wait_for(lambda: (t := query(store, "SELECT source_offset, reason, row FROM deadletters "
-                                             "ORDER BY source_offset, row")) is not None and t.num_rows >= 6 and t,
-                  timeout=60, what="6 dead letters")
+                                             "ORDER BY source_offset, row")) is not None and t.num_rows >= 7 and t,
+                  timeout=60, what="7 dead letters")
     got = [(r["source_offset"], r["row"], r["reason"]) for r in dl.to_pylist()]
-    assert len(got) == 6
+    assert len(got) == 7
     # partitions are keyed by agent: compare by reason, and check each one's row index
     reasons = {(row, reason.split(":")[0] if "Arrow IPC" in reason else reason) for _, row, reason in got}
     assert (None, "probe.v1: missing columns t6") in reasons
@@ -71,8 +80,9 @@ def test_bad_records_go_to_the_deadletter_topic_and_the_rest_flows(pipeline_env,
     assert (2, "duplicate (agent_id, seq) in the batch") in reasons
     assert (0, "t6-t1 over 10000000000 ns on the prober host clock (clock jump or counter wrap)") in reasons
     assert (1, "negative t5-t2 on the prober RNIC clock") in reasons
+    assert (1, "unknown RNIC 'Z9' in responder_rnic (not in the registry)") in reasons
     rows = query(store, "SELECT agent_id, seq, network_rtt_ns FROM probes ORDER BY agent_id, seq").to_pylist()
     assert [(r["agent_id"], r["seq"]) for r in rows] == [
-        ("H1", 0), ("H1", 1), ("H1", 2), ("H2", 20), ("H2", 21), ("H3", 32), ("H4", 40), ("H4", 41)]
+        ("H1", 0), ("H1", 1), ("H1", 2), ("H2", 20), ("H2", 21), ("H3", 32), ("H4", 40), ("H4", 41), ("H5", 50)]
     assert {r["network_rtt_ns"] for r in rows} == {10_000}
     assert worker.poll() is None, "the worker died on bad input"

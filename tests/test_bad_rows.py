@@ -1,8 +1,7 @@
 """The worker's message step on bad rows, without Kafka: unknown RNICs against a registry set.
 
-The Faust worker passes no registry yet (``known_rnics=None``: the rule is off), so
-this rule is exercised here directly; the other row rules run through the real
-worker in ``test_bad_input_kafka.py``.
+The Faust worker passes the RNICs of the ``registry`` topic (None while it is empty:
+the rule is off); ``test_bad_input_kafka.py`` runs the same rule through the real worker.
 """
 
 from __future__ import annotations
