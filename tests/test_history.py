@@ -144,3 +144,34 @@ def test_grafana_dashboard_queries_run_on_the_store(store):
         rows = store.query_arrow(sql)
         if "probes_1" in sql:
             assert rows.num_rows > 0, panel["title"]
+
+
+def test_feedback_through_the_running_sink_endpoint(tmp_path):
+    """While the pipeline's sink owns the embedded store, `fabricscope verdict` writes through its endpoint."""
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+
+    from schemas.arrow_pa import arrow_schema
+    from sinks.query_endpoint import endpoint_file, serve
+
+    path = tmp_path / "var" / "clickhouse"
+    owner = ChdbStore(path)
+    migrate(owner)
+    v = {"verdict_id": "w1", "window_start_ns": time.time_ns(), "window_end_ns": time.time_ns(), "kind": "rnic",
+         "location": "A3", "votes": 1.0, "confidence": 0.8, "failed_probes": 30, "total_probes": 200,
+         "impact": "P1", "job_id": "j", "revision_of": None, "evidence": "{}", "emitted_ns": time.time_ns()}
+    owner.insert_arrow("verdicts", pa.Table.from_pylist([v], schema=arrow_schema("verdict.v1")))
+    server = serve(owner, path)
+    try:
+        env = {"FABRICSCOPE_VAR": str(tmp_path / "var"), "PATH": "/usr/bin:/bin"}
+        r = subprocess.run([sys.executable, "-m", "fabricscope", "verdict", "confirm", "w1", "--note", "bad optic"],
+                           env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        got = owner.query_arrow("SELECT verdict_id, decision, note FROM verdict_feedback").to_pylist()
+        assert got == [{"verdict_id": "w1", "decision": "confirm", "note": "bad optic"}]
+    finally:
+        server.shutdown()
+        endpoint_file(path).unlink(missing_ok=True)
+        owner.close()
