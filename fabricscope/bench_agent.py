@@ -1,0 +1,279 @@
+"""`fabricscope bench agent`: CPU (% of one core) and RSS of one agent process, measured from /proc.
+
+Two agents, each run for a bounded time (default 30 s after a 5 s warm-up):
+
+- ``udp`` on the netns lab (needs root and network namespaces): a lab of its own
+  (namespace prefix ``fsb-``, 2 ToRs x 2 hosts x 8 RNICs, 2 spines) beside any other lab;
+  the prober of host H1 probes with 8 RNICs x ``rate`` probes/s (its controller pinglist,
+  ToR-mesh and inter-ToR entries, each entry's ``rate_pps`` set so every RNIC sends
+  ``rate``/s), uploading to Kafka every 5 s. The responder of H2 (which answers its share)
+  is measured too.
+- ``sim``: a process that simulates one host's 8 RNICs at ``rate`` probes/s each on a
+  128-RNIC fabric (:class:`producers.sim.Simulator`, paced to real time) and publishes
+  its 5 s batches (nanoarrow, never pyarrow) to Kafka, like a ``sim`` agent.
+
+CPU = (utime + stime) over the measured wall interval (``/proc/<pid>/stat``), RSS =
+``VmRSS`` at the end and ``VmHWM`` (peak) from ``/proc/<pid>/status``. Probe rows actually
+sent are counted back from the Kafka topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+RNICS = 8
+RATE = 150.0
+
+
+@dataclass
+class ProcSample:
+    """CPU and memory of one process over a measured interval."""
+
+    name: str
+    cpu_pct: float
+    rss_mib: float
+    hwm_mib: float
+    wall_s: float
+    probes_per_s: float = float("nan")
+    note: str = ""
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def _ticks(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat.rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+
+
+def _mem_mib(pid: int) -> tuple[float, float]:
+    rss = hwm = float("nan")
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) / 1024
+        elif line.startswith("VmHWM:"):
+            hwm = int(line.split()[1]) / 1024
+    return rss, hwm
+
+
+def measure(pids: dict[str, int], warmup_s: float, seconds: float) -> dict[str, ProcSample]:
+    """Sample each process's CPU ticks after ``warmup_s`` and again ``seconds`` later."""
+    time.sleep(warmup_s)
+    t0 = time.monotonic()
+    start = {n: _ticks(p) for n, p in pids.items()}
+    time.sleep(seconds)
+    wall = time.monotonic() - t0
+    out = {}
+    for n, p in pids.items():
+        cpu = (_ticks(p) - start[n]) / CLK_TCK / wall * 100
+        rss, hwm = _mem_mib(p)
+        out[n] = ProcSample(n, cpu, rss, hwm, wall)
+    return out
+
+
+def _count_probe_rows(bootstrap: str, topic: str, since_ns: int, until_ns: int) -> int:
+    """Probe rows in ``topic`` with ``t1`` in [since, until) (prober host clock)."""
+    import pyarrow.compute as pc
+    from confluent_kafka import Consumer
+
+    from schemas.codec import decode
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"benchagent{uuid.uuid4().hex[:6]}",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe([topic])
+    n, idle = 0, 0
+    while idle < 3:
+        msgs = c.consume(num_messages=500, timeout=1.0)
+        if not msgs:
+            idle += 1
+            continue
+        for m in msgs:
+            if m.error():
+                continue
+            t = decode(m.value(), "probe.v1")[1]
+            if t.num_rows:
+                t1 = t["t1"]
+                n += int(pc.sum(pc.and_(pc.greater_equal(t1, since_ns), pc.less(t1, until_ns))).as_py() or 0)
+    c.close()
+    return n
+
+
+# ---- udp agent on the lab -------------------------------------------------------------------
+
+
+def bench_udp(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate: float = RATE) -> list[ProcSample]:
+    """The udp prober of one host with 8 RNICs at ``rate`` probes/s each, on a lab of its own.
+
+    Raises:
+        infra.lab.netns.LabError: not root or no network namespaces.
+    """
+    from fabricscope.cmd_lab import build_lab_pinglists
+    from fabricscope.kafka_admin import create_topics, delete_topics
+    from infra import lab as lab_infra
+    from infra.lab import agents
+    from schemas.inventory import from_dict
+    from schemas.topics import PROBES_RAW, topic_name
+
+    spec = lab_infra.LabSpec(spines=2, tors=2, hosts_per_tor=2, nics_per_host=RNICS, prefix="fsb-")
+    prefix = f"benchagent{uuid.uuid4().hex[:6]}."
+    create_topics(bootstrap, prefix)
+    d = Path(tempfile.mkdtemp(prefix="fabricscope-bench-agent-"))
+    try:
+        fab = lab_infra.up(spec, d)
+        inv = from_dict(fab.inventory_dict(), source=str(d / "inventory.yaml"))
+        out = {"kind": "kafka", "bootstrap": bootstrap, "topic_prefix": prefix}
+        qpns = agents.start_agents(d, out, wait_s=15.0)
+        lists = build_lab_pinglists(inv, qpns, 1, [])
+        mine = lists["H1"]
+        per_rnic: dict[str, int] = {}
+        for e in mine:
+            per_rnic[e["prober_rnic"]] = per_rnic.get(e["prober_rnic"], 0) + 1
+        for e in mine:
+            e["rate_pps"] = rate / per_rnic[e["prober_rnic"]]
+        agents.write_pinglists({h: (mine if h == "H1" else []) for h in lists}, d)
+        pids = {"udp prober H1 (8 RNICs)": agents.agent_entry(d, "H1", "prober")["pid"],
+                "udp responder H2 (8 RNICs)": agents.agent_entry(d, "H2", "responder")["pid"]}
+        since = time.time_ns() + int(warmup_s * 1e9)
+        res = measure(pids, warmup_s, seconds)
+        until = time.time_ns()
+        time.sleep(6)  # one more upload carries the last probes
+        sent = _count_probe_rows(bootstrap, topic_name(PROBES_RAW, prefix), since, until)
+        p = res["udp prober H1 (8 RNICs)"]
+        p.probes_per_s = sent / p.wall_s
+        p.note = (f"{len(per_rnic)} RNICs x {rate:g}/s asked ({len(mine)} entries); "
+                  f"{p.probes_per_s:,.0f} probes/s uploaded")
+        res["udp responder H2 (8 RNICs)"].note = "answers H1's probes to H2 (about a third)"
+        return list(res.values())
+    finally:
+        lab_infra.down(d)
+        delete_topics(bootstrap, prefix)
+
+
+# ---- sim agent ------------------------------------------------------------------------------
+
+
+def sim_agent_main(argv: list[str] | None = None) -> None:
+    """``python -m fabricscope.bench_agent sim-agent``: publish one simulated host's batches in real time."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("mode", choices=("sim-agent",))
+    ap.add_argument("--bootstrap", required=True)
+    ap.add_argument("--prefix", required=True)
+    ap.add_argument("--rate", type=float, default=RATE)
+    ap.add_argument("--duration", type=float, default=40.0)
+    a = ap.parse_args(argv)
+
+    from producers.kafka_producer import AgentProducer
+    from producers.sim import Simulator, to_pylists
+    from producers.sim.engine import BATCH_NS
+    from schemas.arrow_nano import encode_columns
+    from schemas.inventory import random_clos
+    from schemas.topics import PROBES_RAW, topic_name
+
+    inv = random_clos(1, 4, 4, 4, RNICS)  # 128 RNICs, 8 per host
+    host = sorted(inv.hosts)[0]
+    mine = set(inv.rnics_of_host(host))
+    full = Simulator(inv, seed=1).pinglists(0)
+    lists = {k: [dict(e) for e in v if e["prober_rnic"] in mine] for k, v in full.items()}
+    per_rnic: dict[str, int] = {}
+    for v in lists.values():
+        for e in v:
+            per_rnic[e["prober_rnic"]] = per_rnic.get(e["prober_rnic"], 0) + 1
+    for v in lists.values():
+        for e in v:
+            e["rate_pps"] = a.rate / per_rnic[e["prober_rnic"]]
+    sim = Simulator(inv, seed=1, pinglists=lists, trace="on_change")
+    producer = AgentProducer(a.bootstrap)
+    topic = topic_name(PROBES_RAW, a.prefix)
+    end = time.monotonic() + a.duration
+    t_ev = (time.time_ns() // BATCH_NS) * BATCH_NS
+    next_at = time.monotonic()
+    batches = 0
+    while time.monotonic() < end:
+        for agent, probes, _paths in sim.upload_batches(t_ev):
+            if agent != host:
+                continue
+            hb = [("agent_id", agent.encode()), ("upload_ns", str(t_ev + BATCH_NS).encode()),
+                  ("host", agent.encode())]
+            producer.publish(topic, encode_columns("probe.v1", to_pylists(probes)), "probe.v1", key=agent,
+                             headers=hb)
+        producer.flush()
+        batches += 1
+        t_ev += BATCH_NS
+        next_at += BATCH_NS / 1e9
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    print(f"batches {batches}; pyarrow imported: {'pyarrow' in sys.modules}", flush=True)
+
+
+def bench_sim(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate: float = RATE) -> list[ProcSample]:
+    """The sim agent of one host (8 RNICs x ``rate``/s) publishing to Kafka, measured from /proc."""
+    from fabricscope.kafka_admin import create_topics, delete_topics
+    from schemas.topics import PROBES_RAW, topic_name
+
+    prefix = f"benchagent{uuid.uuid4().hex[:6]}."
+    create_topics(bootstrap, prefix)
+    try:
+        p = subprocess.Popen([sys.executable, "-m", "fabricscope.bench_agent", "sim-agent", "--bootstrap", bootstrap,
+                              "--prefix", prefix, "--rate", str(rate), "--duration", str(warmup_s + seconds + 1)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            res = measure({"sim agent (8 RNICs)": p.pid}, warmup_s, seconds)["sim agent (8 RNICs)"]
+            out, _ = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        rows = _count_probe_rows(bootstrap, topic_name(PROBES_RAW, prefix), 0, 2**63 - 1)
+        last = (out.strip().splitlines() or [""])[-1]
+        batches = int(last.split()[1].rstrip(";")) if last.startswith("batches") else 0
+        res.probes_per_s = rows / (5.0 * batches) if batches else float("nan")
+        res.note = f"{RNICS} RNICs x {rate:g}/s; {rows:,} rows in {batches} 5 s uploads; {last}"
+        return [res]
+    finally:
+        delete_topics(bootstrap, prefix)
+
+
+def run(bootstrap: str, seconds: float = 30.0, rate: float = RATE, which: tuple[str, ...] = ("udp", "sim"),
+        ) -> tuple[list[ProcSample], list[str]]:
+    """Run the chosen agents; returns the samples and why any agent was skipped."""
+    samples: list[ProcSample] = []
+    skipped: list[str] = []
+    if "udp" in which:
+        from infra.lab.netns import LabError
+
+        try:
+            samples += bench_udp(bootstrap, seconds, rate=rate)
+        except LabError as e:
+            skipped.append(f"udp on the lab: {e}")
+    if "sim" in which:
+        samples += bench_sim(bootstrap, seconds, rate=rate)
+    return samples, skipped
+
+
+def print_report(samples: list[ProcSample], skipped: list[str]) -> None:
+    """Rich table of the samples, with the paper's agent for comparison."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=160)
+    t = Table(title="agent cost (one process, measured from /proc)")
+    for c in ("agent", "CPU % of one core", "RSS MiB", "peak RSS MiB", "probes/s", "seconds", "note"):
+        t.add_column(c, justify="left" if c in ("agent", "note") else "right")
+    for s in samples:
+        pps = "-" if s.probes_per_s != s.probes_per_s else f"{s.probes_per_s:,.0f}"
+        t.add_row(s.name, f"{s.cpu_pct:.1f}", f"{s.rss_mib:.1f}", f"{s.hwm_mib:.1f}", pps, f"{s.wall_s:.0f}", s.note)
+    t.add_row("R-Pingmesh paper's agent", "3", "", "18.5 MB", "", "", "production, C++/verbs")
+    con.print(t)
+    for s in skipped:
+        con.print(f"skipped: {s}")
+
+
+if __name__ == "__main__":
+    sim_agent_main()
