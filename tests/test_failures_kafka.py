@@ -302,3 +302,42 @@ def test_agent_buffer_is_bounded_drops_the_oldest_waiting_and_never_blocks(tmp_p
               f"dropped {producer.stats.dropped_oldest}, slowest publish {max(took) * 1000:.2f} ms")
     finally:
         broker.cleanup()
+
+
+def test_store_refusing_inserts_for_a_while_then_back(pipeline_env, tmp_path):
+    """The store refuses every insert for ~6 s (a rollup target detached, as a server under DDL or out of
+    disk would): the sink retries the same insert with the same token, commits nothing meanwhile, then
+    catches up; every row once in probes and in every rollup."""
+    from sinks.query_endpoint import find_endpoint, query_remote
+
+    env, procs = pipeline_env
+    prefix, bootstrap = env["FABRICSCOPE_TOPIC_PREFIX"], env["KAFKA_BOOTSTRAP"]
+    rng = _rng("store")
+    fail_at = rng.randrange(2, ROUNDS - 3)
+    store = tmp_path / "var" / "clickhouse"
+    fleet = Fleet(AgentProducer(bootstrap), f"{prefix}probes.raw")
+    sink = procs.start("sink")
+    procs.start("worker")
+    fleet.round_(0)
+    _wait_first_rows(store)
+    url = find_endpoint(store)
+    for k in range(1, ROUNDS):
+        fleet.round_(k)
+        if k == fail_at:
+            query_remote(url, "DETACH TABLE probes_1m")
+            before = store_counts(store)
+            for j in range(3):
+                fleet.round_(ROUNDS + 3 * k + j)
+                time.sleep(2)
+            during = store_counts(store)
+            query_remote(url, "ATTACH TABLE probes_1m")
+        time.sleep(rng.uniform(0.05, 0.3))
+    assert fleet.producer.flush(30) == 0
+    assert during == before, f"rows were written while the store refused: {before} -> {during}"
+    _assert_exactly_once(store, fleet.rows, "a refusing store")
+    assert sink.poll() is None
+    log = (tmp_path / "sink-0.log").read_text()
+    retries = log.count("insert into probes failed, retrying")
+    assert retries >= 2
+    print(f"seed={SEED} store refused inserts for 6 s after round {fail_at} at {before} rows; sink retried "
+          f"{retries} times; rows={fleet.rows}")
