@@ -50,7 +50,9 @@ def dedup_token(msg: Message, table: pa.Table) -> str:
 
     Probes carry their source batch id (raw topic/partition/offset); dead letters
     carry the source message's coordinates, so a dead-letter record the worker
-    emits again after a crash (at a new dead-letter offset) is still one insert.
+    emits again after a crash (at a new dead-letter offset) is still one insert. So a
+    worker sends at most one dead-letter message per source message (all its bad rows
+    in it): a second one for the same source would be taken for a replay.
     Anything else: this message's topic/partition/offset.
     """
     if "batch_id" in table.column_names and table.num_rows:
