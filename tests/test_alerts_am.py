@@ -198,3 +198,24 @@ def test_flapping_p2_digest_silence_and_secret_urls(alertmanager, pipeline_env, 
     for p in logs:
         assert SECRET not in p.read_text(errors="replace"), p
     assert "firing alertname=FabricProblem" in "".join(p.read_text() for p in tmp_path.glob("alerts-*.log"))
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_quiet_topic_resolves_by_the_wall_clock(alertmanager, pipeline_env, kafka_bootstrap):
+    """Live mode: no more verdicts arrive at all; the idle clock still ends the problem after N windows."""
+    rec, am_url, _ = alertmanager
+    env, procs = pipeline_env
+    procs.start("alerts", "--alertmanager-url", am_url, "--cluster", "c1", "--clear-windows", "3", "--resend", "1")
+    one_s = 10**9
+    base = time.time_ns() // one_s * one_s
+    v = _verdict(0, 0, "rnic", "R0042", "P0", "j9", base)
+    v["window_end_ns"] = v["window_start_ns"] + one_s  # 1 s windows keep the test short
+    _publish(kafka_bootstrap, f"{env['FABRICSCOPE_TOPIC_PREFIX']}verdicts", [v])
+    wait_for(lambda: [n for n in rec.notifications("/chat/", "R0042") if n["status"] == "firing"], timeout=60,
+             what="the firing notification")
+    t0 = time.time()
+    wait_for(lambda: [n for n in rec.notifications("/chat/", "R0042") if n["status"] == "resolved"], timeout=30,
+             what="the resolve after 3 idle windows")
+    assert time.time() - t0 < 20
+    assert [n["status"] for n in rec.notifications("/chat/", "R0042")].count("resolved") == 1
