@@ -84,9 +84,11 @@ def month(tmp_path_factory):
     base_ns = time.time_ns()
     for vid, decision, dt in fb:
         record_feedback(store, vid, decision, note="checked", at_ns=base_ns + dt)
-    yield {"store": store, "path": path, "fab": fab, "p": p, "start": start, "now_s": now_s,
-           "verdicts": verdicts, "feedback": fb, "load_s": load_s}
-    store.close()
+    state = {"store": store, "path": path, "fab": fab, "p": p, "start": start, "now_s": now_s,
+             "verdicts": verdicts, "feedback": fb, "load_s": load_s}
+    yield state
+    if state["store"] is not None:  # chdb allows one open store per process: never leave it open
+        state["store"].close()
 
 
 def _verdict_schema() -> pa.Schema:
@@ -289,6 +291,7 @@ def test_cli_saved_query_and_feedback_on_the_closed_store(month, tmp_path):
     store = month["store"]
     vid = month["verdicts"][1]["verdict_id"]
     store.close()
+    month["store"] = None  # the CLI processes open it now; it is the module's last test
     env = {"FABRICSCOPE_VAR": str(month["path"].parent), "PATH": "/usr/bin:/bin"}
     exe = [sys.executable, "-m", "fabricscope"]
     r = subprocess.run([*exe, "verdict", "reject", vid, "--note", "cable fine"], env=env, capture_output=True,
@@ -302,4 +305,3 @@ def test_cli_saved_query_and_feedback_on_the_closed_store(month, tmp_path):
                                                           for x in rows]
     r = subprocess.run([*exe, "verdict", "confirm", "nope"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "no verdict 'nope'" in r.stderr
-    month["store"] = ChdbStore(month["path"])  # for the fixture's teardown
