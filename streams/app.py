@@ -25,6 +25,7 @@ import sys
 
 import faust
 import pyarrow as pa
+from confluent_kafka import KafkaException
 
 from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
@@ -93,6 +94,17 @@ def _path_index() -> tuple[PathIndex, TopicMirror]:
     return _paths, _paths_mirror
 
 
+def catch_up_or_wait(mirror: TopicMirror) -> int:
+    """``mirror.catch_up()``; while the broker restarts (no leader, no answer) apply nothing now, log it,
+    and catch up on the next batch. An exception here would crash the agent and stall the stream."""
+    try:
+        return mirror.catch_up()
+    except KafkaException as err:
+        log.warning("%s not caught up now (%s): using what is known, retrying with the next batch",
+                    mirror.topic, err.args[0].str() if err.args else err)
+        return 0
+
+
 _rnics: set[str] = set()
 _rnics_mirror: TopicMirror | None = None
 
@@ -159,7 +171,7 @@ async def rtt(stream: faust.StreamT) -> None:
     async for event in stream.events():
         msg = event.message
         headers = dict(event.headers or {})
-        await loop.run_in_executor(None, _registry_rnics().catch_up)  # every RNIC registered before this batch
+        await loop.run_in_executor(None, catch_up_or_wait, _registry_rnics())  # every RNIC registered before this batch
         result = process_probe_message(event.value, schema_key_from_headers(headers), msg.topic, msg.partition,
                                        msg.offset, known_rnics=_rnics or None)
         if result.enriched is not None:
@@ -169,7 +181,7 @@ async def rtt(stream: faust.StreamT) -> None:
             await deadletter.send(key=msg.topic.encode(), value=encode(result.dead),
                                   headers=headers_for("deadletter.v1"))
         paths, mirror = _path_index()
-        await loop.run_in_executor(None, mirror.catch_up)  # every path published before this batch
+        await loop.run_in_executor(None, catch_up_or_wait, mirror)  # every path published before this batch
         marks = _marks(result.enriched, headers)
         parts = batch_partials(result.enriched, paths, WINDOW_NS) if result.enriched is not None else {}
         for m in marks[:-1]:
@@ -189,7 +201,7 @@ async def reducer(stream: faust.StreamT) -> None:
         h = dict(event.headers or {})
         red, mirrors = _window_reducer()
         for mirror in mirrors:
-            await loop.run_in_executor(None, mirror.catch_up)
+            await loop.run_in_executor(None, catch_up_or_wait, mirror)
         ws = h.get("window_start_ns", b"")
         mark = UploadMark(h["agent_id"].decode(), int(h["upload_ns"]), h.get("host", b"").decode() or None)
         part = int(h.get("src_partition", b"0"))
