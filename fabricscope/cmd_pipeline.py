@@ -59,9 +59,13 @@ def register(app: typer.Typer) -> None:
             console.print(f"{name}: {state}")
 
     @app.command("worker")
-    def worker(loglevel: str = "warn") -> None:
-        """Run one Faust stream worker (RTT decomposition, dead letters). Start more for more partitions."""
+    def worker(loglevel: str = "warn",
+               metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
+               ) -> None:
+        """Run one Faust stream worker (RTT decomposition, window partials, the reducer, Hostping).
+        Start more for more partitions."""
         s = load()
+        _serve_metrics(metrics_port)
         os.environ["KAFKA_BOOTSTRAP"] = s.kafka_bootstrap
         os.environ["FABRICSCOPE_TOPIC_PREFIX"] = s.fabricscope_topic_prefix
         from streams.app import run_worker
@@ -69,8 +73,10 @@ def register(app: typer.Typer) -> None:
         run_worker(loglevel)
 
     @app.command("sink")
-    def sink() -> None:
+    def sink(metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
+             ) -> None:
         """Write result topics into ClickHouse (embedded chdb by default) and serve local queries."""
+        _serve_metrics(metrics_port)
         run_sink(load())
 
     @app.command("source")
@@ -128,6 +134,13 @@ def register(app: typer.Typer) -> None:
             console.print(f"[red]query failed:[/red] {err}")
             raise typer.Exit(1) from None
         print_table(result, as_json, as_csv)
+
+
+def _serve_metrics(port: int) -> None:
+    if port:
+        from prometheus_client import start_http_server
+
+        start_http_server(port, addr="127.0.0.1")
 
 
 def print_table(result: pa.Table, as_json: bool = False, as_csv: bool = False) -> None:

@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from schemas import topics as T
 from schemas.codec import CodecError, decode, schema_key_from_headers
+from sinks import metrics as M
 from sinks.clickhouse import Store, StoreError
 
 log = logging.getLogger("fabricscope.sink")
@@ -100,6 +101,7 @@ class StoreWriter:
         self.store = store
         self.prefix = prefix
         self.stats = SinkStats()
+        self._lag: dict[tuple[str, int], int] = {}
         conf = {
             "bootstrap.servers": bootstrap,
             "group.id": f"{prefix}{group}",
@@ -124,6 +126,7 @@ class StoreWriter:
                 return True
             except StoreError as err:
                 self.stats.store_retries += 1
+                M.STORE_RETRIES.inc()
                 log.error("insert into %s failed, retrying in %.1f s: %s", table, delay, err)
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
@@ -144,6 +147,7 @@ class StoreWriter:
                 token = dedup_token(msg, data)
             except CodecError as err:
                 self.stats.undecodable += 1
+                M.UNDECODABLE.inc()
                 log.error("undecodable message %s/%d/%d: %s", msg.topic(), msg.partition(), msg.offset(), err)
                 data, table_name = _undecodable_row(msg, str(err)), "deadletters"
                 token = f"dlq:{msg.topic()}/{msg.partition()}/{msg.offset()}"
@@ -151,10 +155,23 @@ class StoreWriter:
                 return written  # stopping: uncommitted messages are re-read next start
             written += data.num_rows
             self.stats.batches += 1
+            M.BATCHES_WRITTEN.inc()
+            M.ROWS_WRITTEN.labels(table_name).inc(data.num_rows)
             self.stats.rows += data.num_rows
             self.stats.rows_by_table[table_name] = self.stats.rows_by_table.get(table_name, 0) + data.num_rows
             self._commit(msg)
+        self._observe_lag(msgs)
         return written
+
+    def _observe_lag(self, msgs: list[Message]) -> None:
+        """Consumer lag per topic from the last message of each partition (cached watermarks: no round trip)."""
+        last = {(m.topic(), m.partition()): m.offset() for m in msgs if not m.error()}
+        for (topic, part), off in last.items():
+            _, high = self._consumer.get_watermark_offsets(TopicPartition(topic, part), cached=True)
+            if high >= 0:
+                self._lag[(topic, part)] = max(0, high - off - 1)
+        for topic in {t for t, _ in last}:
+            M.CONSUMER_LAG.labels(topic).set(sum(v for (t, _), v in self._lag.items() if t == topic))
 
     def _commit(self, msg: Message) -> None:
         """Commit past ``msg``. A refused commit (this member was evicted from the group while frozen or

@@ -22,13 +22,15 @@ import json
 import logging
 import os
 import sys
+import time
 
 import faust
 import pyarrow as pa
-from confluent_kafka import KafkaException
 
 from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
+from streams import metrics as M
+from streams.deadletter import whole_message
 from streams.impact import JobThreshold
 from streams.kafka_env import faust_credentials
 from streams.links import PathIndex
@@ -94,17 +96,6 @@ def _path_index() -> tuple[PathIndex, TopicMirror]:
     return _paths, _paths_mirror
 
 
-def catch_up_or_wait(mirror: TopicMirror) -> int:
-    """``mirror.catch_up()``; while the broker restarts (no leader, no answer) apply nothing now, log it,
-    and catch up on the next batch. An exception here would crash the agent and stall the stream."""
-    try:
-        return mirror.catch_up()
-    except KafkaException as err:
-        log.warning("%s not caught up now (%s): using what is known, retrying with the next batch",
-                    mirror.topic, err.args[0].str() if err.args else err)
-        return 0
-
-
 _rnics: set[str] = set()
 _rnics_mirror: TopicMirror | None = None
 
@@ -166,31 +157,52 @@ def _mark_headers(m: UploadMark, ws: int | None, partition: int) -> list[tuple[s
 
 @app.agent(probes_raw)
 async def rtt(stream: faust.StreamT) -> None:
-    """Decompose every probe batch (R-Pingmesh §4.2.1), forward it, and send its window partials."""
-    loop = asyncio.get_running_loop()
+    """Decompose every probe batch (R-Pingmesh §4.2.1), forward it, and send its window partials.
+
+    An unexpected error on one batch dead-letters that batch with the reason and the stream goes on
+    (a crashed Faust agent stops consuming while the process stays up)."""
     async for event in stream.events():
         msg = event.message
-        headers = dict(event.headers or {})
-        await loop.run_in_executor(None, catch_up_or_wait, _registry_rnics())  # every RNIC registered before this batch
-        result = process_probe_message(event.value, schema_key_from_headers(headers), msg.topic, msg.partition,
-                                       msg.offset, known_rnics=_rnics or None)
-        if result.enriched is not None:
-            await probes_enriched.send(key=event.key, value=encode(result.enriched),
-                                       headers=headers_for("probe_enriched.v1"))
-        if result.dead is not None:
-            await deadletter.send(key=msg.topic.encode(), value=encode(result.dead),
-                                  headers=headers_for("deadletter.v1"))
-        paths, mirror = _path_index()
-        await loop.run_in_executor(None, catch_up_or_wait, mirror)  # every path published before this batch
-        marks = _marks(result.enriched, headers)
-        parts = batch_partials(result.enriched, paths, WINDOW_NS) if result.enriched is not None else {}
-        for m in marks[:-1]:
-            await window_partials.send(key=b"mark", value=b"", headers=_mark_headers(m, None, msg.partition))
-        last = marks[-1] if marks else None
-        for ws, blob in sorted(parts.items()):
-            await window_partials.send(key=str(ws).encode(), value=blob, headers=_mark_headers(last, ws, msg.partition))
-        if last is not None and not parts:
-            await window_partials.send(key=b"mark", value=b"", headers=_mark_headers(last, None, msg.partition))
+        try:
+            await _rtt_one(event)
+        except Exception as err:  # noqa: BLE001 - a bug on one batch must not stop the stream
+            log.exception("worker error on %s/%d/%d; batch dead-lettered", msg.topic, msg.partition, msg.offset)
+            M.DEAD_LETTERS.inc()
+            dead = whole_message(msg.topic, msg.partition, msg.offset,
+                                 schema_key_from_headers(dict(event.headers or {})) or "",
+                                 f"worker error: {type(err).__name__}: {err}", event.value or b"")
+            await deadletter.send(key=msg.topic.encode(), value=encode(dead), headers=headers_for("deadletter.v1"))
+
+
+async def _rtt_one(event: faust.types.EventT) -> None:
+    """One probe batch: validate and decompose, forward, catch up on paths, send the window partials."""
+    loop = asyncio.get_running_loop()
+    msg = event.message
+    headers = dict(event.headers or {})
+    M.PROBE_BATCHES.inc()
+    await loop.run_in_executor(None, _registry_rnics().catch_up)  # every RNIC registered before this batch
+    result = process_probe_message(event.value, schema_key_from_headers(headers), msg.topic, msg.partition,
+                                   msg.offset, known_rnics=_rnics or None)
+    if result.enriched is not None:
+        M.PROBE_ROWS.labels("ok").inc(result.enriched.num_rows)
+        await probes_enriched.send(key=event.key, value=encode(result.enriched),
+                                   headers=headers_for("probe_enriched.v1"))
+    if result.dead is not None:
+        M.PROBE_ROWS.labels("dead_letter").inc(result.dead.num_rows)
+        M.DEAD_LETTERS.inc(result.dead.num_rows)
+        await deadletter.send(key=msg.topic.encode(), value=encode(result.dead),
+                              headers=headers_for("deadletter.v1"))
+    paths, mirror = _path_index()
+    await loop.run_in_executor(None, mirror.catch_up)  # every path published before this batch
+    marks = _marks(result.enriched, headers)
+    parts = batch_partials(result.enriched, paths, WINDOW_NS) if result.enriched is not None else {}
+    for m in marks[:-1]:
+        await window_partials.send(key=b"mark", value=b"", headers=_mark_headers(m, None, msg.partition))
+    last = marks[-1] if marks else None
+    for ws, blob in sorted(parts.items()):
+        await window_partials.send(key=str(ws).encode(), value=blob, headers=_mark_headers(last, ws, msg.partition))
+    if last is not None and not parts:
+        await window_partials.send(key=b"mark", value=b"", headers=_mark_headers(last, None, msg.partition))
 
 
 @app.agent(window_partials)
@@ -201,7 +213,7 @@ async def reducer(stream: faust.StreamT) -> None:
         h = dict(event.headers or {})
         red, mirrors = _window_reducer()
         for mirror in mirrors:
-            await loop.run_in_executor(None, catch_up_or_wait, mirror)
+            await loop.run_in_executor(None, mirror.catch_up)
         ws = h.get("window_start_ns", b"")
         mark = UploadMark(h["agent_id"].decode(), int(h["upload_ns"]), h.get("host", b"").decode() or None)
         part = int(h.get("src_partition", b"0"))
@@ -217,10 +229,15 @@ async def close_idle_windows() -> None:
 
 async def _emit(results: list) -> None:
     for ws, res in results:
+        M.WINDOWS_CLOSED.inc()
+        M.WINDOW_DELAY.observe(max(0.0, (time.time_ns() - ws - WINDOW_NS) / 1e9))
+        if _reducer is not None:
+            M.LATE_PARTIALS.set(_reducer.late_partials)
         summary = {"window_start_ns": ws, "verdicts": res.verdicts.num_rows, **res.stats}
         await windows_closed.send(key=str(ws).encode(), value=json.dumps(summary).encode())
         if res.verdicts.num_rows:
             for v in res.verdicts.to_pylist():  # one log line per verdict: few per window
+                M.VERDICTS.labels(v["kind"]).inc()
                 log.warning("verdict %s at %s (impact %s, confidence %.2f)", v["kind"], v["location"],
                             v["impact"], v["confidence"])
             await verdicts.send(key=b"window", value=encode(res.verdicts), headers=headers_for("verdict.v1"))

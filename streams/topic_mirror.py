@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from schemas.codec import CodecError, decode, schema_key_from_headers
 
@@ -44,7 +44,19 @@ class TopicMirror:
         self._c.assign(self._parts)
 
     def catch_up(self, timeout: float = 5.0) -> int:
-        """Apply every message published before this call; returns the number applied."""
+        """Apply every message published before this call; returns the number applied.
+
+        While the broker restarts (no leader, no answer) it applies nothing now, logs it, and
+        catches up on the next call: an exception here would stall the agent that calls it.
+        """
+        try:
+            return self._catch_up(timeout)
+        except KafkaException as err:
+            log.warning("%s not caught up now (%s): using what is known, retrying on the next call",
+                        self.topic, err.args[0].str() if err.args else err)
+            return 0
+
+    def _catch_up(self, timeout: float) -> int:
         ends = {}
         for tp in self._parts:
             _, high = self._c.get_watermark_offsets(tp, timeout=timeout, cached=False)

@@ -1,0 +1,17 @@
+"""Prometheus metrics of a stream worker (prometheus-client; served by ``fabricscope worker --metrics-port``)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+PROBE_BATCHES = Counter("fabricscope_worker_probe_batches_total", "probe.v1 messages processed")
+PROBE_ROWS = Counter("fabricscope_worker_probe_rows_total", "probe rows in, by outcome", ["outcome"])
+DEAD_LETTERS = Counter("fabricscope_worker_dead_letters_total", "dead-letter records sent")
+WINDOWS_CLOSED = Counter("fabricscope_reducer_windows_closed_total", "20 s windows analyzed by the reducer")
+VERDICTS = Counter("fabricscope_reducer_verdicts_total", "verdicts emitted", ["kind"])
+LATE_PARTIALS = Gauge("fabricscope_reducer_late_partials", "window partials that came after their window closed")
+WINDOW_DELAY = Histogram(
+    "fabricscope_reducer_window_delay_seconds",
+    "wall time from a window's end to its verdicts (live streams; replays show their own age)",
+    buckets=(5, 10, 15, 20, 30, 45, 60, 120, 300, float("inf")),
+)
