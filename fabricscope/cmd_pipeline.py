@@ -105,9 +105,10 @@ def register(app: typer.Typer) -> None:
                                     "auto = lab where root and network namespaces work, else sim"),
         workers: int = typer.Option(1, help="Faust workers in the consumer group"),
         duration: float = typer.Option(0, help="stop after this many seconds (0 = until Ctrl-C)"),
+        alerts: bool = typer.Option(False, help="also start Alertmanager (infra/alertmanager) and the alert sink"),
     ) -> None:
         """Start (or reuse) Kafka, create topics, run the worker, the sink and the source; Ctrl-C stops all."""
-        run_up(load(), source, workers, duration)
+        run_up(load(), source, workers, duration, alerts)
 
     @app.command("query")
     def query(
@@ -261,7 +262,7 @@ def lab_available() -> bool:
     return subprocess.run(["ip", "netns", "list"], capture_output=True).returncode == 0
 
 
-def run_up(s: Settings, source: str, workers: int, duration: float) -> None:
+def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool = False) -> None:
     """Start everything as child processes, show rows arriving, stop all on Ctrl-C or after ``duration``."""
     from fabricscope.kafka_admin import create_topics
     from sinks.query_endpoint import find_endpoint, query_remote
@@ -275,6 +276,10 @@ def run_up(s: Settings, source: str, workers: int, duration: float) -> None:
     exe = [sys.executable, "-m", "fabricscope.cli"]
     children = [subprocess.Popen([*exe, "sink"])]
     children += [subprocess.Popen([*exe, "worker"]) for _ in range(workers)]
+    if alerts:
+        if subprocess.call([*exe, "alertmanager", "start"]) != 0:
+            raise typer.Exit(1)
+        children.append(subprocess.Popen([*exe, "alerts"]))
     lab = None
     if source == "lab":
         from fabricscope.cmd_lab import start_lab_source
