@@ -71,14 +71,19 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 20_000, seed: i
         prod = AgentProducer(bootstrap, max_buffered=100_000)
         for i, p in enumerate(payloads):
             prod.publish(f"{prefix}probes.raw", p, "probe.v1", key=f"h{i % 64}")
-        prod.flush()
+        undelivered = prod.flush()
+        if undelivered:
+            raise RuntimeError(f"{undelivered} batches were not accepted by the broker (message size?)")
 
         # (a) bare consumer
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}bare", "auto.offset.reset": "earliest",
                       "fetch.max.bytes": 64 * 1024 * 1024})
         c.subscribe([f"{prefix}probes.raw"])
         got, t0 = 0, None
+        give_up = time.time() + 300
         while got < rows:
+            if time.time() > give_up:
+                raise RuntimeError(f"only {got} of {rows} rows came back from the broker in 300 s")
             for m in c.consume(num_messages=100, timeout=2):
                 if m.error():
                     continue

@@ -7,7 +7,7 @@ import contextlib
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from schemas.topics import ALL_TOPICS, topic_name
+from schemas.topics import ALL_TOPICS, MAX_MESSAGE_BYTES, topic_name
 
 
 def create_topics(bootstrap: str, prefix: str = "", client_config: dict[str, str] | None = None,
@@ -23,7 +23,8 @@ def create_topics(bootstrap: str, prefix: str = "", client_config: dict[str, str
     admin = AdminClient({"bootstrap.servers": bootstrap, **(client_config or {})})
     existing = set(admin.list_topics(timeout=timeout).topics)
     wanted = [
-        NewTopic(topic_name(t, prefix), num_partitions=t.partitions, replication_factor=1, config=dict(t.config))
+        NewTopic(topic_name(t, prefix), num_partitions=t.partitions, replication_factor=1,
+                 config={"max.message.bytes": str(MAX_MESSAGE_BYTES), **t.config})
         for t in ALL_TOPICS
     ]
     result = {t.topic: "exists" for t in wanted if t.topic in existing}

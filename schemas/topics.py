@@ -22,6 +22,11 @@ class Topic:
 
 
 _DAY_MS = 24 * 3600 * 1000
+# One message is one agent upload (a host's 5 s batch: 8 RNICs x 150 probes/s = 6,000 rows, ~1 MB as
+# Arrow; the enriched batch is larger). Kafka's 1 MiB default would refuse it: every client and topic
+# of the pipeline allows this much instead.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
 _RETAIN_7D = {"retention.ms": str(7 * _DAY_MS)}
 _COMPACTED = {"cleanup.policy": "compact"}
 

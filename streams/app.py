@@ -64,6 +64,8 @@ app = faust.App(
     broker_heartbeat_interval=1.0,
     broker_commit_every=100,
     consumer_auto_offset_reset="earliest",
+    producer_max_request_size=T.MAX_MESSAGE_BYTES,
+    consumer_max_fetch_size=T.MAX_MESSAGE_BYTES,
     store="memory://",
     datadir=os.path.join(os.environ.get("FABRICSCOPE_VAR", "var"), "faust"),
 )

@@ -78,6 +78,8 @@ transaction.state.log.min.isr=1
 share.coordinator.state.topic.replication.factor=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
+message.max.bytes=16777216
+replica.fetch.max.bytes=16777216
 PROPS
   if [ "$proto" = SASL_PLAINTEXT ]; then
     local u="$KAFKA_SASL_PLAIN_USER" pw="${KAFKA_SASL_PLAIN_PASSWORD:-}"
