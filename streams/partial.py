@@ -26,7 +26,8 @@ HIST_PER_OCTAVE = 8
 
 PAIR_KEYS = ["pinglist", "prober_host", "prober_rnic", "responder_host", "responder_rnic", "qpn"]
 FAIL_KEYS = [*PAIR_KEYS, "job_id", "fwd_hops", "rev_hops"]
-FLOW_KEYS = ["pinglist", "prober_rnic", "responder_rnic", "src_port", "fwd_hops", "rev_hops"]
+# ts_source is a key so the latency rule can hold software-timestamped flows to a larger excess
+FLOW_KEYS = ["pinglist", "prober_rnic", "responder_rnic", "src_port", "fwd_hops", "rev_hops", "ts_source"]
 SERVICE_KEYS = ["job_id", "prober_host", "prober_rnic", "responder_host", "responder_rnic", "src_port",
                 "fwd_hops", "rev_hops"]
 DELAY_KEYS = ["host", "role"]

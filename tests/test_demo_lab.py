@@ -42,14 +42,15 @@ def test_first_complete_window_names_the_injected_fault(scenario, kafka_bootstra
 
 
 def test_busy_host_moves_responder_delay_not_network_rtt(kafka_bootstrap, tmp_path):
-    # 20 s of healthy traffic: the baseline p50 is then not the agents' start-up
+    # 20 s of healthy traffic, the baseline its last 10 s: not the agents' start-up
     r = run_demo(_settings(kafka_bootstrap), "lab", "busy-host", seed=7, windows=1, var=tmp_path, warmup_s=20)
     host = r.truth["locations"][0]
     store = ChdbStore(tmp_path / "clickhouse")
     q = store.query_arrow(
         f"SELECT t1 >= {r.fault_start_ns} AS faulted, quantileExact(0.5)(network_rtt_ns) AS net, "
         f"quantileExact(0.5)(responder_delay_ns) AS resp FROM probes "
-        f"WHERE status = 'ok' AND responder_host = '{host}' AND (t1 < {r.injected_ns} OR t1 >= {r.fault_start_ns}) "
+        f"WHERE status = 'ok' AND responder_host = '{host}' "
+        f"AND (t1 BETWEEN {r.injected_ns - 10_000_000_000} AND {r.injected_ns} OR t1 >= {r.fault_start_ns}) "
         "GROUP BY faulted ORDER BY faulted"
     ).to_pylist()
     store.close()
