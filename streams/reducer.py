@@ -71,12 +71,15 @@ class WindowReducer:
     pending: dict[int, list[WindowPartial]] = field(default_factory=dict)
     late_partials: int = 0
     started: float | None = None
+    first_upload_ns: int | None = None
+    registered_hosts: set[str] = field(default_factory=set)
 
     def on_registry(self, rows: pa.Table) -> None:
-        """``registry.v1`` rows: the newest QPN per RNIC replaces the old one."""
+        """``registry.v1`` rows: the newest QPN per RNIC replaces the old one; their hosts are known."""
         if rows.num_rows:
             t = rows.sort_by([("upload_ns", "ascending")])
             self.registry.update(zip(t["rnic"].to_pylist(), t["qpn"].to_pylist(), strict=True))
+            self.registered_hosts.update(h for h in t["host"].to_pylist() if h)
 
     def on_job_metrics(self, rows: pa.Table) -> None:
         """``jobmetric.v1`` rows (``job_id``, ``sample_ns``, ``value``)."""
@@ -96,17 +99,26 @@ class WindowReducer:
             else:
                 self.pending.setdefault(window_start_ns, []).append(from_bytes(partial))
                 self.open_windows.add(window_start_ns)
+        self.first_upload_ns = min(self.first_upload_ns or mark.upload_ns, mark.upload_ns)
         tracker = self.trackers.setdefault(partition, WatermarkTracker(window_ns=self.config.window_ns))
         tracker.heartbeat(mark.agent_id, mark.upload_ns, mark.host)
         self.last_seen[partition] = now
         return self.close_ready()
 
     def host_last_upload(self) -> dict[str, int]:
-        """Newest upload (ns) per prober host over all partitions (the host-down rule reads it)."""
+        """Newest upload (ns) per prober host over all partitions (the host-down rule reads it).
+
+        A registered host not heard from yet counts as last heard at the first upload this reducer
+        saw: when the pipeline (re)starts, an agent that has not uploaded yet is not down until the
+        stream has run 20 s without it. An unregistered host never heard from stays silent for ever.
+        """
         out: dict[str, int] = {}
         for t in self.trackers.values():
             for h, u in t.host_last_upload.items():
                 out[h] = max(out.get(h, u), u)
+        if self.first_upload_ns is not None:
+            for h in self.registered_hosts - out.keys():
+                out[h] = self.first_upload_ns
         return out
 
     def watermark(self) -> int | None:

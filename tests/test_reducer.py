@@ -1,0 +1,56 @@
+"""The window reducer: per-partition watermarks, idleness, and hosts not heard from yet at start-up."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from schemas.arrow_pa import arrow_schema
+from streams.reducer import UploadMark, WindowReducer
+
+S = 1_000_000_000
+T0 = 1_000 * 20 * S
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _registry(hosts: list[str]) -> pa.Table:
+    n = len(hosts)
+    return pa.Table.from_pydict({
+        "agent_id": hosts, "upload_ns": [T0] * n, "host": hosts, "rnic": [f"{h}-r0" for h in hosts],
+        "tor": ["A"] * n, "ip": ["10.0.0.1"] * n, "gid": ["g"] * n, "gid_index": [3] * n, "qpn": [7] * n,
+    }, schema=arrow_schema("registry.v1"))
+
+
+def test_registered_host_not_heard_yet_counts_from_the_first_upload_seen():
+    r = WindowReducer(partitions=1)
+    r.on_registry(_registry(["H1", "H2"]))
+    r.add(UploadMark("H1", T0 + 7 * S, "H1"), None, None)
+    r.add(UploadMark("H1", T0 + 12 * S, "H1"), None, None)
+    assert r.host_last_upload() == {"H1": T0 + 12 * S, "H2": T0 + 7 * S}
+
+
+def test_a_lagging_partition_holds_the_watermark_until_it_catches_up_or_goes_idle():
+    clock = Clock()
+    r = WindowReducer(partitions=2, idle_s=30.0, clock=clock)
+    r.open_windows.add(T0)
+    # partition 0 races 60 s ahead (a replay); partition 1 has uploaded only to 5 s
+    r.add(UploadMark("H1", T0 + 60 * S, "H1"), None, None, partition=0)
+    r.add(UploadMark("H2", T0 + 5 * S, "H2"), None, None, partition=1)
+    assert r.watermark() == T0 + 5 * S
+    assert r.close_ready() == []
+    r.add(UploadMark("H2", T0 + 25 * S, "H2"), None, None, partition=1)
+    assert r.watermark() == T0 + 25 * S
+    assert r.closed_before == T0 + 20 * S  # the window [T0, T0+20 s) closed (no partials: nothing analyzed)
+    # an unseen partition holds everything back until idle_s of processing time has passed
+    r2 = WindowReducer(partitions=2, idle_s=30.0, clock=clock)
+    r2.add(UploadMark("H1", T0 + 60 * S, "H1"), None, None, partition=0)
+    assert r2.watermark() is None
+    clock.now += 31
+    r2.add(UploadMark("H1", T0 + 61 * S, "H1"), None, None, partition=0)
+    assert r2.watermark() == T0 + 61 * S  # partition 1 never spoke: it no longer holds the watermark
