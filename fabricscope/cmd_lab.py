@@ -38,6 +38,18 @@ class LabSource:
     qpns: dict[str, int]
     pinglists: dict[str, list[dict[str, Any]]]
     truths: list[scenarios.Truth] = field(default_factory=list)
+    kafka: dict[str, Any] | None = None  # where the agents upload; the pinglists are published there too
+
+    def publish_pinglists(self) -> None:
+        """Publish the current pinglists on the compacted ``pinglists`` topic (when the lab uploads to Kafka)."""
+        if not self.kafka:
+            return
+        from producers.controller_publish import publish_pinglists
+        from producers.kafka_producer import AgentProducer
+
+        producer = AgentProducer(self.kafka["bootstrap"], kafka_config=self.kafka.get("kafka_config"))
+        publish_pinglists(producer, self.kafka.get("topic_prefix", ""), self.pinglists, time.time_ns())
+        producer.flush()
 
     def scenario(self, name: str, seed: int = 1, **kw: Any) -> scenarios.Truth:
         """Inject demo scenario ``name`` (see :data:`infra.lab.scenarios.SCENARIOS`); returns the truth."""
@@ -54,6 +66,7 @@ class LabSource:
         self.qpns = agents.registry(self.directory)
         self.pinglists = build_lab_pinglists(self.inventory, self.qpns, seed, connections or [])
         agents.write_pinglists(self.pinglists, self.directory)
+        self.publish_pinglists()
 
     def stop(self) -> list[str]:
         """Stop the agents and remove the lab; returns the namespaces removed."""
@@ -116,7 +129,9 @@ def start_lab_source(
     except Exception:
         lab_infra.down(d)
         raise
-    return LabSource(d, fab, inv, qpns, lists)
+    lab = LabSource(d, fab, inv, qpns, lists, kafka=out if out.get("kind") == "kafka" else None)
+    lab.publish_pinglists()
+    return lab
 
 
 def status(directory: str | Path | None = None) -> dict[str, Any]:

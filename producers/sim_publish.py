@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from producers.controller import pinglist_for_host
+from producers.controller_publish import publish_pinglists
 from producers.kafka_producer import AgentProducer
 from producers.sim.engine import BATCH_NS, Simulator, to_pylists
 from producers.sim.stream import registry_updates
@@ -36,6 +38,8 @@ def publish_sim(
     """
     probes_t, paths_t, reg_t = (topic_name(t, prefix) for t in (PROBES_RAW, PATHS_TRACED, REGISTRY))
     jobs_t = topic_name(JOB_METRICS, prefix)
+    lists = sim.pinglists(start_ns)
+    publish_pinglists(producer, prefix, {h: pinglist_for_host(lists, h) for h in sim.inv.hosts}, start_ns)
     producer.publish(
         reg_t,
         encode_columns("registry.v1", to_pylists(sim.registry_columns(start_ns))),

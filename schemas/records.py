@@ -246,6 +246,32 @@ HOST_TOPOLOGY_V1 = RecordSchema(
     ),
 )
 
+# The controller's pinglists, one batch per agent on a compacted topic (R-Pingmesh §3.2, §4.1).
+PINGLIST_V1 = RecordSchema(
+    "pinglist",
+    1,
+    _UPLOAD
+    + (
+        Field("pinglist", "string", doc="tor_mesh | inter_tor | service"),
+        Field("prober_host", "string"),
+        Field("prober_rnic", "string"),
+        Field("responder_host", "string"),
+        Field("responder_rnic", "string"),
+        Field("src_ip", "string"),
+        Field("dst_ip", "string"),
+        Field("src_port", "uint16", doc="UDP source port (from the flow label on RoCEv2)"),
+        Field("dst_port", "uint16"),
+        Field("flow_label", "uint32"),
+        Field("traffic_class", "uint8", doc="DSCP of the job's queue: probes share its switch queues"),
+        Field("priority", "uint8"),
+        Field("qpn", "uint32", doc="the responder's current QPN"),
+        Field("gid", "string"),
+        Field("gid_index", "uint16"),
+        Field("job_id", "string", nullable=True),
+        Field("rate_pps", "float64", doc="probes per second of this entry"),
+    ),
+)
+
 # Dead letters keep the record's reason next to the original payload.
 DEADLETTER_V1 = RecordSchema(
     "deadletter",
@@ -275,6 +301,7 @@ SCHEMAS: dict[str, RecordSchema] = {
         HOSTMETRIC_V1,
         HOST_LINK_V1,
         REGISTRY_V1,
+        PINGLIST_V1,
         DEADLETTER_V1,
         HOST_TOPOLOGY_V1,
     )

@@ -38,7 +38,7 @@ PATHS_TRACED = Topic("paths.traced", 4, "agent_id", "path.v1", _RETAIN_7D, "forw
 LOOPBACK_RAW = Topic("loopback.raw", 1, "host", "loopback.v1", _RETAIN_7D, "Hostping loopback results")
 HOSTMETRICS_RAW = Topic("hostmetrics.raw", 1, "host", "hostmetric.v1", _RETAIN_7D, "hardware monitor samples")
 REGISTRY = Topic("registry", 1, "rnic", "registry.v1", _COMPACTED, "RNIC registry: GID, QPN per RNIC")
-PINGLISTS = Topic("pinglists", 1, "agent_id", "probe.v1", _COMPACTED, "controller pinglists per agent")
+PINGLISTS = Topic("pinglists", 1, "agent_id", "pinglist.v1", _COMPACTED, "controller pinglists per agent")
 WINDOW_PARTIALS = Topic(
     "window.partials", 1, "window_start_ns", "", _RETAIN_7D,
     "per-worker window partials (link counts, failing paths) to the one reducer",
