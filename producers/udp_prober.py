@@ -153,6 +153,20 @@ class Trace:
     reached: int | None = None
 
 
+def pop_expired(deadlines: list[tuple[int, int]], pending: dict[int, PendingProbe], now_ns: int) -> list[PendingProbe]:
+    """Pop every deadline heap entry at or before ``now_ns`` (monotonic ns); return the probes still pending.
+
+    Shared by the udp and verbs backends: both keep a ``(deadline, seq)`` heap beside ``pending``.
+    """
+    out = []
+    while deadlines and deadlines[0][0] <= now_ns:
+        _, seq = heapq.heappop(deadlines)
+        p = pending.get(seq)
+        if p is not None:
+            out.append(p)
+    return out
+
+
 def probe_row(agent_id: str, host: str, p: PendingProbe) -> dict[str, Any]:
     """The ``probe.v1`` row of a finished probe (status ``ok`` when ACK1 came in time).
 
@@ -335,13 +349,10 @@ class UdpEngine:
     def expire(self, now_mono: int | None = None) -> int:
         """Finish probes past their deadline (timeouts, or ok without ACK2); returns how many."""
         now = now_mono if now_mono is not None else time.monotonic_ns()
-        n = 0
-        while self._deadlines and self._deadlines[0][0] <= now:
-            _, seq = heapq.heappop(self._deadlines)
-            p = self.pending.get(seq)
-            if p is not None:
-                self._finish(p)
-                n += 1
+        expired = pop_expired(self._deadlines, self.pending, now)
+        for p in expired:
+            self._finish(p)
+        n = len(expired)
         for tid, tr in list(self._trace_state.items()):
             if tr.deadline <= now:
                 self._finish_trace(tid)

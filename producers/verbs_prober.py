@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.udp_prober import TIMEOUT_NS, PendingProbe, TokenBucket, probe_row
+from producers.udp_prober import TIMEOUT_NS, PendingProbe, TokenBucket, pop_expired, probe_row
 from producers.udp_wire import ACK1, ACK2, PAYLOAD_BYTES, PROBE, Packet, decode
 
 GRH_BYTES = 40  # a UD receive buffer starts with the 40-byte Global Route Header
@@ -200,14 +200,10 @@ class VerbsProtocol:
     def expire(self, now_mono: int | None = None) -> int:
         """Finish probes past their 500 ms deadline; returns how many."""
         now = now_mono if now_mono is not None else time.monotonic_ns()
-        n = 0
-        while self._deadlines and self._deadlines[0][0] <= now:
-            _, seq = heapq.heappop(self._deadlines)
-            p = self.pending.get(seq)
-            if p is not None:
-                self._finish(p)
-                n += 1
-        return n
+        expired = pop_expired(self._deadlines, self.pending, now)
+        for p in expired:
+            self._finish(p)
+        return len(expired)
 
 
 def _import_pyverbs() -> Any:
