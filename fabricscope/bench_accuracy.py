@@ -3,7 +3,7 @@
 Each scenario is a seeded fabric (Panel 1 up to 1,024 RNICs) with 0-3 concurrent faults
 drawn from: switch link down, lossy link (0.5 %-50 %), partial 5-tuple loss, flapping port
 (switch link or RNIC cable), RNIC down, host down, host restart, busy host. The simulator's
-uploads go through :class:`streams.analyzer.Analyzer` (the one-process wiring of the
+uploads go through :class:`streams.pingmesh.analyzer.Analyzer` (the one-process wiring of the
 pipeline: watermark, path index, window partials, reducer) window by window, and every
 verdict is scored against :meth:`producers.sim.Simulator.truth`.
 
@@ -49,9 +49,9 @@ from producers.sim.faults import Fault
 from producers.sim.stream import registry_updates
 from schemas.arrow_pa import table_from_columns
 from schemas.inventory import Inventory, panel1, random_clos
-from streams.analyzer import Analyzer, WindowResult, analyze_window
-from streams.partial import merge
-from streams.rtt import decompose
+from streams.pingmesh.analyzer import Analyzer, WindowResult, analyze_window
+from streams.pingmesh.partial import merge
+from streams.pingmesh.rtt import decompose
 
 S = 1_000_000_000
 WINDOW = 20 * S
@@ -391,8 +391,8 @@ def hostping_patterns(seeds: tuple[int, ...] = (1, 2, 3)) -> tuple[int, int, lis
     """
     from producers.hostping.simhost import Bottleneck, SimHost
     from schemas.intrahost import figure2_topology
-    from streams.hostlink import BandwidthMatrix, LinkHistory, algorithm1, busy_path_states, idle_path_states
-    from streams.hostpatterns import name_patterns
+    from streams.hostping.hostlink import BandwidthMatrix, LinkHistory, algorithm1, busy_path_states, idle_path_states
+    from streams.hostping.hostpatterns import name_patterns
 
     topo = figure2_topology("h1")
     # (#, bottlenecks, mode, rounds, with registers, expected (pattern, location))

@@ -1,7 +1,7 @@
 """`fabricscope bench profile`: where the RTT worker spends its time on one probe batch (cProfile).
 
-The worker's per-message work is :func:`streams.probe_batch.process_probe_message`
-(decode, validate, decompose) followed by :func:`streams.reducer.batch_partials`
+The worker's per-message work is :func:`streams.runtime.probe_batch.process_probe_message`
+(decode, validate, decompose) followed by :func:`streams.pingmesh.reducer.batch_partials`
 (split by window, attach traced paths, summarize, serialise the partial). This runs
 both on simulated batches of a 1,024-RNIC fabric (real paths in the path index), and
 reports for each stage its share of the time, and the number of Python function calls
@@ -18,12 +18,12 @@ import pyarrow as pa
 
 STAGES = {
     "decode (IPC -> Arrow)": ("schemas/codec.py", "decode"),
-    "validate (split_probes)": ("streams/validate.py", "split_probes"),
-    "decompose (t1..t6 -> RTTs)": ("streams/rtt.py", "decompose"),
-    "split_by_window": ("streams/windows.py", "split_by_window"),
-    "attach_paths (join with path index)": ("streams/links.py", "attach_paths"),
-    "summarize (all group-bys)": ("streams/partial.py", "summarize"),
-    "to_bytes (partial -> IPC)": ("streams/partial.py", "to_bytes"),
+    "validate (split_probes)": ("streams/pingmesh/validate.py", "split_probes"),
+    "decompose (t1..t6 -> RTTs)": ("streams/pingmesh/rtt.py", "decompose"),
+    "split_by_window": ("streams/pingmesh/windows.py", "split_by_window"),
+    "attach_paths (join with path index)": ("streams/pingmesh/links.py", "attach_paths"),
+    "summarize (all group-bys)": ("streams/pingmesh/partial.py", "summarize"),
+    "to_bytes (partial -> IPC)": ("streams/pingmesh/partial.py", "to_bytes"),
 }
 
 
@@ -45,7 +45,7 @@ def _sim_batch(rows: int, n_rnics: int = 1024) -> tuple[bytes, object, int]:
     from schemas.arrow_pa import table_from_columns
     from schemas.codec import encode
     from schemas.inventory import random_clos
-    from streams.links import PathIndex
+    from streams.pingmesh.links import PathIndex
 
     inv = random_clos(1, n_rnics // 32, 8, 4, 8)
     sim = Simulator(inv, seed=1, trace="every_batch")
@@ -65,9 +65,9 @@ def _sim_batch(rows: int, n_rnics: int = 1024) -> tuple[bytes, object, int]:
 
 
 def _one(payload: bytes, index: object) -> None:
-    from streams.probe_batch import process_probe_message
-    from streams.reducer import batch_partials
-    from streams.windows import WINDOW_NS
+    from streams.pingmesh.reducer import batch_partials
+    from streams.pingmesh.windows import WINDOW_NS
+    from streams.runtime.probe_batch import process_probe_message
 
     res = process_probe_message(payload, "probe.v1", "probes.raw", 0, 1)
     assert res.enriched is not None
@@ -87,7 +87,7 @@ def run(rows: int = 20_000, small: int = 10_000, large: int = 200_000) -> Profil
     """Profile one batch of ``rows``; count calls for batches of ``small`` and ``large`` rows."""
     payload, index, n_paths = _sim_batch(max(rows, small, large) + 1_000)
     from schemas.codec import decode, encode
-    from streams.windows import split_by_window
+    from streams.pingmesh.windows import split_by_window
 
     # One window only: a batch spanning two windows summarizes twice, which is per-window,
     # not per-row, work (a few NTP-skewed rows fall in the previous window).

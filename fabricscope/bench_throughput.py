@@ -62,7 +62,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 20_000, seed: i
     from producers.kafka_producer import AgentProducer
     from sinks.clickhouse import ChdbStore, migrate
     from sinks.query_endpoint import find_endpoint, query_remote
-    from streams.rtt import decompose
+    from streams.pingmesh.rtt import decompose
 
     payloads = _payloads(rows, batch_rows, seed)
     prefix = f"bench{uuid.uuid4().hex[:6]}."

@@ -1,6 +1,6 @@
 """``fabricscope blame --job J --at TIME``: is the network to blame for job J at that time?
 
-Only wiring and printing; the answer is :func:`streams.blame.blame` over the verdicts
+Only wiring and printing; the answer is :func:`streams.pingmesh.blame.blame` over the verdicts
 (``verdict.v1``) and per-job coverage rows of the window holding TIME. They come from
 Arrow/Parquet files given with ``--verdicts``/``--coverage``, else from the store
 (table ``verdicts``; coverage from table ``coverage`` once the store has one).
@@ -14,8 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 import typer
 
-from streams.blame import COVERAGE_SCHEMA, blame
-from streams.windows import WINDOW_NS, window_start
+from streams.pingmesh.blame import COVERAGE_SCHEMA, blame
+from streams.pingmesh.windows import WINDOW_NS, window_start
 
 
 def parse_time(text: str) -> int:

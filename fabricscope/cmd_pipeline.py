@@ -68,7 +68,7 @@ def register(app: typer.Typer) -> None:
         _serve_metrics(metrics_port)
         os.environ["KAFKA_BOOTSTRAP"] = s.kafka_bootstrap
         os.environ["FABRICSCOPE_TOPIC_PREFIX"] = s.fabricscope_topic_prefix
-        from streams.app import run_worker
+        from streams.runtime.app import run_worker
 
         run_worker(loglevel)
 

@@ -2,7 +2,7 @@
 
 A host agent publishes one ``host_topology.v1`` record per host to the compacted
 ``hosts.topology`` topic (:data:`schemas.topics.HOSTS_TOPOLOGY`); the host-link worker
-(:mod:`streams.hostping_stream`) reads them back with these functions. Stdlib only, like the
+(:mod:`streams.hostping.hostping_stream`) reads them back with these functions. Stdlib only, like the
 rest of :mod:`schemas`: the baseline is a list of rows, not a numpy array.
 
 Formats (stable, versioned by the record key)::

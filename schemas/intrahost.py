@@ -3,7 +3,7 @@
 Plain data (stdlib only, like the rest of :mod:`schemas`): the host agent builds an
 :class:`IntraHostTopology` from sysfs/hwloc (:mod:`producers.hostping.topology`), the
 sim host model uses it to place bottlenecks, and the analyzer
-(:mod:`streams.hostlink`) uses its paths for Algorithm 1.
+(:mod:`streams.hostping.hostlink`) uses its paths for Algorithm 1.
 
 Nodes are ``cpuN`` (socket root complex), ``swN`` (PCIe switch), ``rnicN``, ``gpuN``,
 ``memN`` (NUMA memory node). Every non-CPU node has one parent; the link to it is

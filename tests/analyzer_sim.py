@@ -6,11 +6,11 @@ from dataclasses import dataclass
 
 from producers.sim import Simulator
 from schemas.arrow_pa import table_from_columns
-from streams.analyzer import AnalyzerConfig, AnalyzerState, WindowResult, analyze_window
-from streams.links import PathIndex
-from streams.partial import WindowPartial, merge, summarize
-from streams.rtt import decompose
-from streams.windows import WatermarkTracker
+from streams.pingmesh.analyzer import AnalyzerConfig, AnalyzerState, WindowResult, analyze_window
+from streams.pingmesh.links import PathIndex
+from streams.pingmesh.partial import WindowPartial, merge, summarize
+from streams.pingmesh.rtt import decompose
+from streams.pingmesh.windows import WatermarkTracker
 
 S = 1_000_000_000
 T0 = 1_000_000 * 20 * S

@@ -10,11 +10,11 @@ from analyzer_sim import T0, S  # noqa: E402
 
 from schemas.arrow_pa import table_from_columns  # noqa: E402
 from schemas.inventory import panel1  # noqa: E402
-from streams.analyzer import Analyzer, AnalyzerState, analyze_window  # noqa: E402
-from streams.links import PathIndex  # noqa: E402
-from streams.partial import from_bytes, merge, summarize, to_bytes  # noqa: E402
-from streams.rtt import decompose  # noqa: E402
-from streams.windows import WatermarkTracker  # noqa: E402
+from streams.pingmesh.analyzer import Analyzer, AnalyzerState, analyze_window  # noqa: E402
+from streams.pingmesh.links import PathIndex  # noqa: E402
+from streams.pingmesh.partial import from_bytes, merge, summarize, to_bytes  # noqa: E402
+from streams.pingmesh.rtt import decompose  # noqa: E402
+from streams.pingmesh.windows import WatermarkTracker  # noqa: E402
 
 
 def _stream(faults, seconds=45):

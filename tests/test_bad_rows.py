@@ -7,7 +7,7 @@ the rule is off); ``test_bad_input_kafka.py`` runs the same rule through the rea
 from __future__ import annotations
 
 from schemas.arrow_nano import encode_columns
-from streams.probe_batch import process_probe_message
+from streams.runtime.probe_batch import process_probe_message
 
 from probe_rows import BASE_NS, PROBER_RNIC0, RESPONDER_RNIC0, columns, probe_row
 

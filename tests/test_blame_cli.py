@@ -11,8 +11,8 @@ from typer.testing import CliRunner
 
 from fabricscope.cli import _register, app
 from fabricscope.cmd_blame import parse_time
-from streams.analyzer import AnalyzerState, analyze_window
-from streams.partial import summarize
+from streams.pingmesh.analyzer import AnalyzerState, analyze_window
+from streams.pingmesh.partial import summarize
 
 START = 1_000 * 20 * S
 JOB = Job("J", [("A2", "B2", "S3"), ("A1", "B1", "S1")])

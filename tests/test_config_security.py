@@ -18,7 +18,7 @@ import pytest
 from reliability import free_port
 
 from fabricscope.settings import ConfigError, Settings, read_settings
-from streams.kafka_env import faust_credentials
+from streams.runtime.kafka_env import faust_credentials
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "S3cret-Pw-7781"

@@ -14,7 +14,7 @@ import pytest
 from producers.hostping.rnic_config import parse_roce_accl
 from producers.hostping.simhost import Bottleneck, SimHost
 from schemas.intrahost import figure2_topology
-from streams.hostlink import (
+from streams.hostping.hostlink import (
     BandwidthMatrix,
     LinkHistory,
     algorithm1,
@@ -26,7 +26,7 @@ from streams.hostlink import (
     loopback_latency_us,
     outstanding_read_bw_gbps,
 )
-from streams.hostpatterns import name_patterns
+from streams.hostping.hostpatterns import name_patterns
 
 TOPO = figure2_topology("h1")
 

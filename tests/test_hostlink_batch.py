@@ -10,7 +10,7 @@ from producers.hostping.simhost import Bottleneck, SimBackend, SimHost
 from schemas.arrow_pa import arrow_schema
 from schemas.intrahost import figure2_topology
 from schemas.records import LOOPBACK_V1
-from streams.hostlink_batch import HostLinkProcessor, matrix_from_loopback
+from streams.hostping.hostlink_batch import HostLinkProcessor, matrix_from_loopback
 
 
 def batch(sim: SimHost, round_no: int) -> pa.Table:

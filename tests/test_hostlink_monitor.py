@@ -11,9 +11,9 @@ from producers.hostping import monitor
 from producers.hostping.simhost import Bottleneck, SimHost
 from schemas.intrahost import figure2_topology
 from schemas.records import HOST_LINK_V1, HOSTMETRIC_V1
-from streams.hostlink import BandwidthMatrix, algorithm1, idle_path_states
-from streams.hostpatterns import host_link_rows, name_patterns
-from streams.hostplot import save_matrix_png
+from streams.hostping.hostlink import BandwidthMatrix, algorithm1, idle_path_states
+from streams.hostping.hostpatterns import host_link_rows, name_patterns
+from streams.hostping.hostplot import save_matrix_png
 
 
 def test_rates_pause_ratio_and_idle_status():

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from producers.hostping.sim_source import bus_util_upload, sim_host
 from schemas.codec import headers_for
-from streams.recent_mirror import RecentTopicMirror
+from streams.runtime.recent_mirror import RecentTopicMirror
 
 pytestmark = pytest.mark.kafka
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from schemas.arrow_pa import arrow_schema
-from streams.reducer import UploadMark, WindowReducer
+from streams.pingmesh.reducer import UploadMark, WindowReducer
 
 S = 1_000_000_000
 T0 = 1_000 * 20 * S

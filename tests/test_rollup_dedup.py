@@ -15,7 +15,7 @@ import pytest
 
 from schemas.arrow_pa import table_from_columns
 from sinks.clickhouse import ChdbStore, migrate
-from streams.rtt import decompose
+from streams.pingmesh.rtt import decompose
 
 from probe_rows import columns, known_rows
 

@@ -7,7 +7,7 @@ import pytest
 from schemas.arrow_pa import table_from_columns
 from schemas.migrations import migrations, split_statements
 from sinks.clickhouse import ChdbStore, StoreError, migrate
-from streams.rtt import decompose
+from streams.pingmesh.rtt import decompose
 
 from probe_rows import columns, known_rows
 

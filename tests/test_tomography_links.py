@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from schemas.arrow_pa import table_from_columns
-from streams.links import PathIndex, attach_paths, explode_links
-from streams.tomography import greedy_cover
+from streams.pingmesh.links import PathIndex, attach_paths, explode_links
+from streams.pingmesh.tomography import greedy_cover
 
 
 def test_links_are_named_lower_to_upper_and_access_links_name_their_rnic():

@@ -10,13 +10,13 @@ import pyarrow.compute as pc
 import pytest
 from analyzer_fabric import Faults, Job, S, last_uploads, panel1, window
 
-from streams.analyzer import AnalyzerConfig, AnalyzerState, WindowResult, analyze_window
-from streams.blame import blame
-from streams.impact import JobThreshold
-from streams.links import probe_links
-from streams.partial import summarize
-from streams.triage import TriageConfig
-from streams.windows import WINDOW_NS
+from streams.pingmesh.analyzer import AnalyzerConfig, AnalyzerState, WindowResult, analyze_window
+from streams.pingmesh.blame import blame
+from streams.pingmesh.impact import JobThreshold
+from streams.pingmesh.links import probe_links
+from streams.pingmesh.partial import summarize
+from streams.pingmesh.triage import TriageConfig
+from streams.pingmesh.windows import WINDOW_NS
 
 START = 1_000 * 20 * S
 FAB = panel1()

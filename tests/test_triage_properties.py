@@ -13,8 +13,8 @@ from analyzer_fabric import Faults, Job, S, last_uploads, panel1, window
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streams.analyzer import AnalyzerState, analyze_window
-from streams.partial import merge, summarize
+from streams.pingmesh.analyzer import AnalyzerState, analyze_window
+from streams.pingmesh.partial import merge, summarize
 
 START = 1_000 * 20 * S
 FAB = panel1()

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 from analyzer_fabric import Faults, S, last_uploads, panel1, window
 
-from streams.windows import WINDOW_NS, WatermarkTracker, split_by_window, window_start, window_starts
+from streams.pingmesh.windows import WINDOW_NS, WatermarkTracker, split_by_window, window_start, window_starts
 
 START = 1_000 * 20 * S
 

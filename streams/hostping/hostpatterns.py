@@ -1,7 +1,7 @@
 """Name the Hostping bottleneck pattern of one round from the matrix, topology and bus utilisation.
 
 Input is only what the analyzer sees: the bandwidth matrix and its baseline, the
-intra-host topology, the Algorithm 1 round (:mod:`streams.hostlink`), the bus monitor's
+intra-host topology, the Algorithm 1 round (:mod:`streams.hostping.hostlink`), the bus monitor's
 utilisation per link, and optionally the RNICs' configuration registers. Patterns
 (Hostping §6, Figures 8-10, bottlenecks #1-#12):
 
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from schemas.intrahost import IntraHostTopology
-from streams.hostlink import BandwidthMatrix, Round, bus_cause
+from streams.hostping.hostlink import BandwidthMatrix, Round, bus_cause
 
 #: (link type, bus monitor cause) -> pattern.
 LINK_PATTERNS = {
@@ -79,7 +79,7 @@ def name_patterns(
     Args:
         topo: the host's intra-host topology.
         m: measured bandwidth matrix (Gb/s); ``baseline``: the healthy matrix of this host model.
-        rnd: :func:`streams.hostlink.algorithm1` over the same matrix.
+        rnd: :func:`streams.hostping.hostlink.algorithm1` over the same matrix.
         bus_util: link -> utilisation 0..1 from the bus monitor.
         rnic_config: rnic -> ``{"slow_start": bool, "tx_window": bool}`` when the registers were read.
     """

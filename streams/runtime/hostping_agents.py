@@ -1,4 +1,4 @@
-"""Faust wiring of Hostping (imported at the end of :mod:`streams.app`).
+"""Faust wiring of Hostping (imported at the end of :mod:`streams.runtime.app`).
 
     hosts.topology (compacted) ──(mirror, from the start)──────┐
     hostmetrics.raw (bus_util rows) ──(mirror, last 10 min)────┤
@@ -6,7 +6,7 @@
                                                                 └──▶ verdicts   ──▶ (sink) `verdicts`
                                                                 └──▶ deadletter (hosts with no topology)
 
-The analytics are :class:`streams.hostping_stream.HostpingStream`; this file is plumbing only.
+The analytics are :class:`streams.hostping.hostping_stream.HostpingStream`; this file is plumbing only.
 ``FABRICSCOPE_HOSTPING_IMPACT`` (default P2) sets the impact class of Hostping verdicts;
 ``FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S`` (default 600) how far back a starting worker reads bus readings.
 """
@@ -21,11 +21,11 @@ import faust
 
 from schemas import topics as T
 from schemas.codec import CodecError, decode, encode, headers_for, schema_key_from_headers
-from streams.app import BOOTSTRAP, PREFIX, _security, _topic, app, deadletter, verdicts
-from streams.deadletter import whole_message
-from streams.hostping_stream import HostpingStream
-from streams.recent_mirror import RecentTopicMirror
-from streams.topic_mirror import TopicMirror
+from streams.hostping.hostping_stream import HostpingStream
+from streams.runtime.app import BOOTSTRAP, PREFIX, _security, _topic, app, deadletter, verdicts
+from streams.runtime.deadletter import whole_message
+from streams.runtime.recent_mirror import RecentTopicMirror
+from streams.runtime.topic_mirror import TopicMirror
 
 log = logging.getLogger("fabricscope.hostping")
 

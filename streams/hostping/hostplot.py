@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.colors import ListedColormap  # noqa: E402
 
-from streams.hostlink import BandwidthMatrix  # noqa: E402
+from streams.hostping.hostlink import BandwidthMatrix  # noqa: E402
 
 _COLOURS = ListedColormap(["#d9534f", "#5cb85c", "#b0b0b0"])  # abnormal, normal, untested
 

@@ -1,7 +1,7 @@
 """Hostping on the stream: ``loopback.v1`` batches -> ``host_link.v1`` states and ``verdict.v1`` patterns.
 
-The plain-Python core of the Faust agent in :mod:`streams.hostping_agents` (testable without
-Kafka). It keeps one :class:`streams.hostlink_batch.HostLinkProcessor` (Algorithm 1 history per
+The plain-Python core of the Faust agent in :mod:`streams.runtime.hostping_agents` (testable without
+Kafka). It keeps one :class:`streams.hostping.hostlink_batch.HostLinkProcessor` (Algorithm 1 history per
 host, Hostping §4.2) fed from three inputs:
 
 - ``host_topology.v1`` (topic ``hosts.topology``, compacted): each host's intra-host topology,
@@ -11,7 +11,7 @@ host, Hostping §4.2) fed from three inputs:
   congestion (> 90 %) from failure (Hostping §4.4);
 - ``loopback.v1`` batches: one round per host present in the batch.
 
-Each named pattern (:func:`streams.hostpatterns.name_patterns`) becomes one ``verdict.v1`` row:
+Each named pattern (:func:`streams.hostping.hostpatterns.name_patterns`) becomes one ``verdict.v1`` row:
 ``kind`` is the pattern, ``location`` is ``host:link`` (or ``host:rnic``, ``host:switches``; the
 host alone for host-wide patterns), the cause and the pattern's evidence are in ``evidence``,
 impact is P2 (one host's intra-host problem) unless configured otherwise. Times are event
@@ -32,10 +32,10 @@ import pyarrow.compute as pc
 
 from schemas.arrow_pa import arrow_schema
 from schemas.host_topology import HostTopologyError, parse_record
-from streams.analyzer import verdict_id
-from streams.hostlink_batch import HostLinkProcessor
-from streams.hostpatterns import Verdict
-from streams.windows import WINDOW_NS
+from streams.hostping.hostlink_batch import HostLinkProcessor
+from streams.hostping.hostpatterns import Verdict
+from streams.pingmesh.analyzer import verdict_id
+from streams.pingmesh.windows import WINDOW_NS
 
 log = logging.getLogger("fabricscope.hostping")
 

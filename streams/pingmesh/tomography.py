@@ -16,7 +16,7 @@ names the most-voted link. Three extensions (issue 3):
   that explains the same failures; exact ties are reported as ``undetermined``.
   The constants are calibrated on the simulator (tests/test_tomography_sim.py).
 
-The same routine votes for latency anomalies (:mod:`streams.latency`) with
+The same routine votes for latency anomalies (:mod:`streams.pingmesh.latency`) with
 "failing" meaning "P99 over baseline".
 """
 
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from streams.links import probe_links
+from streams.pingmesh.links import probe_links
 
 
 @dataclass(frozen=True)

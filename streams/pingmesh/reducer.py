@@ -1,11 +1,11 @@
 """The window reducer: merges the workers' partials of a window and analyzes it once (R-Pingmesh §4.3).
 
 Workers partitioned over ``probes.raw`` each see part of a window. Each sends,
-per batch, one serialised :class:`~streams.partial.WindowPartial` per window the
+per batch, one serialised :class:`~streams.pingmesh.partial.WindowPartial` per window the
 batch touches, plus the batch's upload marks (agent, upload time, host). The one
 reducer keeps the global watermark from those marks, so a window closes only
 when every live agent has uploaded past its end (or the grace passed), then
-merges and runs :func:`streams.analyzer.analyze_window`. Merging partials is
+merges and runs :func:`streams.pingmesh.analyzer.analyze_window`. Merging partials is
 exact, so the verdict equals the one-worker verdict. No Kafka here.
 """
 
@@ -18,11 +18,11 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.analyzer import AnalyzerConfig, AnalyzerState, WindowResult, analyze_window
-from streams.impact import JobThreshold
-from streams.links import PathIndex
-from streams.partial import WindowPartial, from_bytes, merge, summarize, to_bytes
-from streams.windows import WatermarkTracker, split_by_window
+from streams.pingmesh.analyzer import AnalyzerConfig, AnalyzerState, WindowResult, analyze_window
+from streams.pingmesh.impact import JobThreshold
+from streams.pingmesh.links import PathIndex
+from streams.pingmesh.partial import WindowPartial, from_bytes, merge, summarize, to_bytes
+from streams.pingmesh.windows import WatermarkTracker, split_by_window
 
 
 def batch_partials(enriched: pa.Table, paths: PathIndex, window_ns: int) -> dict[int, bytes]:
@@ -41,7 +41,7 @@ class UploadMark:
 
 @dataclass
 class WindowReducer:
-    """Reducer side: partials in, :class:`~streams.analyzer.WindowResult` of each closed window out.
+    """Reducer side: partials in, :class:`~streams.pingmesh.analyzer.WindowResult` of each closed window out.
 
     The watermark is kept per source partition of ``probes.raw`` (the skew between
     partitions is unbounded when a recorded stream is replayed at full speed, so one

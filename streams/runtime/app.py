@@ -7,8 +7,8 @@
     window.partials ──reducer (one owner)──▶ verdicts ──▶ (sink) `verdicts`, chatops
         registry, jobs.metrics ──(mirror)──▶      └───▶ coverage ──▶ (sink) `coverage`
 
-Analytics live in plain modules (:mod:`streams.probe_batch`, :mod:`streams.reducer`,
-:mod:`streams.analyzer`); this file is plumbing only. Configuration comes from the
+Analytics live in plain modules (:mod:`streams.runtime.probe_batch`, :mod:`streams.pingmesh.reducer`,
+:mod:`streams.pingmesh.analyzer`); this file is plumbing only. Configuration comes from the
 environment: ``KAFKA_BOOTSTRAP`` (default 127.0.0.1:9092), ``FABRICSCOPE_TOPIC_PREFIX``
 (default empty), ``FABRICSCOPE_JOB_THRESHOLDS`` (JSON ``{"job": {"value": 100.0,
 "higher_is_worse": false}}``) and the Kafka security variables of
@@ -29,15 +29,15 @@ import pyarrow as pa
 
 from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
-from streams import metrics as M
-from streams.deadletter import whole_message
-from streams.impact import JobThreshold
-from streams.kafka_env import faust_credentials
-from streams.links import PathIndex
-from streams.probe_batch import process_probe_message
-from streams.reducer import UploadMark, WindowReducer, batch_partials
-from streams.topic_mirror import TopicMirror
-from streams.windows import WINDOW_NS
+from streams.pingmesh.impact import JobThreshold
+from streams.pingmesh.links import PathIndex
+from streams.pingmesh.reducer import UploadMark, WindowReducer, batch_partials
+from streams.pingmesh.windows import WINDOW_NS
+from streams.runtime import metrics as M
+from streams.runtime.deadletter import whole_message
+from streams.runtime.kafka_env import faust_credentials
+from streams.runtime.probe_batch import process_probe_message
+from streams.runtime.topic_mirror import TopicMirror
 
 log = logging.getLogger("fabricscope.app")
 
@@ -259,4 +259,4 @@ def run_worker(loglevel: str = "warn") -> None:
     """Run one Faust worker of this app in the foreground (more workers share the partitions)."""
     sys.argv = ["fabricscope-worker", "worker", "-l", loglevel, "--without-web"]
     app.main()
-from streams import hostping_agents  # noqa: E402,F401  (Hostping: loopback.raw -> host_links, verdicts)
+from streams.runtime import hostping_agents  # noqa: E402,F401  (Hostping: loopback.raw -> host_links, verdicts)

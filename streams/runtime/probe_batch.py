@@ -12,9 +12,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from schemas.codec import CodecError, decode
-from streams.deadletter import bad_rows, whole_message
-from streams.rtt import decompose
-from streams.validate import split_probes
+from streams.pingmesh.rtt import decompose
+from streams.pingmesh.validate import split_probes
+from streams.runtime.deadletter import bad_rows, whole_message
 
 log = logging.getLogger("fabricscope.rtt")
 PROBE = "probe.v1"

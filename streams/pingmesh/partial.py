@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.links import PathIndex, attach_paths, probe_links
+from streams.pingmesh.links import PathIndex, attach_paths, probe_links
 
 HIST_PER_OCTAVE = 8
 
@@ -106,7 +106,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
         window_start_ns: start of the window the rows belong to (ns).
         probes: ``probe_enriched.v1`` rows of that window (``t1`` inside it).
         paths: the traces known to the worker (forward and reverse): a
-            :class:`streams.links.PathIndex` (build once, update per path batch), or raw
+            :class:`streams.pingmesh.links.PathIndex` (build once, update per path batch), or raw
             ``path.v1`` rows, or None.
 
     Returns:
@@ -188,7 +188,9 @@ def from_bytes(data: bytes) -> WindowPartial:
             vals[f.name] = pa.ipc.open_stream(data[pos + 8:pos + 8 + n]).read_all()
             pos += 8 + n
     except (pa.ArrowInvalid, IndexError) as e:
-        raise ValueError(f"not a serialised WindowPartial ({e}); was it written by streams.partial.to_bytes?") from e
+        raise ValueError(
+            f"not a serialised WindowPartial ({e}); was it written by streams.pingmesh.partial.to_bytes?"
+        ) from e
     return WindowPartial(**vals)  # type: ignore[arg-type]
 
 

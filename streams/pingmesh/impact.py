@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.links import probe_links
+from streams.pingmesh.links import probe_links
 
 NETWORK_KINDS = frozenset({"switch", "rnic", "switch_latency", "rnic_latency"})
 """Verdict kinds that blame the network (the others are host or probe problems)."""
@@ -117,7 +117,7 @@ class CoverageConfig:
 
 def coverage_row(job: str, fp: Footprint, known_flows: set[str], crossing: Mapping[str, int],
                  down: set[str], cfg: CoverageConfig) -> dict[str, object]:
-    """Coverage of one job in one window (the columns of :data:`streams.blame.COVERAGE_SCHEMA`)."""
+    """Coverage of one job in one window (the columns of :data:`streams.pingmesh.blame.COVERAGE_SCHEMA`)."""
     expected = len(known_flows | fp.flows)
     probed = len(fp.flows)
     links = sorted(fp.links)

@@ -5,7 +5,7 @@ RTT tail without a single timeout. Each flow (pinglist, prober RNIC, responder
 RNIC, source port) keeps a baseline of its P99 network RTT; a flow whose window
 P99 exceeds ``factor`` × baseline (and the baseline by at least
 ``min_excess_ns``) is *slow*. Slow flows vote over their forward and ACK paths
-exactly like failing probes (:func:`streams.tomography.greedy_cover`, counted
+exactly like failing probes (:func:`streams.pingmesh.tomography.greedy_cover`, counted
 per flow): a fabric link gives ``switch_latency``, an access link
 ``rnic_latency``.
 
@@ -23,9 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.partial import FLOW_KEYS, link_counts
-from streams.tomography import CoverResult, VoteConfig, greedy_cover
-from streams.triage import _group_quantile
+from streams.pingmesh.partial import FLOW_KEYS, link_counts
+from streams.pingmesh.tomography import CoverResult, VoteConfig, greedy_cover
+from streams.pingmesh.triage import _group_quantile
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,9 @@
    CPU contention caused 30 of the 50 RNIC reports): when several RNICs of one
    host are flagged together and the host's successful probes show responder or
    prober delay far above baseline, the verdict is ``busy_host``, not ``rnic``.
-4. Everything else goes to the vote (:mod:`streams.tomography`).
+4. Everything else goes to the vote (:mod:`streams.pingmesh.tomography`).
 
-All functions take the merged counts of a window (:mod:`streams.partial`) and
+All functions take the merged counts of a window (:mod:`streams.pingmesh.partial`) and
 are vectorised over pairs; the RNIC rule loops once per flagged RNIC.
 """
 
@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.partial import bucket_value
+from streams.pingmesh.partial import bucket_value
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """One closed window in, verdicts out: the R-Pingmesh Analyzer (§4.3, §5; digest Figure 3).
 
 :func:`analyze_window` takes the merged counts of a window
-(:func:`streams.partial.merge` of each worker's :func:`streams.partial.summarize`)
+(:func:`streams.pingmesh.partial.merge` of each worker's :func:`streams.pingmesh.partial.summarize`)
 and runs, in the paper's fixed order: host down → stale QPN → RNIC rule with
 the busy-host veto → switch voting (Algorithm 1, normalised greedy cover) →
 latency anomalies → impact grading. It returns ``verdict.v1`` rows and the
@@ -26,13 +26,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.arrow_pa import empty_table, table_from_columns
-from streams.blame import COVERAGE_SCHEMA
-from streams.impact import CoverageConfig, JobThreshold, breaches, coverage_row, footprints, grade
-from streams.latency import LatencyConfig, flow_quantiles, latency_cover, slow_flows, update_baseline
-from streams.links import PathIndex
-from streams.partial import WindowPartial, link_counts, merge, summarize
-from streams.tomography import VoteConfig, greedy_cover
-from streams.triage import (
+from streams.pingmesh.blame import COVERAGE_SCHEMA
+from streams.pingmesh.impact import CoverageConfig, JobThreshold, breaches, coverage_row, footprints, grade
+from streams.pingmesh.latency import LatencyConfig, flow_quantiles, latency_cover, slow_flows, update_baseline
+from streams.pingmesh.links import PathIndex
+from streams.pingmesh.partial import WindowPartial, link_counts, merge, summarize
+from streams.pingmesh.tomography import VoteConfig, greedy_cover
+from streams.pingmesh.triage import (
     TriageConfig,
     busy_by_delay,
     busy_host_veto,
@@ -42,7 +42,7 @@ from streams.triage import (
     rnic_rule,
     stale_mask,
 )
-from streams.windows import WINDOW_NS, WatermarkTracker
+from streams.pingmesh.windows import WINDOW_NS, WatermarkTracker
 
 VERDICT = "verdict.v1"
 
@@ -134,10 +134,10 @@ def analyze_window(
     """Explain every timeout and tail of one closed window; update ``state``.
 
     Args:
-        partial: the window's merged counts (one worker's, or :func:`streams.partial.merge` of all).
+        partial: the window's merged counts (one worker's, or :func:`streams.pingmesh.partial.merge` of all).
         registry: current QPN per RNIC (the compacted ``registry`` topic's newest rows).
         host_last_upload: newest upload time (ns, prober host clock) per host, from the
-            watermark tracker (:attr:`streams.windows.WatermarkTracker.host_last_upload`);
+            watermark tracker (:attr:`streams.pingmesh.windows.WatermarkTracker.host_last_upload`);
             merged here with the window's own uploads.
         state: carried between windows; mutated.
         job_metrics: ``job_id``, ``sample_ns``, ``value`` rows covering the window, or None.
@@ -330,10 +330,10 @@ class Analyzer:
     """The whole analysis in one process: watermark, path index, window partials, carried state.
 
     The reference wiring for the Faust app. With one worker, feed every topic here. With
-    several, each worker keeps a :class:`~streams.windows.WatermarkTracker` and a
-    :class:`~streams.links.PathIndex`, sends ``summarize(...)`` partials
-    (:func:`streams.partial.to_bytes`) keyed by window to one reducer, and the reducer
-    runs :meth:`close` logic: :func:`streams.partial.merge` then :func:`analyze_window`.
+    several, each worker keeps a :class:`~streams.pingmesh.windows.WatermarkTracker` and a
+    :class:`~streams.pingmesh.links.PathIndex`, sends ``summarize(...)`` partials
+    (:func:`streams.pingmesh.partial.to_bytes`) keyed by window to one reducer, and the reducer
+    runs :meth:`close` logic: :func:`streams.pingmesh.partial.merge` then :func:`analyze_window`.
     """
 
     config: AnalyzerConfig = field(default_factory=AnalyzerConfig)

@@ -1,7 +1,7 @@
 """Host-link worker logic over Arrow batches: ``loopback.v1`` -> bandwidth matrix -> ``host_link.v1``.
 
 What a Faust agent on the ``loopback.raw`` topic calls per batch (the app wiring lives in
-:mod:`streams.app`). Per host it keeps the Algorithm 1 history (consecutive gray rounds,
+:mod:`streams.runtime.app`). Per host it keeps the Algorithm 1 history (consecutive gray rounds,
 abnormal counts) so flapping is found across rounds. Rows are placed into the matrix with
 vectorised Arrow/numpy indexing, never a per-row Python loop.
 """
@@ -15,8 +15,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.intrahost import IntraHostTopology
-from streams.hostlink import BandwidthMatrix, LinkHistory, algorithm1, busy_path_states, idle_path_states
-from streams.hostpatterns import Verdict, host_link_rows, name_patterns
+from streams.hostping.hostlink import BandwidthMatrix, LinkHistory, algorithm1, busy_path_states, idle_path_states
+from streams.hostping.hostpatterns import Verdict, host_link_rows, name_patterns
 
 
 def matrix_from_loopback(table: pa.Table, topo: IntraHostTopology) -> BandwidthMatrix:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.impact import NETWORK_KINDS
-from streams.windows import WINDOW_NS, window_start
+from streams.pingmesh.impact import NETWORK_KINDS
+from streams.pingmesh.windows import WINDOW_NS, window_start
 
 COVERAGE_SCHEMA = pa.schema([
     pa.field("window_start_ns", pa.int64(), nullable=False),

@@ -1,0 +1,3 @@
+"""The stream runtime: the Faust app and its agents, topic mirrors, Kafka credentials, worker
+metrics, dead-letter rows and the per-message probe step. Thin plumbing over streams.pingmesh and
+streams.hostping."""
