@@ -23,7 +23,7 @@ def register(app: typer.Typer) -> None:
         seed: int = 7,
     ) -> None:
         """Same batches through a bare consumer, the Faust pipeline into chdb, and a bare chdb insert."""
-        from fabricscope import bench_throughput
+        from bench import throughput as bench_throughput
 
         s = load()
         print(bench_throughput.report(bench_throughput.run(s.kafka_bootstrap, rows, batch_rows, seed)))
@@ -39,7 +39,7 @@ def register(app: typer.Typer) -> None:
         """Diagnosis precision/recall against the simulator's ground truth, and the 12 Hostping patterns."""
         from rich.console import Console
 
-        from fabricscope import bench_accuracy
+        from bench import accuracy as bench_accuracy
 
         con = Console(width=160)
         if hostping_only:
@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
         only: str = typer.Option("udp,sim", help="which agents: udp (netns lab, root), sim"),
     ) -> None:
         """CPU (% of one core) and RSS of one agent process: udp on the lab, and sim, each to Kafka."""
-        from fabricscope import bench_agent
+        from bench import agent as bench_agent
 
         s = load()
         samples, skipped = bench_agent.run(s.kafka_bootstrap, seconds, rate, tuple(only.split(",")))
@@ -75,6 +75,6 @@ def register(app: typer.Typer) -> None:
         rows: int = typer.Option(20_000, help="rows of the profiled batch (one agent upload)"),
     ) -> None:
         """cProfile of the RTT worker's per-batch work (probe_batch + batch_partials): the slowest stage."""
-        from fabricscope import bench_profile
+        from bench import profile as bench_profile
 
         bench_profile.print_report(bench_profile.run(rows))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from fabricscope import bench_accuracy as ba
+from bench import accuracy as ba
 from producers.sim import LinkDown
 from schemas.inventory import panel1
 

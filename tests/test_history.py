@@ -7,8 +7,8 @@ import time
 
 import numpy as np
 import pytest
-from history_fabric import HOUR_NS, fabric, grouped_quantiles, probe_table, simulate
 
+from bench.history_fabric import HOUR_NS, fabric, grouped_quantiles, probe_table, simulate
 from schemas.saved_queries import SavedQueryError, parse_duration, render_named
 from sinks.clickhouse import ChdbStore, StoreError, migrate
 from sinks.history import load_inventory, record_feedback

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
-from history_fabric import HOUR_NS, fabric, grouped_quantiles, probe_table, simulate
 
+from bench.history_fabric import HOUR_NS, fabric, grouped_quantiles, probe_table, simulate
 from schemas.saved_queries import names, render_named
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.history import load_inventory, record_feedback

@@ -161,7 +161,7 @@ def bench_udp(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate
 
 
 def sim_agent_main(argv: list[str] | None = None) -> None:
-    """``python -m fabricscope.bench_agent sim-agent``: publish one simulated host's batches in real time."""
+    """``python -m bench.agent sim-agent``: publish one simulated host's batches in real time."""
     ap = argparse.ArgumentParser()
     ap.add_argument("mode", choices=("sim-agent",))
     ap.add_argument("--bootstrap", required=True)
@@ -220,7 +220,7 @@ def bench_sim(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate
     prefix = f"benchagent{uuid.uuid4().hex[:6]}."
     create_topics(bootstrap, prefix)
     try:
-        p = subprocess.Popen([sys.executable, "-m", "fabricscope.bench_agent", "sim-agent", "--bootstrap", bootstrap,
+        p = subprocess.Popen([sys.executable, "-m", "bench.agent", "sim-agent", "--bootstrap", bootstrap,
                               "--prefix", prefix, "--rate", str(rate), "--duration", str(warmup_s + seconds + 1)],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:

@@ -10,24 +10,20 @@ Two measurements:
    rate (``--rate`` probes/s per RNIC, R-Pingmesh §6: under 150), after a final merge,
    per table, with rows per RNIC per day to scale to a cluster.
 
-Usage: .venv/bin/python scripts/bench_history.py --rnics 1000 --days 3
+Usage: .venv/bin/python -m bench.history --rnics 1000 --days 3
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
-from history_fabric import HOUR_NS, fabric, probe_table, simulate  # noqa: E402
-
-from schemas.saved_queries import load, names, render  # noqa: E402
-from sinks.clickhouse import ChdbStore, migrate  # noqa: E402
-from sinks.history import load_inventory  # noqa: E402
+from bench.history_fabric import HOUR_NS, fabric, probe_table, simulate
+from schemas.saved_queries import load, names, render
+from sinks.clickhouse import ChdbStore, migrate
+from sinks.history import load_inventory
 
 TABLES = ("probes", "probes_1m", "probes_1h_rnic", "probes_1h_tor")
 SAMPLE_PARAMS = {"rnic": "R0003", "job": "job-1"}
