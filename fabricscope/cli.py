@@ -28,10 +28,40 @@ def _register() -> None:
     __import__("fabricscope.cmd_hostping", fromlist=["register"]).register(app)  # after cmd_pipeline: extends `source`
 
 
+def _click_error(name: str) -> type[Exception]:
+    # typer vendors click; its usage-error classes are the bases of typer.BadParameter.
+    return next(k for k in typer.BadParameter.__mro__ if k.__name__ == name)
+
+
 def main() -> None:
-    """Entry point of the console script."""
+    """Entry point of the console script.
+
+    A usage error (unknown option, a value not among the choices) prints one line naming the
+    command, the option and the valid values, and exits 2, before the command starts anything.
+    """
+    import sys
+
+    usage_error, click_exception = _click_error("UsageError"), _click_error("ClickException")
     _register()
-    app()
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(prog_name="fabricscope", standalone_mode=False)
+    except usage_error as e:
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":
+            print(ctx.get_help() if ctx else str(e), file=sys.stderr)
+            sys.exit(2)
+        where = ctx.command_path if ctx else "fabricscope"
+        msg = e.format_message().replace("Value error, ", "")  # type: ignore[attr-defined]
+        print(f"{where}: {msg} (see `{where} --help`)", file=sys.stderr)
+        sys.exit(2)
+    except click_exception as e:
+        e.show()  # type: ignore[attr-defined]
+        sys.exit(e.exit_code)  # type: ignore[attr-defined]
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fabricscope.choices import Scenario, SourceKind, UpSource, positive_seconds, value
 from fabricscope.settings import Settings, load
 
 console = Console(stderr=True)
@@ -23,9 +24,10 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 KAFKA_SH = REPO_ROOT / "infra" / "kafka" / "kafka.sh"
 
 
-def _kafka(action: str, settings: Settings) -> int:
+def _kafka(action: str, settings: Settings, to_stderr: bool = False) -> int:
+    """Run ``infra/kafka/kafka.sh ACTION``; ``to_stderr`` keeps its messages off stdout (machine output)."""
     env = {**os.environ, "FABRICSCOPE_VAR": str(settings.fabricscope_var.resolve())}
-    return subprocess.call(["bash", str(KAFKA_SH), action], env=env)
+    return subprocess.call(["bash", str(KAFKA_SH), action], env=env, stdout=sys.stderr if to_stderr else None)
 
 
 def register(app: typer.Typer) -> None:
@@ -81,34 +83,47 @@ def register(app: typer.Typer) -> None:
 
     @app.command("source")
     def source(
-        kind: str = typer.Argument("sim", help="sim (Clos fabric model with faults) | synthetic (minimal prober)"),
-        scenario: str = typer.Option("healthy", help="sim: the fault scenario (see `fabricscope sim --help`)"),
+        kind: SourceKind = typer.Argument("sim", help="sim (Clos fabric model with faults) | synthetic (minimal "
+                                          "prober) | hostping-sim (Hostping sim hosts)"),
+        scenario: Scenario = typer.Option("healthy", help="sim: the fault scenario"),
         inventory: str = typer.Option("panel1", help="sim: an inventory YAML, or panel1"),
-        hosts: int = typer.Option(4, help="synthetic: hosts"),
-        rnics: int = typer.Option(2, help="synthetic: RNICs per host"),
+        hosts: int = typer.Option(4, min=1, help="synthetic: hosts"),
+        rnics: int = typer.Option(2, min=1, help="synthetic: RNICs per host"),
         seed: int = 1,
-        probes_per_batch: int = typer.Option(100, help="synthetic: probes per upload"),
-        batches: int = typer.Option(0, help="stop after this many 5 s uploads (0 = run until stopped)"),
+        probes_per_batch: int = typer.Option(100, min=1, help="synthetic: probes per upload"),
+        batches: int = typer.Option(0, min=0, help="stop after this many 5 s uploads (0 = run until stopped)"),
         realtime: bool = typer.Option(True, help="pace uploads every 5 s of wall time"),
         start_ns: int = typer.Option(0, help="event time of the first upload (0 = now, aligned to 5 s)"),
     ) -> None:
         """Publish agent uploads from a source: probes.raw, paths.traced, registry."""
+        kind_s, scenario_s = value(kind), value(scenario)
+        if inventory != "panel1" and not Path(inventory).is_file():
+            raise typer.BadParameter(f"{inventory!r} is neither panel1 nor an inventory file",
+                                     param_hint="'--inventory'")
         s = load()
-        if kind == "sim":
-            run_sim_source(s, scenario, inventory, seed, batches or None, realtime, start_ns or None)
+        if kind_s == "sim":
+            run_sim_source(s, scenario_s, inventory, seed, batches or None, realtime, start_ns or None)
         else:
-            run_source(s, kind, hosts, rnics, seed, probes_per_batch, batches, realtime)
+            run_source(s, kind_s, hosts, rnics, seed, probes_per_batch, batches, realtime)
 
     @app.command("up")
     def up(
-        source: str = typer.Option("auto", help="probe source: lab (netns fabric, root) | sim | synthetic; "
-                                    "auto = lab where root and network namespaces work, else sim"),
-        workers: int = typer.Option(1, help="Faust workers in the consumer group"),
-        duration: float = typer.Option(0, help="stop after this many seconds (0 = until Ctrl-C)"),
+        source: UpSource = typer.Option("auto", help="probe source: lab (netns fabric, root) | sim | synthetic; "
+                                        "auto = lab where root and network namespaces work, else sim"),
+        workers: int = typer.Option(1, min=1, max=64, help="Faust workers in the consumer group"),
+        duration: float = typer.Option(0, callback=positive_seconds,
+                                       help="stop after this many seconds (0 = until Ctrl-C)"),
         alerts: bool = typer.Option(False, help="also start Alertmanager (infra/alertmanager) and the alert sink"),
+        keep_kafka: bool = typer.Option(False, "--keep-kafka", help="leave a broker this run started running"),
     ) -> None:
-        """Start (or reuse) Kafka, create topics, run the worker, the sink and the source; Ctrl-C stops all."""
-        run_up(load(), source, workers, duration, alerts)
+        """Start (or reuse) Kafka, create topics, run the worker, the sink and the source; Ctrl-C stops all.
+        Exit 0 after Ctrl-C or --duration; 1 when a child failed for good (5 restarts in 5 min) or another
+        `up` uses this FABRICSCOPE_VAR or the lab."""
+        s = load()
+        if value(source) == "lab" and not lab_available():
+            raise typer.BadParameter("the netns lab needs root and network namespaces; use --source sim",
+                                     param_hint="'--source'")
+        raise typer.Exit(run_up(s, value(source), workers, duration, alerts, keep_kafka))
 
     @app.command("query")
     def query(
@@ -120,9 +135,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Run SQL on the store: through the running sink if there is one, else directly."""
         from fabricscope.store_access import run_query
-        from schemas.saved_queries import SavedQueryError, is_saved_query, render_named
+        from schemas.saved_queries import SavedQueryError, check_query_text, is_saved_query, render_named
 
         try:
+            check_query_text(sql)
             if is_saved_query(sql):
                 values = dict(p.split("=", 1) if "=" in p else (p, "") for p in param)
                 if since is not None:
@@ -131,6 +147,9 @@ def register(app: typer.Typer) -> None:
             elif since is not None or param:
                 raise SavedQueryError("--since and -p apply to saved queries only; `fabricscope queries` lists them")
             result = run_query(load(), sql)
+        except SavedQueryError as err:
+            console.print(f"fabricscope query: {err}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
         except Exception as err:
             console.print(f"[red]query failed:[/red] {err}")
             raise typer.Exit(1) from None
@@ -172,6 +191,13 @@ def run_sink(s: Settings) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sink %(levelname)s %(message)s")
     store = open_store(s.store_path, s.clickhouse_dsn())
     migrate(store)
+    if s.fabricscope_inventory:
+        from schemas.inventory import load as load_inventory_file
+        from sinks.history import load_inventory
+
+        inv = load_inventory_file(s.fabricscope_inventory)
+        n = load_inventory(store, ((r.id, r.host, r.tor) for r in inv.rnics.values()))
+        logging.info("loaded %d RNICs (ToR names) from %s into rnic_inventory", n, s.fabricscope_inventory)
     server = serve(store, s.store_path) if not s.clickhouse_dsn() else None
     stopping = False
 
@@ -196,14 +222,23 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
                batches: int, realtime: bool) -> None:
     """Publish uploads of one source until stopped or ``batches`` uploads were sent."""
     from producers.kafka_producer import AgentProducer
-    from producers.synthetic import synthetic_stream
-    from schemas.topics import PROBES_RAW, topic_name
+    from producers.synthetic import synthetic_registry, synthetic_stream
+    from schemas.arrow_nano import encode_columns
+    from schemas.topics import PROBES_RAW, REGISTRY, topic_name
 
     if kind != "synthetic":
         raise typer.BadParameter(f"unknown source {kind!r}; available: synthetic", param_hint="KIND")
     producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
     topic = topic_name(PROBES_RAW, s.fabricscope_topic_prefix)
     start = (time.time_ns() // 5_000_000_000) * 5_000_000_000
+    # Register before probing: the registry topic may list only another source's RNICs (a lab run).
+    reg = synthetic_registry(hosts, rnics, time.time_ns())
+    for host in sorted(set(reg["host"])):
+        mine = {k: [v for v, h in zip(col, reg["host"], strict=True) if h == host] for k, col in reg.items()}
+        producer.publish(topic_name(REGISTRY, s.fabricscope_topic_prefix), encode_columns("registry.v1", mine),
+                         "registry.v1", key=host)
+    if producer.flush():
+        raise RuntimeError(f"the registry did not reach {s.kafka_bootstrap}; not probing unregistered RNICs")
     stopping = False
 
     def _stop(*_: object) -> None:
@@ -262,63 +297,9 @@ def lab_available() -> bool:
     return subprocess.run(["ip", "netns", "list"], capture_output=True).returncode == 0
 
 
-def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool = False) -> None:
-    """Start everything as child processes, show rows arriving, stop all on Ctrl-C or after ``duration``."""
-    from fabricscope.kafka_admin import create_topics
-    from sinks.query_endpoint import find_endpoint, query_remote
+def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool = False,
+           keep_kafka: bool = False) -> int:
+    """See :func:`fabricscope.up.run_up`."""
+    from fabricscope.up import run_up as _run_up
 
-    # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.
-    if s.kafka_bootstrap.startswith("127.0.0.1") and _kafka("start", s) != 0:
-        raise typer.Exit(1)
-    create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config())
-    if source == "auto":
-        source = "lab" if lab_available() else "sim"
-    exe = [sys.executable, "-m", "fabricscope.cli"]
-    children = [subprocess.Popen([*exe, "sink"])]
-    children += [subprocess.Popen([*exe, "worker"]) for _ in range(workers)]
-    if alerts:
-        if subprocess.call([*exe, "alertmanager", "start"]) != 0:
-            raise typer.Exit(1)
-        children.append(subprocess.Popen([*exe, "alerts"]))
-    lab = None
-    if source == "lab":
-        from fabricscope.cmd_lab import start_lab_source
-
-        lab = start_lab_source(s.kafka_bootstrap, s.fabricscope_topic_prefix,
-                               directory=s.fabricscope_var / "lab", kafka_config=s.kafka_client_config() or None)
-    else:
-        children.append(subprocess.Popen([*exe, "source", source]))
-    console.print(f"[green]fabricscope up[/green]: source={source}, workers={workers}; Ctrl-C stops"
-                  + ("; inject faults with `fabricscope lab fault ...`" if lab else ""))
-    t0 = time.time()
-    try:
-        with console.status("waiting for rows…") as status:
-            while not duration or time.time() - t0 < duration:
-                time.sleep(2)
-                # Only through the sink: opening the embedded store here would take its lock.
-                url = find_endpoint(s.store_path)
-                try:
-                    n = query_remote(url, "SELECT count() AS n, countIf(status='timeout') AS timeouts FROM probes")
-                    row = n.to_pylist()[0]
-                    v = query_remote(url, "SELECT count() AS n FROM verdicts")["n"][0].as_py()
-                    status.update(f"{int(time.time() - t0)} s: {row['n']} probe rows in the store, "
-                                  f"{row['timeouts']} timeouts, {v} verdicts")
-                except Exception:
-                    pass
-                if any(c.poll() is not None for c in children):
-                    console.print("[red]a child process exited; stopping[/red]")
-                    break
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if lab is not None:
-            lab.stop()
-        for c in reversed(children):
-            if c.poll() is None:
-                c.send_signal(signal.SIGTERM)
-        for c in children:
-            try:
-                c.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                c.kill()
-        console.print("stopped")
+    return _run_up(s, source, workers, duration, alerts, keep_kafka)

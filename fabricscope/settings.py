@@ -36,6 +36,8 @@ class Settings(BaseSettings):
     clickhouse_url: SecretStr | None = Field(None, description="http://user:pw@host:8123/db; unset = embedded chdb")
     fabricscope_var: Path = Field(Path("var"), description="local state: Kafka data, embedded store, lab state")
     fabricscope_topic_prefix: str = ""
+    fabricscope_inventory: Path | None = Field(
+        None, description="inventory YAML the store writer loads into rnic_inventory at start (ToR names)")
 
     @property
     def store_path(self) -> Path:
