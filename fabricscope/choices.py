@@ -30,6 +30,7 @@ UpSource = _choices("UpSource", UP_SOURCES)
 SourceKind = _choices("SourceKind", SOURCE_KINDS)
 DemoSource = _choices("DemoSource", DEMO_SOURCES)
 Scenario = _choices("Scenario", ALL_SCENARIOS)
+DemoScenario = Scenario
 
 
 def value(v: object) -> str:

@@ -161,6 +161,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
     from fabricscope.kafka_admin import create_topics
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one request per progress tick is not news
     var = s.fabricscope_var
     try:
         lock = RunLock(var / "up.lock", f"FABRICSCOPE_VAR={var} (its store and lab state)", note="fabricscope up",

@@ -119,7 +119,7 @@ def test_cli_json_over_all_cases():
     app.command("noop")(lambda: None)  # keep a multi-command app so 'diagnose' is a subcommand
     files = [str(case(p)) for p in ("case_11", "case_12", "case_14")]
     result = CliRunner().invoke(app, ["diagnose", *files, "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output  # findings above info: exit 1, like a linter
     kinds = [d["kind"] for d in json.loads(result.output)]
     assert kinds == ["pcie_downgrade", "pcie_idle_power_saving", "pcie_idle_power_saving", "gpu_pcie_link_failure"]
 

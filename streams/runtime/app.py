@@ -257,6 +257,12 @@ def _as_coverage(t: pa.Table) -> pa.Table:
 
 def run_worker(loglevel: str = "warn") -> None:
     """Run one Faust worker of this app in the foreground (more workers share the partitions)."""
-    sys.argv = ["fabricscope-worker", "worker", "-l", loglevel, "--without-web"]
+    # No banner (--quiet) and no spinner: they glue onto `up`'s progress line and fill log files with
+    # escape codes. Faust drops its spinner only below WARN; this makes it drop it at every level.
+    import faust.worker
+
+    faust.worker.Worker._disable_spinner_if_level_below_WARN = (  # type: ignore[method-assign]
+        lambda self, level: setattr(self, "spinner", None))
+    sys.argv = ["fabricscope-worker", "--quiet", "worker", "-l", loglevel, "--without-web"]
     app.main()
 from streams.runtime import hostping_agents  # noqa: E402,F401  (Hostping: loopback.raw -> host_links, verdicts)
