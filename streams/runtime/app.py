@@ -218,6 +218,7 @@ async def reducer(stream: faust.StreamT) -> None:
             await loop.run_in_executor(None, mirror.catch_up)
         ws = h.get("window_start_ns", b"")
         mark = UploadMark(h["agent_id"].decode(), int(h["upload_ns"]), h.get("host", b"").decode() or None)
+        M.AGENT_LAST_UPLOAD.labels(mark.agent_id).set(mark.upload_ns / 1e9)
         part = int(h.get("src_partition", b"0"))
         await _emit(red.add(mark, int(ws) if ws else None, event.value or None, part))
 
@@ -244,6 +245,8 @@ async def _emit(results: list) -> None:
                             v["impact"], v["confidence"])
             await verdicts.send(key=b"window", value=encode(res.verdicts), headers=headers_for("verdict.v1"))
         if res.coverage.num_rows:
+            for c in res.coverage.select(["job_id", "links_total", "links_covered"]).to_pylist():
+                M.JOB_LINKS_UNCOVERED.labels(c["job_id"]).set(c["links_total"] - c["links_covered"])
             await coverage.send(key=b"window", value=encode(_as_coverage(res.coverage)),
                                 headers=headers_for("coverage.v1"))
 
