@@ -109,7 +109,12 @@ def register(app: typer.Typer) -> None:
         """Tail-RTT capacity study: P50/P99/P999 per pinglist over time, ToR x ToR heatmap, CSVs, summary."""
         from fabricscope.report_tail_rtt import tail_rtt_report
         from fabricscope.store_access import run_query
+        from schemas.saved_queries import SavedQueryError, parse_duration
 
+        try:
+            parse_duration(since)
+        except SavedQueryError as e:
+            raise typer.BadParameter(str(e), param_hint="'--since'") from None
         s = load()
         with console.status("querying the history and drawing…"):
             result = tail_rtt_report(lambda sql: run_query(s, sql), since, out)
