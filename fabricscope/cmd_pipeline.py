@@ -224,9 +224,10 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
 
 def load_inventory(spec: str):  # noqa: ANN201 - schemas.inventory.Inventory
     """``panel1`` or a path to an inventory YAML."""
-    from schemas import inventory
+    from producers.sim.fabrics import panel1
+    from schemas.inventory_yaml import load
 
-    return inventory.panel1() if spec == "panel1" else inventory.load(spec)
+    return panel1() if spec == "panel1" else load(spec)
 
 
 def run_sim_source(s: Settings, scenario: str, inventory_spec: str, seed: int, batches: int | None,
