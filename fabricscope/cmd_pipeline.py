@@ -25,8 +25,14 @@ KAFKA_SH = REPO_ROOT / "infra" / "kafka" / "kafka.sh"
 
 
 def _kafka(action: str, settings: Settings, to_stderr: bool = False) -> int:
-    """Run ``infra/kafka/kafka.sh ACTION``; ``to_stderr`` keeps its messages off stdout (machine output)."""
+    """Run ``infra/kafka/kafka.sh ACTION`` for the local broker ``KAFKA_BOOTSTRAP`` names (its port;
+    the controller on the next port unless ``KAFKA_CONTROLLER_PORT`` is set); ``to_stderr`` keeps its
+    messages off stdout (machine output)."""
     env = {**os.environ, "FABRICSCOPE_VAR": str(settings.fabricscope_var.resolve())}
+    host, _, port = settings.kafka_bootstrap.split(",")[0].rpartition(":")
+    if host in ("127.0.0.1", "localhost") and port.isdigit() and port != "9092":
+        env.setdefault("KAFKA_PORT", port)
+        env.setdefault("KAFKA_CONTROLLER_PORT", str(int(port) + 1))
     return subprocess.call(["bash", str(KAFKA_SH), action], env=env, stdout=sys.stderr if to_stderr else None)
 
 

@@ -102,3 +102,32 @@ def test_second_up_refused_killed_up_takes_children_synthetic_after_lab(tmp_path
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+def test_up_stops_the_broker_it_started_and_only_that(tmp_path):
+    """A broker `up` started (none answered) is stopped with it; the shared one it found is left running."""
+    libs = REPO / "var" / "kafka" / "libs"
+    if not (libs / ".complete").exists():
+        pytest.skip("Kafka jars not installed (scripts/setup installs them)")
+    import socket
+
+    with socket.socket() as s:  # a free port pair for a private broker
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    var = tmp_path / "var"
+    (var / "kafka").mkdir(parents=True)
+    (var / "kafka" / "libs").symlink_to(libs)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KAFKA_BOOTSTRAP": f"127.0.0.1:{port}",
+           "KAFKA_CONTROLLER_PORT": str(port + 1 if port < 65535 else port - 1),
+           "FABRICSCOPE_TOPIC_PREFIX": "own.", "FABRICSCOPE_VAR": str(var)}
+    up = _up(env, tmp_path, "own", "--duration", "3")
+    try:
+        assert up.wait(timeout=240) == 0, (tmp_path / "own.err").read_text()
+    finally:
+        if up.poll() is None:
+            up.kill()
+    err = (tmp_path / "own.err").read_text()
+    assert f"kafka: started on 127.0.0.1:{port}" in err and "kafka: stopped" in err, err
+    assert (tmp_path / "own.out").read_text() == ""
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", port)) != 0  # nothing listens there any more

@@ -21,7 +21,7 @@ log="$var/broker.log"
 install() {
   if [ -f "$libs/.complete" ]; then return 0; fi
   mkdir -p "$libs"
-  mvn -q -B -f "$here/pom.xml" dependency:copy-dependencies \
+  mvn -q -B -Dstyle.color=never -f "$here/pom.xml" dependency:copy-dependencies \
       -DoutputDirectory="$libs" -DincludeScope=runtime
   touch "$libs/.complete"
 }
@@ -92,7 +92,9 @@ PROPS
   local cp="$libs/*"
   if [ ! -f "$var/data/meta.properties" ]; then
     local id; id=$(java -cp "$cp" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
-    java -cp "$cp" kafka.tools.StorageTool format -t "$id" -c "$var/server.properties" >/dev/null
+    # its SLF4J/log4j chatter goes to the broker log, not to the terminal of `fabricscope up`
+    java -cp "$cp" kafka.tools.StorageTool format -t "$id" -c "$var/server.properties" >>"$log" 2>&1 \
+      || { echo "kafka: formatting $var/data failed; see $log" >&2; return 1; }
   fi
   nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
       -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
