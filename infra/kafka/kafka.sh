@@ -21,8 +21,11 @@ log="$var/broker.log"
 install() {
   if [ -f "$libs/.complete" ]; then return 0; fi
   mkdir -p "$libs"
-  mvn -q -B -Dstyle.color=never -f "$here/pom.xml" dependency:copy-dependencies \
-      -DoutputDirectory="$libs" -DincludeScope=runtime
+  # Maven's output (colour resets even with -q) goes to a log; shown only if it fails
+  if ! mvn -q -B -Dstyle.color=never -f "$here/pom.xml" dependency:copy-dependencies \
+      -DoutputDirectory="$libs" -DincludeScope=runtime >"$var/install.log" 2>&1; then
+    echo "kafka: fetching the broker jars from Maven Central failed:" >&2; tail -20 "$var/install.log" >&2; return 1
+  fi
   touch "$libs/.complete"
 }
 
