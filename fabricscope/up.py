@@ -229,7 +229,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
                 lab.stop()
         finally:
             sup.stop()
-            _stop_services(s, started_kafka and not keep_kafka, started_am, exe)
+            _stop_services(s, started_kafka, keep_kafka, started_am, exe)
             lock.release()
             signal.signal(signal.SIGINT, signal.default_int_handler)
     return code
@@ -254,15 +254,17 @@ def _watch(s: Settings, sup: Supervisor, duration: float) -> int:
     return EXIT_OK
 
 
-def _stop_services(s: Settings, stop_kafka: bool, stop_am: bool, exe: list[str]) -> None:
+def _stop_services(s: Settings, started_kafka: bool, keep_kafka: bool, stop_am: bool, exe: list[str]) -> None:
     from fabricscope.cmd_pipeline import _kafka
 
     if stop_am:
         _kafka_like_call([*exe, "alertmanager", "stop"], dict(os.environ))
-    if stop_kafka:
+    if started_kafka and not keep_kafka:
         _kafka("stop", s, to_stderr=True)
+    elif started_kafka:
+        console.print(f"left running (--keep-kafka): the Kafka broker on {s.kafka_bootstrap}; "
+                      "`fabricscope kafka stop` stops it", highlight=False, soft_wrap=True)
     elif s.kafka_bootstrap.startswith("127.0.0.1") and kafka_answers(s.kafka_bootstrap):
-        console.print(f"left running: the Kafka broker on {s.kafka_bootstrap} (not started by this run"
-                      " or --keep-kafka); `fabricscope kafka stop` stops the one this checkout started",
-                      highlight=False, soft_wrap=True)
+        console.print(f"left running: the Kafka broker on {s.kafka_bootstrap} (it was running before this run "
+                      "started; whoever started it stops it)", highlight=False, soft_wrap=True)
     console.print("stopped")
