@@ -12,6 +12,7 @@ import enum
 
 import typer
 
+from infra.lab.faults import KINDS as _LAB_FAULTS
 from infra.lab.scenarios import SCENARIOS as _LAB_SCENARIOS
 from producers.sim.scenarios import SCENARIOS as SIM_SCENARIOS
 
@@ -20,6 +21,7 @@ ALL_SCENARIOS: tuple[str, ...] = (*LAB_SCENARIOS, *(s for s in SIM_SCENARIOS if 
 UP_SOURCES = ("auto", "lab", "sim", "synthetic")
 SOURCE_KINDS = ("sim", "synthetic", "hostping-sim")
 DEMO_SOURCES = ("sim", "lab")
+LAB_FAULT_ACTIONS: tuple[str, ...] = (*_LAB_FAULTS, "clear", "list")
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[enum.Enum]:
@@ -30,6 +32,7 @@ UpSource = _choices("UpSource", UP_SOURCES)
 SourceKind = _choices("SourceKind", SOURCE_KINDS)
 DemoSource = _choices("DemoSource", DEMO_SOURCES)
 Scenario = _choices("Scenario", ALL_SCENARIOS)
+LabFault = _choices("LabFault", LAB_FAULT_ACTIONS)
 DemoScenario = Scenario
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import typer
 
+from fabricscope.choices import LabFault, value
 from infra import lab as lab_infra
 from infra.lab import agents, faults, procs, scenarios
 from infra.lab.netns import LabError, lab_dir, lab_namespaces, read_state
@@ -221,7 +222,7 @@ def register(app: typer.Typer) -> None:
 
     @lab.command("fault")
     def fault_cmd(
-        kind: str = typer.Argument(..., help=f"{' | '.join(faults.KINDS)} | clear | list"),
+        kind: LabFault = typer.Argument(..., help="the fault to inject, or clear | list"),
         targets: list[str] = typer.Argument(None, help="link: TOR SPINE; nic-down: RNIC; host faults: HOST; clear: ID"),
         seed: int = typer.Option(1, help="draws the target when none is given; partial-5tuple hash seed"),
         loss: float = typer.Option(0.05, help="link-loss drop probability"),
@@ -232,6 +233,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Inject a fault (``fault link-down A S3``), list them, or clear one or all."""
         targets = targets or []
+        kind = value(kind)
         try:
             if kind == "list":
                 for f in faults.active(directory):

@@ -97,3 +97,10 @@ def test_sql_with_spaces_still_runs(tmp_path: Path) -> None:
     r = fs(tmp_path, "query", "SELECT 1 + 1 AS two", "--json")
     assert r.returncode == 0, r.stderr
     assert [json.loads(x) for x in r.stdout.splitlines()] == [{"two": 2}]
+
+
+def test_a_misspelt_lab_fault_lists_the_faults(tmp_path: Path) -> None:
+    from fabricscope.choices import LAB_FAULT_ACTIONS
+
+    line = _one_line_error(fs(tmp_path, "lab", "fault", "link-dwn"))
+    assert re.findall(r"'([\w-]+)'", line.split("is not one of", 1)[1]) == list(LAB_FAULT_ACTIONS)
