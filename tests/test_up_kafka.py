@@ -25,8 +25,8 @@ def _publish_lab_registry(bootstrap: str, prefix: str) -> None:
     """The registry a lab run leaves on the compacted topic: Panel 1's RNICs, none of synthetic's."""
     from producers.controller import Registry
     from producers.kafka_producer import AgentProducer
+    from producers.sim.fabrics import panel1
     from schemas.arrow_nano import encode_columns
-    from schemas.inventory import panel1
     from schemas.topics import REGISTRY, topic_name
 
     cols = Registry.from_inventory(panel1(), seed=1).to_columns("controller", time.time_ns())
