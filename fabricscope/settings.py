@@ -8,6 +8,7 @@ value fails at start with the variable's name and the fix.
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from pathlib import Path
 from typing import Literal
@@ -44,7 +45,8 @@ class Settings(BaseSettings):
     fabricscope_query_max_execution_time_s: float = Field(60.0, gt=0, description="seconds per query")
     fabricscope_query_max_result_rows: int = Field(1_000_000, gt=0, description="rows per result")
     fabricscope_query_max_result_bytes: int = Field(256 * 1024 * 1024, gt=0, description="bytes per result")
-    fabricscope_query_max_threads: int = Field(2, gt=0, description="threads per query (the rest insert)")
+    fabricscope_query_max_threads: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), gt=0,
+                                               description="threads per query: half the cores, the rest insert")
 
     @property
     def store_path(self) -> Path:

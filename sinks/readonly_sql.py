@@ -105,7 +105,8 @@ class QueryLimits:
         max_execution_time_s: seconds of wall time.
         max_result_rows: rows in the result.
         max_result_bytes: uncompressed bytes in the result.
-        max_threads: threads one query may use; the default leaves cores to the inserts.
+        max_threads: threads one query may use (the settings default to half the cores, so the
+            inserts keep the other half).
     """
 
     max_execution_time_s: float = 60.0
