@@ -7,7 +7,6 @@ guard exists); the rest run every attack through ``Store.query_readonly``.
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 import sys
 import time
@@ -149,18 +148,6 @@ class TestOnOneStore:
             store.query_readonly("SELEC 1")
         assert not isinstance(err.value, QueryRefused)
         assert "formatQuerySingleLine" not in str(err.value)
-
-
-def test_store_dir_is_created_and_tightened_to_0700(tmp_path):
-    fresh = ChdbStore(tmp_path / "new" / "var" / "clickhouse")
-    fresh.close()
-    for d in (tmp_path / "new", tmp_path / "new" / "var", tmp_path / "new" / "var" / "clickhouse"):
-        assert stat.S_IMODE(d.stat().st_mode) == 0o700, d
-    old = tmp_path / "old"
-    old.mkdir(mode=0o755)
-    os.chmod(old, 0o755)
-    ChdbStore(old).close()
-    assert stat.S_IMODE(old.stat().st_mode) == 0o700
 
 
 def test_query_limits_are_settings_with_checked_values(monkeypatch, tmp_path):
