@@ -227,7 +227,7 @@ def find_endpoint(store_path: Path) -> Endpoint | None:
     except FileNotFoundError:
         return None  # the owner is starting or stopping
     try:
-        endpoint.query("SELECT 1", timeout=2.0)
+        endpoint.query("SELECT 1", timeout=10.0)  # a dead port refuses at once; a busy owner may be slow
     except (httpx.TransportError, StoreError):
         return None
     return endpoint
