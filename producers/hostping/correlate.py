@@ -1,0 +1,242 @@
+"""Second stage of ``fabricscope diagnose``: rules that span artifacts (several collectors, files or hosts).
+
+The first stage (:mod:`.collectors`) gives one :class:`~producers.hostping.collectors.Artifact`
+per (input, collector). Each rule here reads the parsed artifacts of all inputs given
+together, adds findings, and may replace first-stage findings it explains better:
+
+- :func:`lossy_roce_rule`: ``ethtool -S`` priority counters + RDMA ``hw_counters`` of the same
+  input (or the only ones given) -> ``lossy_roce`` (field case 10);
+- :func:`transceiver_rule`: uncorrectable PHY errors on a netdev + an mlx5 port module error
+  of the same host -> one ``transceiver`` finding for the port (field case 25);
+- :func:`intra_host_rule`: an NCCL completion error whose local and remote GIDs both belong
+  to one host (from ``ip a``, ``show_gids``, ``ibv_devinfo -v`` or sysfs gids of that host)
+  -> ``intra_host_path`` on that host's RNIC pair, replacing the host<->peer verdict (field case 24);
+- :func:`gid_index_rule`: ``NCCL_IB_GID_INDEX`` set to an index that is link-local or RoCE v1
+  in the GID table of the same host -> ``gid_index`` (configuration).
+
+Hosts: an artifact's host is the one its text names (see ``collectors.host_hint``); artifacts
+of one input file share it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from producers.hostping import gid_table, hw_counters, ip_addr, lossy_roce
+from producers.hostping.collectors import Artifact
+from producers.hostping.findings import Finding
+from producers.hostping.nccl_log import NcclLog
+
+
+@dataclass
+class Correlation:
+    """What one rule concluded: new findings, and first-stage findings they replace (by identity)."""
+
+    findings: list[Finding] = field(default_factory=list)
+    replaces: list[Finding] = field(default_factory=list)
+
+
+def _of(arts: list[Artifact], collector: str) -> list[Artifact]:
+    return [a for a in arts if a.collector == collector]
+
+
+def _src(art: Artifact, line: int | str) -> str:
+    return f"{art.source}:{line}" if line else art.source
+
+
+def lossy_roce_rule(arts: list[Artifact]) -> Correlation:
+    """ethtool priority counters + hw_counters -> ``lossy_roce`` (see :mod:`.lossy_roce`)."""
+    out = Correlation()
+    snaps = [a for a in _of(arts, "sysfs") if hw_counters.read(a.parsed)]
+    for eth in _of(arts, "ethtool"):
+        same = [a for a in snaps if a.source == eth.source] or (snaps if len(snaps) == 1 else [])
+        for snap in same:
+            for f in lossy_roce.findings(eth.parsed, hw_counters.read(snap.parsed), str(eth.parsed.line)):
+                out.findings.append(
+                    Finding(f.kind, f.location, f.severity, f.explanation, f.evidence, f.cause, _src(eth, f.source))
+                )
+    return out
+
+
+def transceiver_rule(arts: list[Artifact]) -> Correlation:
+    """One port-level fault from PHY errors and a module event of the same host/input."""
+    out = Correlation()
+    phy = [(a, f) for a in _of(arts, "ethtool") for f in a.findings if f.kind == "phy_errors"]
+    mods = [(a, f) for a in _of(arts, "dmesg") for f in a.findings if f.kind == "transceiver"]
+    for a, pf in phy:
+        mine = [(b, mf) for b, mf in mods if b.source == a.source or (a.host and b.host == a.host)]
+        if len(mine) != 1:
+            continue  # which module belongs to which netdev is not shown: keep both findings
+        b, mf = mine[0]
+        out.replaces += [pf, mf]
+        out.findings.append(
+            Finding(
+                "transceiver",
+                f"{pf.location} ({mf.location})",
+                "error",
+                f"One physical-layer fault at this host's port: {pf.location} counts uncorrectable errors ("
+                + ", ".join(f"{k}={v}" for k, v in pf.evidence["uncorrectable"].items())
+                + f") and {mf.location} reported '{', '.join(mf.evidence['events'])}'. The transceiver is not "
+                "properly powered/supported, so the link runs lossy (for RoCE: retransmissions, timeouts). "
+                "The fault is this port's module, not the fiber or the far side: use a supported optic or update "
+                "the NIC firmware.",
+                {"phy": pf.evidence, "module_event": mf.evidence, "netdev": pf.location, "port": mf.location},
+                "failure",
+                pf.source,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class _Owner:
+    host: str
+    what: str  # netdev or rdma device
+    art: Artifact
+
+
+def _address_owners(arts: list[Artifact]) -> dict[ipaddress.IPv6Address, _Owner]:
+    owners: dict[ipaddress.IPv6Address, _Owner] = {}
+    for a in arts:
+        host = a.host or f"host of {a.source}"
+        if a.collector == "ip_addr":
+            for nd in a.parsed:
+                for addr, _ in nd.addresses:
+                    g = ip_addr.gid_of(addr)
+                    if g is not None:
+                        owners[g] = _Owner(host, nd.name, a)
+        table = (
+            a.parsed
+            if a.collector == "gid_table"
+            else gid_table.from_snapshot(a.parsed)
+            if a.collector == "sysfs"
+            else None
+        )
+        for e in table.entries if table else []:
+            if e.address is not None and e.address != gid_table.ZERO_GID:
+                owners.setdefault(e.address, _Owner(host, e.netdev or e.device, a))
+    return owners
+
+
+def _gid(s: str) -> ipaddress.IPv6Address | None:
+    return ip_addr.gid_of(s) if s else None
+
+
+def intra_host_rule(arts: list[Artifact]) -> Correlation:
+    """Failing connections whose both GIDs belong to the reporting host -> ``intra_host_path``."""
+    out = Correlation()
+    owners = _address_owners(arts)
+    if not owners:
+        return out
+    for a in _of(arts, "nccl_log"):
+        log: NcclLog = a.parsed
+        comps = [e for e in log.events if e.what == "completion" and (e.local_gid or e.remote_gid)]
+        # A peer is this host when any of its connections ends at a GID this host owns.
+        local_peers: dict[tuple[str, str], str] = {}
+        for e in comps:
+            lo, ro = owners.get(_gid(e.local_gid)), owners.get(_gid(e.remote_gid))  # type: ignore[arg-type]
+            hosts = {e.host, lo.host if lo else e.host}
+            if ro is not None and (ro.host in hosts or (lo is not None and ro.art is lo.art)):
+                local_peers[(e.host, e.peer)] = f"{e.remote_gid} ({ro.what})"
+        pairs: dict[tuple[str, str, str], list] = {}
+        for e in comps:
+            if (e.host, e.peer) in local_peers:
+                pairs.setdefault((e.host, e.local_gid, e.remote_gid), []).append(e)
+        for (host, lg, rg), evs in pairs.items():
+            lo, ro = owners.get(_gid(lg)), owners.get(_gid(rg))  # type: ignore[arg-type]
+            proof = local_peers[(host, evs[0].peer)]
+            out.findings.append(
+                Finding(
+                    "intra_host_path",
+                    f"{host}:{lg}<->{rg}",
+                    "error",
+                    f"Both ends of the failing RDMA connection are on {host}: local GID {lg}"
+                    + (f" ({lo.what})" if lo else "")
+                    + f" -> remote GID {rg}"
+                    + (f" ({ro.what})" if ro else f" (peer {evs[0].peer} is {host} itself: it also owns {proof})")
+                    + f"; status {evs[0].code} x{len(evs)}. The broken path is NIC<->NIC inside the host (SR-IOV/"
+                    "eswitch forwarding, hairpin at the ToR), not the inter-node fabric and not one NIC. "
+                    "Workaround: NCCL_NET_DISABLE_INTRA=1; fix the VF/switch forwarding of same-host RoCE traffic.",
+                    {
+                        "host": host,
+                        "local_gid": lg,
+                        "remote_gid": rg,
+                        "local_netdev": lo.what if lo else None,
+                        "remote_netdev": ro.what if ro else None,
+                        "peer": evs[0].peer,
+                        "status": evs[0].code,
+                        "vendor_err": evs[0].vendor,
+                        "count": len(evs),
+                        "peer_is_this_host_because": proof,
+                    },
+                    "config",
+                    _src(a, evs[0].line),
+                )
+            )
+        peers = {p for _, p in local_peers}
+        out.replaces += [f for f in a.findings if f.evidence.get("peer") in peers]
+    return out
+
+
+def gid_index_rule(arts: list[Artifact]) -> Correlation:
+    """``NCCL_IB_GID_INDEX`` pointing at a link-local or RoCE v1 entry of the same host's GID table."""
+    out = Correlation()
+    tables = [(a, a.parsed) for a in _of(arts, "gid_table")]
+    tables += [(a, gid_table.from_snapshot(a.parsed)) for a in _of(arts, "sysfs")]
+    for a in _of(arts, "nccl_log"):
+        env = [e for e in a.parsed.events if e.what == "env" and e.hca == "NCCL_IB_GID_INDEX"]
+        if not env or not env[0].detail.isdigit():
+            continue
+        idx = int(env[0].detail)
+        for t_art, table in tables:
+            if not (t_art.source == a.source or (a.host and t_art.host == a.host)):
+                continue
+            for e in table.entries:
+                if e.index != idx or e.address in (None, gid_table.ZERO_GID):
+                    continue
+                if e.gid_type == "RoCE v2" and e.routable:
+                    continue
+                good = gid_table.routable_v2(table, e.device, e.port)
+                out.findings.append(
+                    Finding(
+                        "gid_index",
+                        f"{a.host or 'host'}/{e.device}/port{e.port}",
+                        "error",
+                        f"NCCL_IB_GID_INDEX={idx} selects {e.gid} on {e.device} port {e.port}, a "
+                        f"{'link-local ' if not e.routable else ''}{e.gid_type or 'untyped'} GID: RoCE v2 over L3 "
+                        "cannot use it."
+                        + (f" Use index {good[0].index} ({good[0].gid}, RoCE v2)." if good else "")
+                        + " A configuration fault, not the fabric.",
+                        {
+                            "gid_index": idx,
+                            "gid": e.gid,
+                            "gid_type": e.gid_type,
+                            "routable": e.routable,
+                            "suggested_index": good[0].index if good else None,
+                        },
+                        "config",
+                        _src(a, env[0].line),
+                    )
+                )
+    return out
+
+
+#: Every second-stage rule, in output order.
+RULES: tuple[Callable[[list[Artifact]], Correlation], ...] = (
+    lossy_roce_rule,
+    transceiver_rule,
+    intra_host_rule,
+    gid_index_rule,
+)
+
+
+def correlate(arts: list[Artifact]) -> list[Finding]:
+    """First-stage findings in input order, minus those a rule replaced, then the rules' findings."""
+    results = [rule(arts) for rule in RULES]
+    replaced = {id(f) for r in results for f in r.replaces}
+    out = [f for a in arts for f in a.findings if id(f) not in replaced]
+    for r in results:
+        out += r.findings
+    return out
