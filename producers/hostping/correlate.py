@@ -233,10 +233,18 @@ RULES: tuple[Callable[[list[Artifact]], Correlation], ...] = (
 
 
 def correlate(arts: list[Artifact]) -> list[Finding]:
-    """First-stage findings in input order, minus those a rule replaced, then the rules' findings."""
+    """All findings in input order (a rule's finding goes with the input of its first evidence line),
+    minus the first-stage findings a rule replaced."""
     results = [rule(arts) for rule in RULES]
     replaced = {id(f) for r in results for f in r.replaces}
     out = [f for a in arts for f in a.findings if id(f) not in replaced]
-    for r in results:
-        out += r.findings
-    return out
+    out += [f for r in results for f in r.findings]
+    order: dict[str, int] = {}
+    for i, a in enumerate(arts):
+        order.setdefault(a.source, i)
+
+    def position(f: Finding) -> int:
+        hits = [i for src, i in order.items() if f.source == src or f.source.startswith(src + ":")]
+        return min(hits, default=len(arts))
+
+    return sorted(out, key=position)
