@@ -56,7 +56,10 @@ _HEALTH = re.compile(
     r"|internal error|fatal error",
     re.I,
 )
-_LINK = re.compile(rf"(?P<drv>[\w-]+) (?P<bdf>{_BDF}) (?P<nd>[\w.-]+): (?:NIC )?Link (?:is )?(?P<st>up|down)", re.I)
+_LINK = re.compile(
+    rf"(?P<drv>[\w-]+) (?P<bdf>{_BDF}) (?P<nd>[\w.-]+): (?:[\w-]+: [\w.-]+ )?(?:NIC )?Link (?:is )?(?P<st>up|down)",
+    re.I,
+)
 
 #: Hardware Xids (NVIDIA "Xid Errors" table): code -> (what, severity).
 HARDWARE_XIDS = {
@@ -369,20 +372,23 @@ def _rnic_event_findings(log: KernelLog) -> list[Finding]:
         )
     for (bdf, nd), evs in sorted(links.items()):
         downs = [e for e in evs if e.detail == "down"]
-        if len(downs) >= 2 or (downs and evs[-1].detail == "down"):
-            flapping = len(downs) >= 2
+        ups = [e for e in evs if e.detail == "up"]
+        # every "Link up" after the first implies a down in between, even when the down line was filtered out
+        transitions = max(len(downs), len(ups) - 1)
+        if transitions >= 2 or (downs and evs[-1].detail == "down"):
+            flapping = transitions >= 2
             out.append(
                 Finding(
                     "rnic",
                     f"{nd} ({bdf})",
                     "warning" if flapping and evs[-1].detail == "up" else "error",
                     f"{nd} ({bdf}) "
-                    + (f"went down {len(downs)} times: a flapping port" if flapping else "went down and stayed down")
+                    + (f"went down {transitions} times: a flapping port" if flapping else "went down and stayed down")
                     + ". Check the cable/transceiver, the ToR port and the PHY counters (ethtool -S: "
                     "link_down_events_phy, CRC/symbol errors).",
-                    {"subkind": "port_flapping" if flapping else "link_down", "downs": len(downs), "netdev": nd},
+                    {"subkind": "port_flapping" if flapping else "link_down", "downs": transitions, "netdev": nd},
                     "failure",
-                    str(downs[0].line),
+                    str((downs or evs)[0].line),
                 )
             )
     return out

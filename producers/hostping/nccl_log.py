@@ -414,7 +414,10 @@ def _setup_findings(log: NcclLog) -> list[Finding]:
             selected[e.host].append(e.hca)
     env = {e.hca: e.detail for e in _by(log, "env")}
     seen: set[tuple[str, str, str]] = set()
+    cannot_open = {e.host for e in _by(log, "open_failed")}
     for e in _by(log, "verbs_call"):
+        if e.hca == "ibv_open_device" and e.host in cannot_open:
+            continue  # the 'Unable to open device' lines name the HCA
         why = e.detail.lower()
         kind, check = vs.VERBS_CALL_ERRNO.get(why, ("rdma_setup_error", f"{e.hca} failed ({e.detail or 'no errno'})"))
         hcas = selected.get(e.host, [])
