@@ -156,9 +156,7 @@ def test_case_21_gdr_disabled_on_every_hca_is_host_config_not_one_rnic():
 
 def test_case_22_fallen_off_bus_without_xid_is_critical_gpu_loss():
     found = problems("case_22")
-    assert [(f.kind, f.location, f.severity) for f in found] == [
-        ("gpu_pcie_link_failure", "0000:b3:00.0", "critical")
-    ]
+    assert [(f.kind, f.location, f.severity) for f in found] == [("gpu_pcie_link_failure", "0000:b3:00.0", "critical")]
     assert found[0].evidence["equivalent_xid"] == 79
 
 

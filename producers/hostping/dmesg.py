@@ -190,7 +190,7 @@ def parse(text: str) -> KernelLog:
                 sev[bdf] = s["sev"].strip()
                 if sev[bdf] != "Corrected":
                     port.last_uncorrected_ts = ts
-                    port.fatal = port.fatal or "Fatal" in sev[bdf]
+                    port.fatal = port.fatal or "(Fatal)" in sev[bdf]
             continue
         if "broadcast error_detected" in msg and bdf in log.aer:
             broadcasting = log.aer[bdf]
