@@ -6,7 +6,8 @@ repeated, truncated, their numbers replaced (0, -1, huge) or their words swapped
 for parser keywords. ``diagnose_text`` must return findings (a list), whatever
 it gets, and so must every collector of the registry called directly (parse, then
 findings), whether or not its ``detect`` accepts the text. Bounded (1000 inputs, no
-deadline); prints the count tried. A crashing input found here is to be kept under ``tests/fixtures/parser_crashes/`` as a test.
+deadline); prints the count tried. A crashing input found here is to be kept under
+``tests/fixtures/parser_crashes/`` as a test.
 """
 
 from __future__ import annotations
