@@ -477,10 +477,10 @@ utilization.gpu [%]
 """
 
 
-def test_nvidia_smi_query_width_down_is_a_fault_idle_gen1_is_not_busy_gen1_is():
+def test_nvidia_smi_query_width_down_is_flagged_idle_gen1_is_not_busy_gen1_is_a_fault():
     assert [(k, loc, sev) for k, loc, sev in kinds(QUERY)] == [
         ("pcie_idle_power_saving", "0000:0b:00.0", "info"),
-        ("pcie_downgrade", "0000:48:00.0", "error"),
+        ("pcie_downgrade", "0000:48:00.0", "warning"),  # confirm with lspci: the board may be x8
         ("pcie_downgrade", "0000:4c:00.0", "error"),
     ]
     rows = nvidia_smi_query.parse(QUERY)
@@ -511,3 +511,26 @@ def test_roce_accl_register_is_wired_in_as_information():
     ]
     fields = rnic_config.parse((FIX / "mlxreg_roce_accl.txt").read_text())
     assert fields["adp_retx_base_timeout_min"] == 4000
+
+
+def test_real_pam4_link_with_corrected_bits_only_raises_nothing_above_info():
+    found = fixture("ethtool_cx7_pam4_corrected_only.txt")
+    assert [(f.kind, f.severity) for f in found] == [("phy_fec_corrected", "info")]
+    assert found[0].evidence["corrected"]["rx_corrected_bits_phy"] == 198
+
+
+def test_real_uncorrectable_symbol_errors_with_one_dominant_lane():
+    found = fixture("ethtool_mlx5_lane3_dominant.txt")
+    assert [(f.kind, f.severity, f.evidence["pattern"], f.evidence["worst_lane"]) for f in found] == [
+        ("phy_errors", "error", "one_lane", 3)
+    ]
+    assert found[0].evidence["uncorrectable"] == {"rx_pcs_symbol_err_phy": 386}
+
+
+def test_real_nvidia_smi_idle_l40s_is_power_saving_and_x8_board_is_only_a_warning():
+    idle = fixture("nvidia_smi_query_l40s_idle.txt")
+    assert [f.location for f in idle] == [f"GPU{i}" for i in range(8)]
+    assert {(f.kind, f.severity) for f in idle} == {("pcie_idle_power_saving", "info")}
+    board = fixture("nvidia_smi_query_x8_board_loaded.txt")
+    assert [(f.kind, f.location, f.severity) for f in board] == [("pcie_downgrade", "GPU at line 2", "warning")]
+    assert "lspci" in board[0].evidence["confirm_with"]

@@ -109,9 +109,12 @@ def findings(stats: EthtoolStats) -> list[Finding]:
                 f" The errors are equal on all {len(bad)} lanes: the transceiver/module or the port itself, "
                 "not one dirty connector or fiber."
             )
-        elif len(bad) == 1:
+        elif len(bad) == 1 or (len(bad) >= 2 and max(bad.values()) >= 0.9 * sum(bad.values())):
+            lane = max(bad, key=lambda i: bad[i])
             ev["pattern"] = "one_lane"
-            where = f" Only lane {next(iter(bad))} errs: a connector or fiber of that lane."
+            ev["worst_lane"] = lane
+            share = bad[lane] / sum(bad.values())
+            where = f" Lane {lane} carries {share:.0%} of the lane errors: a connector or fiber of that lane."
         out.append(
             Finding(
                 "phy_errors",

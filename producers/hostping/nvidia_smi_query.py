@@ -1,6 +1,7 @@
 """Collector for ``nvidia-smi --query-gpu=... --format=csv``: GPU PCIe link generation and width.
 
-Reads the columns ``pci.bus_id``, ``pcie.link.gen.current``, ``pcie.link.gen.max``,
+Reads the columns ``pcie.link.gen.current``, ``pcie.link.width.current`` and, when present,
+``pci.bus_id`` (else the GPU is named by ``index``), ``pcie.link.gen.max``,
 ``pcie.link.width.current``, ``pcie.link.width.max`` and, when present,
 ``utilization.gpu``, ``index`` and ``name`` (``nvidia-smi --help-query-gpu``). nvidia-smi's
 ``max`` is what "this GPU and system configuration" can do, so current below max is a
@@ -23,7 +24,7 @@ READS = "nvidia-smi --query-gpu=pci.bus_id,pcie.link.gen.*,pcie.link.width.*[,ut
 
 GEN_GTPS = {1: 2.5, 2: 5.0, 3: 8.0, 4: 16.0, 5: 32.0, 6: 64.0}
 BUSY_PCT = 50
-_NEEDED = ("pci.bus_id", "pcie.link.gen.current", "pcie.link.width.current")
+_NEEDED = ("pcie.link.gen.current", "pcie.link.width.current")
 
 
 def _key(col: str) -> str:
@@ -68,8 +69,15 @@ def findings(rows: list[dict[str, str]]) -> list[Finding]:
             continue
         gen, gmax = _int(row.get("pcie.link.gen.current")), _int(row.get("pcie.link.gen.max"))
         util = _int(row.get("utilization.gpu"))
+        where = (
+            _bdf(row["pci.bus_id"])
+            if row.get("pci.bus_id")
+            else f"GPU{row['index']}"
+            if row.get("index")
+            else f"GPU at line {row['_line']}"
+        )
         reading = LinkReading(
-            location=_bdf(row["pci.bus_id"]),
+            location=where,
             speed_gtps=GEN_GTPS.get(gen or 0),
             width=_int(row.get("pcie.link.width.current")),
             max_speed_gtps=GEN_GTPS.get(gmax or 0),
@@ -79,12 +87,23 @@ def findings(rows: list[dict[str, str]]) -> list[Finding]:
             under_load=util is not None and util >= BUSY_PCT,
         )
         f = assess_link(reading)
-        if f is not None:
-            ev = dict(f.evidence, gpu_index=row.get("index"), name=row.get("name"), utilization_gpu_pct=util)
-            out.append(Finding(f.kind, f.location, f.severity, f.explanation, ev, f.cause, f.source))
+        if f is None:
+            continue
+        ev = dict(f.evidence, gpu_index=row.get("index"), name=row.get("name"), utilization_gpu_pct=util)
+        severity, text = f.severity, f.explanation
+        if "width" in ev.get("downgraded", []):
+            # width.max is the GPU's and the slot's, not the board's connector: x8 boards in x16 slots
+            # (some GeForce cards) read current 8 / max 16 while healthy. lspci LnkCap of the GPU decides.
+            severity = "warning"
+            ev["confirm_with"] = "lspci -vvv LnkCap of the GPU and its port"
+            text += (
+                " nvidia-smi's width.max ignores the board's connector (an x8 board in an x16 slot reads 8/16): "
+                "confirm with lspci LnkCap of the GPU before acting."
+            )
+        out.append(Finding(f.kind, f.location, severity, text, ev, f.cause, f.source))
     return out
 
 
 def detect(text: str) -> bool:
-    """True when the text holds a CSV header with ``pci.bus_id`` and a ``pcie.link`` column."""
-    return any("pci.bus_id" in x and "pcie.link" in x and "," in x for x in text.splitlines())
+    """True when the text holds a CSV header with the current PCIe generation and width columns."""
+    return any("pcie.link.gen.current" in x and "pcie.link.width.current" in x and "," in x for x in text.splitlines())
