@@ -534,3 +534,66 @@ def test_real_nvidia_smi_idle_l40s_is_power_saving_and_x8_board_is_only_a_warnin
     board = fixture("nvidia_smi_query_x8_board_loaded.txt")
     assert [(f.kind, f.location, f.severity) for f in board] == [("pcie_downgrade", "GPU at line 2", "warning")]
     assert "lspci" in board[0].evidence["confirm_with"]
+
+
+def test_nccl_logs_of_several_files_are_judged_as_one_log(tmp_path):
+    """Per-host log files of one job: two hosts' error 12 against hx is a vote across files."""
+    (tmp_path / "h1.log").write_text(compl(12, 129, peer="hx", host="h1"))
+    (tmp_path / "h2.log").write_text(compl(12, 129, peer="hx", host="h2"))
+    found = diagnose_paths([tmp_path / "h1.log", tmp_path / "h2.log"])
+    assert [(f.kind, f.location, f.evidence["reported_by"]) for f in found] == [("rnic", "hx", ["h1", "h2"])]
+    assert found[0].source == f"{tmp_path / 'h1.log'}:1"
+    alone = diagnose_paths([tmp_path / "h1.log"])
+    assert [(f.kind, f.location) for f in alone] == [("undetermined", "h1<->hx")]
+
+
+def test_gdr_missing_on_one_node_across_per_host_files(tmp_path):
+    (tmp_path / "a.log").write_text("a:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0/GDRDMA\n")
+    (tmp_path / "b.log").write_text("b:2:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [receive] via NET/IB/0\n")
+    found = diagnose_paths([tmp_path / "a.log", tmp_path / "b.log"])
+    assert [(f.kind, f.location, f.source) for f in found] == [("gdr_disabled", "b", f"{tmp_path / 'b.log'}:1")]
+
+
+CASE18_LIKE = (
+    "host-a:1:2 [0] transport/net_ib.cc:100 NCCL WARN NET/IB : mlx5_0:1 Got async event : local access violation "
+    "work queue error\n"
+    "host-a:1:3 [0] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.0.0.2<57888> with "
+    "status=5 opcode=1 len=0 vendor err 249 (Recv) localGid fd00::1 remoteGidsfd00::2\n"
+)
+
+
+def ip_a(addr: str, mtu: int) -> str:
+    return (
+        f"4: ens1f0np0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu {mtu} qdisc mq state UP group default qlen 1000\n"
+        f"    link/ether 02:00:00:00:00:0a brd ff:ff:ff:ff:ff:ff\n    inet6 {addr}/64 scope global\n"
+    )
+
+
+def test_mtu_mismatch_confirmed_with_both_ends_mtus(tmp_path):
+    (tmp_path / "a.log").write_text(CASE18_LIKE)
+    (tmp_path / "a_ip.txt").write_text(ip_a("fd00::1", 9000))
+    (tmp_path / "b_ip.txt").write_text(ip_a("fd00::2", 1500))
+    found = diagnose_paths([tmp_path / "a.log", tmp_path / "a_ip.txt", tmp_path / "b_ip.txt"])
+    assert [(f.kind, f.location, f.evidence["probable"]) for f in found] == [
+        ("mtu_mismatch", "host-a/mlx5_0<->10.0.0.2", False)
+    ]
+    assert sorted(found[0].evidence["mtus"].values()) == [1500, 9000]
+    assert found[0].explanation.startswith("Confirmed from both ends")
+
+
+def test_guard_equal_mtus_keep_mtu_mismatch_probable_and_say_so(tmp_path):
+    (tmp_path / "a.log").write_text(CASE18_LIKE)
+    (tmp_path / "a_ip.txt").write_text(ip_a("fd00::1", 9000))
+    (tmp_path / "b_ip.txt").write_text(ip_a("fd00::2", 9000))
+    found = diagnose_paths([tmp_path / "a.log", tmp_path / "a_ip.txt", tmp_path / "b_ip.txt"])
+    assert [(f.kind, f.evidence["probable"]) for f in found] == [("mtu_mismatch", True)]
+    assert "the MTU matches" in found[0].explanation
+
+
+def test_nccl_ib_hca_matching_no_device_is_hca_selection():
+    text = (
+        "h1:1:1 [0] NCCL INFO NCCL_IB_HCA set by environment to mlx5_9\n"
+        "h1:1:1 [0] NCCL INFO NET/IB : No device found.\n"
+    )
+    assert problems(text) == [("hca_selection", "h1")]
+    assert problems(text.splitlines()[1] + "\n") == [("no_rdma_device", "h1")]

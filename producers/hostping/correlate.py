@@ -12,7 +12,12 @@ together, adds findings, and may replace first-stage findings it explains better
   to one host (from ``ip a``, ``show_gids``, ``ibv_devinfo -v`` or sysfs gids of that host)
   -> ``intra_host_path`` on that host's RNIC pair, replacing the host<->peer verdict (field case 24);
 - :func:`gid_index_rule`: ``NCCL_IB_GID_INDEX`` set to an index that is link-local or RoCE v1
-  in the GID table of the same host -> ``gid_index`` (configuration).
+  in the GID table of the same host -> ``gid_index`` (configuration);
+- :func:`mtu_rule`: a one-ended ``mtu_mismatch`` (field case 18) with the MTUs of both ends
+  (``ip a`` or ``ibv_devinfo -v`` of both hosts) -> confirmed, or weakened when they match.
+
+NCCL logs of several files (one per host or rank, as schedulers write them) are first merged
+into one log (:func:`merge_nccl_logs`), so their votes and per-node comparisons span files.
 
 Hosts: an artifact's host is the one its text names (see ``collectors.host_hint``); artifacts
 of one input file share it.
@@ -22,9 +27,9 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from producers.hostping import gid_table, hw_counters, ip_addr, lossy_roce
+from producers.hostping import gid_table, hw_counters, ip_addr, lossy_roce, nccl_log
 from producers.hostping.collectors import Artifact
 from producers.hostping.findings import Finding
 from producers.hostping.nccl_log import NcclLog
@@ -95,6 +100,7 @@ class _Owner:
     host: str
     what: str  # netdev or rdma device
     art: Artifact
+    mtu: tuple[str, int] | None = None  # ("netdev", bytes) from ip a, ("active_mtu", bytes) from ibv_devinfo
 
 
 def _address_owners(arts: list[Artifact]) -> dict[ipaddress.IPv6Address, _Owner]:
@@ -106,7 +112,7 @@ def _address_owners(arts: list[Artifact]) -> dict[ipaddress.IPv6Address, _Owner]
                 for addr, _ in nd.addresses:
                     g = ip_addr.gid_of(addr)
                     if g is not None:
-                        owners[g] = _Owner(host, nd.name, a)
+                        owners[g] = _Owner(host, nd.name, a, ("netdev", nd.mtu))
         table = (
             a.parsed
             if a.collector == "gid_table"
@@ -116,7 +122,10 @@ def _address_owners(arts: list[Artifact]) -> dict[ipaddress.IPv6Address, _Owner]
         )
         for e in table.entries if table else []:
             if e.address is not None and e.address != gid_table.ZERO_GID:
-                owners.setdefault(e.address, _Owner(host, e.netdev or e.device, a))
+                mtu = table.active_mtu.get((e.device, e.port))
+                owners.setdefault(
+                    e.address, _Owner(host, e.netdev or e.device, a, ("active_mtu", mtu) if mtu else None)
+                )
     return owners
 
 
@@ -176,7 +185,7 @@ def intra_host_rule(arts: list[Artifact]) -> Correlation:
                 )
             )
         peers = {p for _, p in local_peers}
-        out.replaces += [f for f in a.findings if f.evidence.get("peer") in peers]
+        out.replaces += [f for b in _of(arts, "nccl_log") for f in b.findings if f.evidence.get("peer") in peers]
     return out
 
 
@@ -223,18 +232,62 @@ def gid_index_rule(arts: list[Artifact]) -> Correlation:
     return out
 
 
+def mtu_rule(arts: list[Artifact]) -> Correlation:
+    """Confirm or weaken a one-ended ``mtu_mismatch`` with the MTUs of both ends, when ``ip a`` or
+    ``ibv_devinfo -v`` of both hosts were given with the log."""
+    out = Correlation()
+    owners = _address_owners(arts)
+    for a in _of(arts, "nccl_log"):
+        for f in a.findings:
+            if f.kind != "mtu_mismatch":
+                continue
+            pairs = [p.split("->") for p in f.evidence.get("gid_pairs", []) if "->" in p]
+            ends = [(owners.get(_gid(lg)), owners.get(_gid(rg))) for lg, rg in pairs]  # type: ignore[arg-type]
+            ends += [(None, owners.get(_gid(peer))) for peer in f.evidence.get("peers", [])]  # type: ignore[arg-type]
+            local = next((lo for lo, _ in ends if lo and lo.mtu), None)
+            remote = next(
+                (ro for _, ro in ends if ro and ro.mtu and ro.art is not (local.art if local else None)), None
+            )
+            if not (local and remote and local.mtu and remote.mtu and local.mtu[0] == remote.mtu[0]):
+                continue
+            mtus = {f"{local.host} {local.what}": local.mtu[1], f"{remote.host} {remote.what}": remote.mtu[1]}
+            differ = local.mtu[1] != remote.mtu[1]
+            text = (
+                f"Confirmed from both ends: {local.mtu[0]} {local.mtu[1]} on {local.host} {local.what} vs "
+                f"{remote.mtu[1]} on {remote.host} {remote.what}. Set the same MTU on both ends. "
+                if differ
+                else f"Both ends have {local.mtu[0]} {local.mtu[1]}: the MTU matches, so compare the other items. "
+            )
+            ev = dict(f.evidence, probable=not differ, mtus=mtus, mtu_source=local.mtu[0])
+            out.replaces.append(f)
+            out.findings.append(Finding(f.kind, f.location, f.severity, text + f.explanation, ev, f.cause, f.source))
+    return out
+
+
 #: Every second-stage rule, in output order.
 RULES: tuple[Callable[[list[Artifact]], Correlation], ...] = (
     lossy_roce_rule,
     transceiver_rule,
     intra_host_rule,
     gid_index_rule,
+    mtu_rule,
 )
+
+
+def merge_nccl_logs(arts: list[Artifact]) -> list[Artifact]:
+    """With NCCL logs in two or more inputs, judge them as one log: the first NCCL artifact carries
+    the findings of the merged log (sources ``file:line``), the others none."""
+    logs = _of(arts, "nccl_log")
+    if len(logs) < 2:
+        return arts
+    merged = nccl_log.findings(nccl_log.merge([(a.source, a.parsed) for a in logs]))
+    return [replace(a, findings=merged if a is logs[0] else []) if a.collector == "nccl_log" else a for a in arts]
 
 
 def correlate(arts: list[Artifact]) -> list[Finding]:
     """All findings in input order (a rule's finding goes with the input of its first evidence line),
     minus the first-stage findings a rule replaced."""
+    arts = merge_nccl_logs(arts)
     results = [rule(arts) for rule in RULES]
     replaced = {id(f) for r in results for f in r.replaces}
     out = [f for a in arts for f in a.findings if id(f) not in replaced]

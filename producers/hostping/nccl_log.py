@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from producers.hostping import verbs_status as vs
 from producers.hostping.findings import Finding
@@ -97,6 +97,12 @@ class NcclEvent:
     hca: str = ""
     local_gid: str = ""
     remote_gid: str = ""
+    file: str = ""  # set when logs of several files are merged (see :func:`merge`)
+
+    @property
+    def where(self) -> str:
+        """``line`` or ``file:line``: the finding source of this event."""
+        return f"{self.file}:{self.line}" if self.file else str(self.line)
 
 
 @dataclass
@@ -161,6 +167,17 @@ def parse(text: str) -> NcclLog:
     return log
 
 
+def merge(logs: list[tuple[str, NcclLog]]) -> NcclLog:
+    """One log from the logs of several files (``(file name, log)``), events tagged with their file,
+    so votes (error 12 from two hosts) and per-node GPUDirect comparisons span per-host log files."""
+    out = NcclLog()
+    for name, log in logs:
+        out.events += [replace(e, file=name) for e in log.events]
+        for host, n in log.hosts_seen.items():
+            out.hosts_seen[host] = out.hosts_seen.get(host, 0) + n
+    return out
+
+
 def hosts_in(text: str) -> list[str]:
     """Hosts named by NCCL line prefixes, in order of first appearance."""
     seen: dict[str, None] = {}
@@ -191,11 +208,11 @@ def _port_findings(log: NcclLog, timeouts: dict[str, list[NcclEvent]]) -> list[F
     out = []
     port_ranks: dict[str, set[int]] = defaultdict(set)
     fatal: dict[str, list[NcclEvent]] = defaultdict(list)
-    first: dict[str, int] = {}
+    first: dict[str, str] = {}
     for e in _by(log, "async"):
         if e.detail == "port error":
             port_ranks[e.host].add(e.pid)
-            first.setdefault(e.host, e.line)
+            first.setdefault(e.host, e.where)
         elif vs.ASYNC_EVENTS.get(e.detail, ("", ""))[0] == "device":
             fatal[e.host].append(e)
     for host, pids in sorted(port_ranks.items()):
@@ -221,7 +238,7 @@ def _port_findings(log: NcclLog, timeouts: dict[str, list[NcclEvent]]) -> list[F
                     "peer": host,
                 },
                 "failure",
-                str(first[host]),
+                first[host],
             )
         )
     for host, evs in sorted(fatal.items()):
@@ -236,7 +253,7 @@ def _port_findings(log: NcclLog, timeouts: dict[str, list[NcclEvent]]) -> list[F
                 "the RNIC needs a reset or replacement.",
                 {"subkind": "device_fatal", "events": len(evs), "hcas": hcas},
                 "failure",
-                str(evs[0].line),
+                evs[0].where,
             )
         )
     return out
@@ -261,7 +278,7 @@ def _retry_findings(timeouts: dict[str, list[NcclEvent]]) -> list[Finding]:
                     "is the common element. Check its port counters and cable.",
                     dict(ev, subkind="retry_timeout_vote"),
                     "failure",
-                    str(evs[0].line),
+                    evs[0].where,
                 )
             )
         else:
@@ -283,7 +300,7 @@ def _retry_findings(timeouts: dict[str, list[NcclEvent]]) -> list[Finding]:
                     + ".",
                     ev,
                     "",
-                    str(evs[0].line),
+                    evs[0].where,
                 )
             )
     return out
@@ -314,7 +331,7 @@ def _status_findings(log: NcclLog, flush_owner: dict[str, list[NcclEvent]]) -> l
         access_violation = any("access violation" in e.detail or "invalid request" in e.detail for e in qp_ev)
         length = [e for e in primary if e.code in LENGTH_STATUSES]
         if (access_violation and not [e for e in primary if e.code not in LENGTH_STATUSES]) or length:
-            first = min([e.line for e in qp_ev + length] or [mine[0].line])
+            first = min(qp_ev + length or [mine[0]], key=lambda e: e.line).where
             out.append(
                 Finding(
                     "mtu_mismatch",
@@ -343,7 +360,7 @@ def _status_findings(log: NcclLog, flush_owner: dict[str, list[NcclEvent]]) -> l
                         **({"gid_pairs": _completion_evidence(mine)["gid_pairs"]} if mine else {}),
                     },
                     "config",
-                    str(first),
+                    first,
                 )
             )
             continue
@@ -374,7 +391,7 @@ def _status_findings(log: NcclLog, flush_owner: dict[str, list[NcclEvent]]) -> l
                     + ". Look at both ends' logs around this line."
                 )
             ev["secondary_flushes"] = len(flushes)
-            out.append(Finding(kind, loc, sev, text, ev, cause, str(evs[0].line)))
+            out.append(Finding(kind, loc, sev, text, ev, cause, evs[0].where))
             flushes = []  # tied to the first primary of this host
         if flushes and not primary and not qp_ev:
             flush_owner[host] = flushes
@@ -399,7 +416,7 @@ def _flush_only_findings(log: NcclLog, flush_owner: dict[str, list[NcclEvent]]) 
                 f"({', '.join(peers) or 'unknown peer'}) or earlier lines.",
                 dict(_completion_evidence(evs), secondary=True, peer=",".join(peers)),
                 "",
-                str(evs[0].line),
+                evs[0].where,
             )
         )
     return out
@@ -436,7 +453,7 @@ def _setup_findings(log: NcclLog) -> list[Finding]:
                 + f", before any packet was sent: {check}. A setup problem, not a link or peer timeout.",
                 {"call": e.hca, "errno": e.detail, "selected_hcas": hcas, "nccl_env": env},
                 "config",
-                str(e.line),
+                e.where,
             )
         )
     for e in _by(log, "open_failed"):
@@ -449,12 +466,27 @@ def _setup_findings(log: NcclLog) -> list[Finding]:
                 "or a stale device). Exclude it (NCCL_IB_HCA=^name) or expose it to the process.",
                 {"hca": e.hca, "nccl_env": env},
                 "config",
-                str(e.line),
+                e.where,
             )
         )
     nodev = sorted({e.host for e in _by(log, "no_device")})
     for host in nodev:
         first = next(e for e in _by(log, "no_device") if e.host == host)
+        if "NCCL_IB_HCA" in env:
+            out.append(
+                Finding(
+                    "hca_selection",
+                    host,
+                    "error",
+                    f"NCCL_IB_HCA={env['NCCL_IB_HCA']} matches no usable device on {host}, so NCCL found no IB/RoCE "
+                    "HCA and falls back to TCP sockets. Fix the list (names from ibv_devices, ^ to exclude, = for "
+                    "exact match) or expose those devices to the container.",
+                    {"nccl_env": env},
+                    "config",
+                    first.where,
+                )
+            )
+            continue
         out.append(
             Finding(
                 "no_rdma_device",
@@ -465,7 +497,7 @@ def _setup_findings(log: NcclLog) -> list[Finding]:
                 "that the RDMA devices are up (ibv_devinfo).",
                 {"nccl_env": env},
                 "config",
-                str(first.line),
+                first.where,
             )
         )
     return out
@@ -475,10 +507,10 @@ def _gdr_findings(log: NcclLog) -> list[Finding]:
     """GPUDirect RDMA state per HCA and per node."""
     out = []
     state: dict[str, dict[str, str]] = defaultdict(dict)
-    first: dict[str, int] = {}
+    first: dict[str, str] = {}
     for e in _by(log, "gdr"):
         state[e.host][e.hca] = e.detail
-        first.setdefault(e.host, e.line)
+        first.setdefault(e.host, e.where)
     for host, hcas in sorted(state.items()):
         disabled = sorted(h for h, s in hcas.items() if s == "disabled")
         enabled = sorted(h for h, s in hcas.items() if s == "enabled")
@@ -495,7 +527,7 @@ def _gdr_findings(log: NcclLog) -> list[Finding]:
                     "nvidia_peermem) and NCCL_NET_GDR_LEVEL.",
                     {"disabled_hcas": disabled, "enabled_hcas": enabled},
                     "config",
-                    str(first[host]),
+                    first[host],
                 )
             )
         for hca in disabled if enabled else []:
@@ -508,14 +540,14 @@ def _gdr_findings(log: NcclLog) -> list[Finding]:
                     "that HCA is too far from the GPUs (nvidia-smi topo -m) or lacks peer-memory support.",
                     {"disabled_hcas": disabled, "enabled_hcas": enabled},
                     "config",
-                    str(first[host]),
+                    first[host],
                 )
             )
     channels: dict[str, dict[str, int]] = defaultdict(lambda: {"gdr": 0, "host": 0})
-    chan_line: dict[str, int] = {}
+    chan_line: dict[str, str] = {}
     for e in _by(log, "channel"):
         channels[e.host][e.detail] += 1
-        chan_line.setdefault(e.host, e.line)
+        chan_line.setdefault(e.host, e.where)
     with_gdr = sorted(h for h, c in channels.items() if c["gdr"])
     for host, c in sorted(channels.items()):
         if c["gdr"] or not c["host"] or not with_gdr or host in state:
@@ -530,7 +562,7 @@ def _gdr_findings(log: NcclLog) -> list[Finding]:
                 "path beyond NCCL_NET_GDR_LEVEL). Compare lsmod and nvidia-smi topo -m with a good node.",
                 {"host_channels": c["host"], "gdr_channels_elsewhere": {h: channels[h]["gdr"] for h in with_gdr}},
                 "config",
-                str(chan_line[host]),
+                chan_line[host],
             )
         )
     return out
@@ -569,7 +601,7 @@ def _socket_findings(log: NcclLog) -> list[Finding]:
                 "peers_on_reporting_host": local,
             },
             "failure",
-            str(sockets[0].line),
+            sockets[0].where,
         )
     ]
 
