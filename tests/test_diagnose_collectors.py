@@ -597,3 +597,35 @@ def test_nccl_ib_hca_matching_no_device_is_hca_selection():
     )
     assert problems(text) == [("hca_selection", "h1")]
     assert problems(text.splitlines()[1] + "\n") == [("no_rdma_device", "h1")]
+
+
+def test_ibv_devinfo_typed_gids_and_rdma_link_netdevs():
+    # ibv_devinfo -v prints the type after the GID since rdma-core PR #682 ("GID[  3]: <gid>, RoCE v2")
+    text = (
+        "hca_id:\tmlx5_2\n\t\tport:\t1\n\t\t\tactive_mtu:\t\t1024 (3)\n\t\t\tlink_layer:\t\tEthernet\n"
+        "\t\t\tGID[  0]:\t\tfe80::a288:c2ff:fe0e:10a4, RoCE v1\n"
+        "\t\t\tGID[  1]:\t\tfe80::a288:c2ff:fe0e:10a4, RoCE v2\n"
+        "\t\t\tGID[  2]:\t\t::ffff:10.0.21.3, RoCE v1\n"
+        "\t\t\tGID[  3]:\t\t::ffff:10.0.21.3, RoCE v2\n"
+        "link mlx5_2/1 state ACTIVE physical_state LINK_UP netdev ens2f0\n"
+    )
+    t = gid_table.parse(text)
+    assert [(e.index, e.gid_type, e.routable) for e in t.entries] == [
+        (0, "RoCE v1", False),
+        (1, "RoCE v2", False),
+        (2, "RoCE v1", True),
+        (3, "RoCE v2", True),
+    ]
+    assert t.netdevs == {("mlx5_2", 1): "ens2f0"} and t.active_mtu == {("mlx5_2", 1): 1024}
+    assert [(f.kind, f.evidence["roce_v2_index"]) for f in gid_table.findings(t)] == [("roce_v2_gid", 3)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[5.0] NVRM: Xid (PCI:0000:b3:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+        "[5.0] NVRM: GPU 0000:b3:00.0: GPU has fallen off the bus.",
+    ],
+)
+def test_every_gpu_lost_form_is_a_critical_link_failure(line):
+    assert kinds(line + "\n") == [("gpu_pcie_link_failure", "0000:b3:00.0", "critical")]
