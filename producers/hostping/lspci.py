@@ -227,11 +227,7 @@ def _name_limiting_hop(devices: list[LspciDevice], dev: LspciDevice, f: Finding)
         )
     elif "speed" not in ev["downgraded"]:
         ev["limiting_hop"] = "upstream port (not in this capture)"
-        text += (
-            " Width-only drop at full speed with no AER: usually the upstream root/switch port or slot is wired "
-            "narrower (platform wiring, bifurcation); compare `lspci -vvv -s <upstream port>` LnkCap before "
-            "replacing the card."
-        )
+        text += " The upstream port is not in this capture: compare its LnkCap (`lspci -vvv -s <port>`)."
     if ev.get("section"):
         text += f" ({ev['section']})"
     return Finding(f.kind, f.location, f.severity, text, ev, cause, f.source)
