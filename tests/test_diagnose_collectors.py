@@ -629,3 +629,17 @@ def test_ibv_devinfo_typed_gids_and_rdma_link_netdevs():
 )
 def test_every_gpu_lost_form_is_a_critical_link_failure(line):
     assert kinds(line + "\n") == [("gpu_pcie_link_failure", "0000:b3:00.0", "critical")]
+
+
+def test_real_mlx5_probe_failure_is_one_rnic_init_finding_and_guard_firmware_banner():
+    found = fixture("dmesg_mlx5_probe_failed.txt")
+    assert [(f.kind, f.location, f.severity, f.evidence["subkind"]) for f in found] == [
+        ("rnic", "0000:01:00.0", "error", "init_failed")
+    ]
+    assert len(found[0].evidence["lines"]) == 3
+    healthy = (
+        "[5.3] mlx5_core 0000:01:00.0: firmware version: 14.32.1010\n"
+        "[5.9] mlx5_core 0000:01:00.0: Port module event: module 0, Cable plugged\n"
+        "[6.1] mlx5_core 0000:01:00.0 ens1f0np0: Link up\n"
+    )
+    assert kinds(healthy) == []

@@ -19,7 +19,8 @@ Rules (Hostping failures #2 GPU PCIe link and #5 CPU root port, seen from the ke
 - mlx5 ``Port module event[error]`` (power budget exceeded, cable/transceiver errors) ->
   ``transceiver`` at the port's PCI function and module (field case 25);
 - mlx5 health (``health compromised``, ``assert_var``, firmware syndrome, command timeouts)
-  -> ``rnic`` (subkind ``firmware_health`` / ``command_timeout``);
+  -> ``rnic`` (subkind ``firmware_health`` / ``command_timeout``); a failed probe/load of the
+  adapter -> ``rnic`` (subkind ``init_failed``);
 - ``<netdev>: Link down`` more than once -> ``rnic`` (subkind ``port_flapping``); a link left
   down -> ``rnic`` (subkind ``link_down``).
 
@@ -56,6 +57,8 @@ _HEALTH = re.compile(
     r"|internal error|fatal error",
     re.I,
 )
+_INIT_FAIL = re.compile(r"mlx5_load_one failed|mlx5_init_one failed|handle_hca_cap failed|init_one failed", re.I)
+_PROBE_FAIL = re.compile(rf"(?P<drv>mlx5_core|mlx5_ib): probe of (?P<bdf>{_BDF}) failed with error (?P<err>-?\d+)")
 _LINK = re.compile(
     rf"(?P<drv>[\w-]+) (?P<bdf>{_BDF}) (?P<nd>[\w.-]+): (?:[\w-]+: [\w.-]+ )?(?:NIC )?Link (?:is )?(?P<st>up|down)",
     re.I,
@@ -163,6 +166,10 @@ def parse(text: str) -> KernelLog:
         if _RM_INIT.search(line) and nvrm_gpu:
             log.events.append(DeviceEvent(nvrm_gpu[0], "gpu_init_failed", line.strip(), "", ts, n))
             continue
+        pf = _PROBE_FAIL.search(line)
+        if pf:
+            log.events.append(DeviceEvent(pf["bdf"].lower(), "init_failed", line.strip(), pf["err"], ts, n))
+            continue
         lk = _LINK.search(line)
         if lk:
             log.events.append(DeviceEvent(lk["bdf"].lower(), "link", lk["st"].lower(), lk["nd"], ts, n))
@@ -176,6 +183,9 @@ def parse(text: str) -> KernelLog:
             what = ", ".join(p for p in (mod["what"], mod["why"]) if p).strip()
             level = (mod["lvl"] or "").lower()
             log.events.append(DeviceEvent(bdf, "module", f"{level}|{what}", mod["mod"], ts, n))
+            continue
+        if d["drv"].startswith("mlx5") and _INIT_FAIL.search(msg):
+            log.events.append(DeviceEvent(bdf, "init_failed", msg.strip(), "", ts, n))
             continue
         if d["drv"].startswith("mlx5") and _HEALTH.search(msg):
             log.events.append(DeviceEvent(bdf, "health", msg.strip(), "", ts, n))
@@ -323,7 +333,7 @@ def _rnic_event_findings(log: KernelLog) -> list[Finding]:
     for e in log.events:
         if e.what == "module":
             modules.setdefault((e.bdf, e.extra), []).append(e)
-        elif e.what == "health":
+        elif e.what in ("health", "init_failed"):
             health.setdefault(e.bdf, []).append(e)
         elif e.what == "link":
             links.setdefault((e.bdf, e.extra), []).append(e)
@@ -352,6 +362,24 @@ def _rnic_event_findings(log: KernelLog) -> list[Finding]:
             )
         )
     for bdf, evs in sorted(health.items()):
+        init = [e for e in evs if e.what == "init_failed"]
+        if init:
+            out.append(
+                Finding(
+                    "rnic",
+                    bdf,
+                    "error",
+                    f"The mlx5 driver could not initialise the RNIC at {bdf} ({init[0].detail}): no netdev and no "
+                    "RDMA device on it. Usually a driver/firmware mismatch (update one to match the other) or a "
+                    "faulty adapter; check `mlxfwmanager` and the driver version.",
+                    {"subkind": "init_failed", "lines": [e.detail for e in init[:5]]},
+                    "failure",
+                    str(init[0].line),
+                )
+            )
+            evs = [e for e in evs if e.what != "init_failed"]
+            if not evs:
+                continue
         timeouts = [e for e in evs if "leak of a command" in e.detail]
         fatal = [e for e in evs if e not in timeouts]
         sub, sev = ("firmware_health", "critical") if fatal else ("command_timeout", "error")
@@ -445,5 +473,8 @@ def detect(text: str) -> bool:
         or "NVRM:" in text
         or "Port module event" in text
         or bool(_XID.search(text) or _LINK.search(text))
-        or any(_DEV.search(x) and "mlx5" in x and _HEALTH.search(x) for x in text.splitlines())
+        or bool(_PROBE_FAIL.search(text))
+        or any(
+            _DEV.search(x) and "mlx5" in x and (_HEALTH.search(x) or _INIT_FAIL.search(x)) for x in text.splitlines()
+        )
     )
