@@ -643,3 +643,20 @@ def test_real_mlx5_probe_failure_is_one_rnic_init_finding_and_guard_firmware_ban
         "[6.1] mlx5_core 0000:01:00.0 ens1f0np0: Link up\n"
     )
     assert kinds(healthy) == []
+
+
+def test_sysfs_root_directory_gid_table(tmp_path):
+    port = tmp_path / "class" / "infiniband" / "mlx5_1" / "ports" / "1"
+    (port / "gids").mkdir(parents=True)
+    (port / "gid_attrs" / "types").mkdir(parents=True)
+    for i, gid, gtype in [
+        (0, "fe80:0000:0000:0000:0e42:a1ff:fe00:0002", "IB/RoCE v1"),
+        (1, "fe80:0000:0000:0000:0e42:a1ff:fe00:0002", "RoCE v2"),
+        (2, "0000:0000:0000:0000:0000:ffff:0a00:0002", "IB/RoCE v1"),
+        (3, "0000:0000:0000:0000:0000:ffff:0a00:0002", "RoCE v2"),
+    ]:
+        (port / "gids" / str(i)).write_text(gid + "\n")
+        (port / "gid_attrs" / "types" / str(i)).write_text(gtype + "\n")
+    (port / "gids" / "4").write_text("0000:0000:0000:0000:0000:0000:0000:0000\n")  # unused slot, no type
+    found = diagnose_paths([tmp_path])
+    assert [(f.kind, f.location, f.evidence["roce_v2_index"]) for f in found] == [("roce_v2_gid", "mlx5_1/port1", 3)]

@@ -35,6 +35,7 @@ _SHOW_GIDS = re.compile(
 _RDMA_LINK = re.compile(r"^\s*link\s+(?P<dev>[\w-]+)/(?P<port>\d+)\s+.*?(?:\bnetdev\s+(?P<nd>\S+))?\s*$")
 _SYS_GID = re.compile(r"^/sys/class/infiniband/(?P<dev>[^/]+)/ports/(?P<port>\d+)/gids/(?P<i>\d+)$")
 ZERO_GID = ipaddress.IPv6Address("::")
+IB_ROOT = "/sys/class/infiniband"
 
 
 @dataclass(frozen=True)
@@ -119,9 +120,19 @@ def _norm(gid: str) -> str:
 
 
 def from_snapshot(snap: SysfsSnapshot) -> GidTable:
-    """Entries from sysfs ``gids/<i>`` with ``gid_attrs/types/<i>`` and ``gid_attrs/ndevs/<i>``."""
+    """Entries from sysfs ``gids/<i>`` with ``gid_attrs/types/<i>`` and ``gid_attrs/ndevs/<i>``, from a
+    capture or a sysfs root (reading an unused slot's type fails in the kernel: such slots are skipped)."""
     t = GidTable()
-    for path, value in sorted(snap.files.items()):
+    paths = {p: v for p, v in snap.files.items() if _SYS_GID.match(p)}
+    if snap.root is not None:  # a live or copied tree: list gids/ of every port
+        for dev in snap.listdir(IB_ROOT):
+            for port in snap.listdir(f"{IB_ROOT}/{dev}/ports"):
+                for i in snap.listdir(f"{IB_ROOT}/{dev}/ports/{port}/gids"):
+                    path = f"{IB_ROOT}/{dev}/ports/{port}/gids/{i}"
+                    value = snap.read(path)
+                    if value is not None and _SYS_GID.match(path):
+                        paths.setdefault(path, value)
+    for path, value in sorted(paths.items()):
         m = _SYS_GID.match(path)
         if m is None:
             continue
