@@ -660,3 +660,27 @@ def test_sysfs_root_directory_gid_table(tmp_path):
     (port / "gids" / "4").write_text("0000:0000:0000:0000:0000:0000:0000:0000\n")  # unused slot, no type
     found = diagnose_paths([tmp_path])
     assert [(f.kind, f.location, f.evidence["roce_v2_index"]) for f in found] == [("roce_v2_gid", "mlx5_1/port1", 3)]
+
+
+def test_error_12_without_a_named_peer_is_still_reported():
+    # the line form of older NCCL (as in the nccl#707 fixture), with status 12
+    text = (
+        "n1:1:2 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, "
+        "vendor err 129\n"
+    )
+    assert problems(text) == [("undetermined", "n1<->(peer not named)")]
+
+
+def test_reg_mr_bad_address_is_a_memory_registration_config_fault():
+    text = "n1:1:2 [0] misc/ibvwrap.cc:1 NCCL WARN Call to ibv_reg_mr failed with error Bad address\n"
+    found = [f for f in diagnose_text(text) if f.is_problem]
+    assert [(f.kind, f.cause) for f in found] == [("rdma_access_error", "config")]
+    assert "nvidia-peermem" in found[0].explanation
+
+
+def test_guard_a_gid_claimed_by_two_hosts_never_makes_them_one(tmp_path):
+    (tmp_path / "w1_ip_a.txt").write_text(IP_A)
+    (tmp_path / "w9_ip_a.txt").write_text(IP_A.replace("10.9.0.1", "10.9.0.99"))  # also claims 10.9.0.2
+    (tmp_path / "w1_nccl.log").write_text(NCCL_INTRA)
+    files = [tmp_path / n for n in ("w1_ip_a.txt", "w9_ip_a.txt", "w1_nccl.log")]
+    assert [(f.kind, f.location) for f in diagnose_paths(files)] == [("undetermined", "w1<->10.0.0.5")]

@@ -104,7 +104,10 @@ class _Owner:
 
 
 def _address_owners(arts: list[Artifact]) -> dict[ipaddress.IPv6Address, _Owner]:
+    """Which host (and netdev/RDMA device) owns each GID; a GID claimed by two hosts is left out
+    (duplicate or anonymised addresses must not make two hosts one)."""
     owners: dict[ipaddress.IPv6Address, _Owner] = {}
+    claims: dict[ipaddress.IPv6Address, set[str]] = {}
     for a in arts:
         host = a.host or f"host of {a.source}"
         if a.collector == "ip_addr":
@@ -113,6 +116,7 @@ def _address_owners(arts: list[Artifact]) -> dict[ipaddress.IPv6Address, _Owner]
                     g = ip_addr.gid_of(addr)
                     if g is not None:
                         owners[g] = _Owner(host, nd.name, a, ("netdev", nd.mtu))
+                        claims.setdefault(g, set()).add(host)
         table = (
             a.parsed
             if a.collector == "gid_table"
@@ -126,7 +130,8 @@ def _address_owners(arts: list[Artifact]) -> dict[ipaddress.IPv6Address, _Owner]
                 owners.setdefault(
                     e.address, _Owner(host, e.netdev or e.device, a, ("active_mtu", mtu) if mtu else None)
                 )
-    return owners
+                claims.setdefault(e.address, set()).add(host)
+    return {g: o for g, o in owners.items() if len(claims.get(g, ())) <= 1}
 
 
 def _gid(s: str) -> ipaddress.IPv6Address | None:

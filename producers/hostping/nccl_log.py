@@ -73,6 +73,7 @@ _CHANNEL = re.compile(r"via NET/(?P<net>IB\w*)/(?P<i>\d+)(?P<gdr>/GDRDMA)?")
 #: ibv_wc_status codes seen in NCCL logs (kept for callers; full table in :mod:`.verbs_status`).
 WC_STATUS = {code: vs.status_name(code) for code in vs.WC_STATUS}
 PORT_EVENTS = ("port error", "local catastrophic error", "device fatal")
+UNNAMED_PEER = "(peer not named)"
 ACCESS_STATUSES = (4, 8, 10)
 LENGTH_STATUSES = (1, 9)
 
@@ -268,7 +269,7 @@ def _retry_findings(timeouts: dict[str, list[NcclEvent]]) -> list[Finding]:
         link_local = any(g.lower().startswith("fe80") for e in evs for g in (e.local_gid, e.remote_gid))
         if link_local:
             ev["link_local_gid"] = True
-        if len(reporters) >= 2:
+        if len(reporters) >= 2 and peer != UNNAMED_PEER:
             out.append(
                 Finding(
                     "rnic",
@@ -610,8 +611,8 @@ def findings(log: NcclLog) -> list[Finding]:
     """Every rule above; one finding per blamed host, HCA or host pair."""
     timeouts: dict[str, list[NcclEvent]] = defaultdict(list)
     for e in _by(log, "completion"):
-        if e.code == 12 and e.peer:
-            timeouts[e.peer].append(e)
+        if e.code == 12:
+            timeouts[e.peer or UNNAMED_PEER].append(e)  # older NCCL lines do not name the peer
     out = _port_findings(log, timeouts)
     out += _retry_findings(timeouts)
     flush_owner: dict[str, list[NcclEvent]] = {}

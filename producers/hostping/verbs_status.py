@@ -105,6 +105,11 @@ VERBS_CALL_ERRNO: dict[str, tuple[str, str]] = {
         "memory for QPs/MRs could not be pinned: raise the locked-memory limit (ulimit -l unlimited, "
         "container memlock) or lower the number of QPs",
     ),
+    "bad address": (
+        "rdma_access_error",
+        "memory registration failed: for GPU buffers GPUDirect RDMA peer memory is missing (nvidia-peermem not "
+        "loaded, or dma-buf unsupported by the kernel/driver); for host buffers the address is not mapped",
+    ),
     "network is unreachable": (
         "gid_index",
         "no route to the peer's GID: RoCE v2 needs a routable GID on both ends (compare show_gids on both hosts)",
