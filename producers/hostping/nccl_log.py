@@ -260,11 +260,12 @@ def _port_findings(log: NcclLog, timeouts: dict[str, list[NcclEvent]]) -> list[F
     return out
 
 
-def _retry_findings(timeouts: dict[str, list[NcclEvent]]) -> list[Finding]:
+def _retry_findings(log: NcclLog, timeouts: dict[str, list[NcclEvent]]) -> list[Finding]:
     out = []
     for peer, evs in sorted(timeouts.items()):
         reporters = sorted({e.host for e in evs})
-        ev = dict(_completion_evidence(evs), error=12, reported_by=reporters, peer=peer)
+        flushes = sum(1 for e in _by(log, "completion") if e.host in reporters and vs.is_flush(e.code, e.vendor))
+        ev = dict(_completion_evidence(evs), error=12, reported_by=reporters, peer=peer, secondary_flushes=flushes)
         ev["status"] = 12
         link_local = any(g.lower().startswith("fe80") for e in evs for g in (e.local_gid, e.remote_gid))
         if link_local:
@@ -614,7 +615,7 @@ def findings(log: NcclLog) -> list[Finding]:
         if e.code == 12:
             timeouts[e.peer or UNNAMED_PEER].append(e)  # older NCCL lines do not name the peer
     out = _port_findings(log, timeouts)
-    out += _retry_findings(timeouts)
+    out += _retry_findings(log, timeouts)
     flush_owner: dict[str, list[NcclEvent]] = {}
     out += _status_findings(log, flush_owner)
     out += _flush_only_findings(log, flush_owner)
