@@ -684,3 +684,14 @@ def test_guard_a_gid_claimed_by_two_hosts_never_makes_them_one(tmp_path):
     (tmp_path / "w1_nccl.log").write_text(NCCL_INTRA)
     files = [tmp_path / n for n in ("w1_ip_a.txt", "w9_ip_a.txt", "w1_nccl.log")]
     assert [(f.kind, f.location) for f in diagnose_paths(files)] == [("undetermined", "w1<->10.0.0.5")]
+
+
+def test_topo_with_rdma_device_columns_of_other_vendors():
+    text = (
+        "        GPU0    GPU1    bnxt_re0    mlx5_1    CPU Affinity\n"
+        "GPU0     X      NV18    NODE        PIX       0-31\n"
+        "GPU1    NV18     X      NODE        NODE      0-31\n"
+    )
+    t = nvidia_topo.parse(text)
+    assert t.nics() == ["bnxt_re0", "mlx5_1"]
+    assert problems(text) == [("gpu_nic_locality", "GPU1")]

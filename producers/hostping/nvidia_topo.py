@@ -26,7 +26,8 @@ READS = "nvidia-smi topo -m (GPU<->NIC PCIe locality SYS/NODE/PHB/PXB/PIX)"
 RANK = {"PIX": 0, "PXB": 1, "PHB": 2, "NODE": 3, "SYS": 4}
 GDR_OK = ("PIX", "PXB")
 _LEGEND = re.compile(r"^\s*(?P<nic>NIC\d+):\s*(?P<dev>\S+)\s*$")
-_NAME = re.compile(r"^(GPU\d+|NIC\d+|mlx5_\w+|[a-z]+\d*_\d+)$")
+# GPUs, NICs (``NIC0`` or the RDMA device name: mlx5_0, bnxt_re0, rocep105s0); not X, NV12, PXB, CPU...
+_NAME = re.compile(r"^(GPU\d+|NIC\d+|[a-z][a-z0-9_]*\d)$")
 
 
 @dataclass
