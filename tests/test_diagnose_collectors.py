@@ -695,3 +695,25 @@ def test_topo_with_rdma_device_columns_of_other_vendors():
     t = nvidia_topo.parse(text)
     assert t.nics() == ["bnxt_re0", "mlx5_1"]
     assert problems(text) == [("gpu_nic_locality", "GPU1")]
+
+
+def test_condensed_lspci_with_the_root_port_line_names_it_as_the_limit():
+    case16_like = (
+        "Observed on host X\n"
+        "0002:00:00.0  LnkCap: Speed 32GT/s, Width x2    LnkSta: Speed 32GT/s, Width x2\n"
+        "0002:01:00.0  LnkCap: Speed 32GT/s, Width x4    LnkSta: Speed 32GT/s, Width x2 (downgraded)\n"
+        "0002:01:00.1  LnkCap: Speed 32GT/s, Width x4    LnkSta: Speed 32GT/s, Width x2 (downgraded)\n"
+    )
+    found = lspci.findings(lspci.parse(case16_like))
+    assert [(f.location, f.cause, f.evidence["limiting_hop"], f.evidence["limiting_hop_inferred"]) for f in found] == [
+        ("0002:01:00.0", "config", "0002:00:00.0", True),
+        ("0002:01:00.1", "config", "0002:00:00.0", True),
+    ]
+    # two candidate ports above: nothing is inferred
+    two = case16_like.replace(
+        "Observed on host X\n",
+        "Observed on host X\n0002:00:01.0  LnkCap: Speed 32GT/s, Width x4    LnkSta: Speed 32GT/s, Width x4\n",
+    )
+    assert {f.evidence["limiting_hop"] for f in lspci.findings(lspci.parse(two))} == {
+        "upstream port (not in this capture)"
+    }

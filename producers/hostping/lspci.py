@@ -66,6 +66,7 @@ class LspciDevice:
     register_lines: dict[str, int] = field(default_factory=dict)
     secondary_bus: str = ""  # bridges: "DDDD:BB" of the bus below, from "Bus: primary=.., secondary=.."
     section: str = ""  # the unindented title line above a condensed line ("Observed on host X")
+    condensed: bool = False  # one-line "BDF LnkCap ... LnkSta ..." form: no bus hierarchy shown
 
 
 def _class_of(cls: str, desc: str) -> str:
@@ -91,7 +92,7 @@ def parse(text: str) -> list[LspciDevice]:
         brief = _BRIEF.match(line)
         if brief:
             bdf = brief["bdf"] if brief["bdf"].count(":") == 2 else "0000:" + brief["bdf"]
-            dev = LspciDevice(bdf.lower(), "unknown", "", n, section=section)
+            dev = LspciDevice(bdf.lower(), "unknown", "", n, section=section, condensed=True)
             for f in _BRIEF_FIELD.finditer(brief["rest"]):
                 dev.registers[f["key"]] = f["val"].strip()
                 dev.register_lines[f["key"]] = n
@@ -191,9 +192,23 @@ def _ats(dev: LspciDevice) -> Finding | None:
     )
 
 
-def _parent(devices: list[LspciDevice], dev: LspciDevice) -> LspciDevice | None:
+def _parent(devices: list[LspciDevice], dev: LspciDevice) -> tuple[LspciDevice | None, bool]:
+    """The port above ``dev`` and whether that is inferred. Full ``lspci -vvv`` names it (``secondary=``);
+    in condensed lines it is inferred only when exactly one listed device of the same section and PCI
+    domain sits on a lower bus (one root port per domain, as on Grace/GB10 platforms)."""
     bus = dev.location[:7]
-    return next((d for d in devices if d.secondary_bus and d.secondary_bus == bus), None)
+    named = next((d for d in devices if d.secondary_bus and d.secondary_bus == bus), None)
+    if named is not None or not dev.condensed:
+        return named, False
+    above = [
+        d
+        for d in devices
+        if d.condensed
+        and d.section == dev.section
+        and d.location[:4] == dev.location[:4]
+        and int(d.location[5:7], 16) < int(dev.location[5:7], 16)
+    ]
+    return (above[0], True) if len(above) == 1 else (None, False)
 
 
 def _name_limiting_hop(devices: list[LspciDevice], dev: LspciDevice, f: Finding) -> Finding:
@@ -215,15 +230,17 @@ def _name_limiting_hop(devices: list[LspciDevice], dev: LspciDevice, f: Finding)
     if len(siblings) > 1:
         ev["same_link_functions"] = siblings
         text += f" All functions of the device ({', '.join(siblings)}) share this link and show the same width."
-    parent = _parent(devices, dev)
+    parent, inferred = _parent(devices, dev)
     pcap = link_reading(parent) if parent else None
     if parent and pcap and pcap.max_width and reading.width and pcap.max_width <= reading.width:
         ev["limiting_hop"] = parent.location
+        ev["limiting_hop_inferred"] = inferred
         cause = "config"
         text = (
             f"PCIe link width x{reading.width} below the card's x{reading.max_width}: the upstream port "
-            f"{parent.location} is wired x{pcap.max_width} (its LnkCap). A platform/slot limit, not a bad card "
-            "or cable: use a slot wired for the full width."
+            f"{parent.location}{' (the only port listed above it)' if inferred else ''} is wired "
+            f"x{pcap.max_width} (its LnkCap). A platform/slot limit, not a bad card or cable: use a slot wired "
+            "for the full width."
         )
     elif "speed" not in ev["downgraded"]:
         ev["limiting_hop"] = "upstream port (not in this capture)"
