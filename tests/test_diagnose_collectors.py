@@ -600,7 +600,7 @@ def test_nccl_ib_hca_matching_no_device_is_hca_selection():
 
 
 def test_ibv_devinfo_typed_gids_and_rdma_link_netdevs():
-    # ibv_devinfo -v prints the type after the GID since rdma-core PR #682 ("GID[  3]: <gid>, RoCE v2")
+    # newer rdma-core ibv_devinfo -v prints the type after the GID ("GID[  3]: <gid>, RoCE v2")
     text = (
         "hca_id:\tmlx5_2\n\t\tport:\t1\n\t\t\tactive_mtu:\t\t1024 (3)\n\t\t\tlink_layer:\t\tEthernet\n"
         "\t\t\tGID[  0]:\t\tfe80::a288:c2ff:fe0e:10a4, RoCE v1\n"
@@ -663,7 +663,7 @@ def test_sysfs_root_directory_gid_table(tmp_path):
 
 
 def test_error_12_without_a_named_peer_is_still_reported():
-    # the line form of older NCCL (as in the nccl#707 fixture), with status 12
+    # the line form of older NCCL (as in nccl_gdrdma_channels_error4.txt), with status 12
     text = (
         "n1:1:2 [0] transport/net_ib.cc:818 NCCL WARN NET/IB : Got completion with error 12, opcode 1, len 0, "
         "vendor err 129\n"
