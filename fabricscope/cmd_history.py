@@ -63,7 +63,7 @@ def register(app: typer.Typer) -> None:
     def inventory(path: Path = typer.Argument(..., help="cluster inventory YAML (schemas/inventory.py)")) -> None:
         """Load RNIC -> host, ToR from an inventory file, so new probes roll up per ToR pair."""
         from fabricscope.store_access import load_inventory
-        from schemas.inventory import load as load_inventory_file
+        from schemas.inventory_yaml import load as load_inventory_file
 
         inv = load_inventory_file(path)
         load_inventory(load(), [(r.id, r.host, r.tor) for r in inv.rnics.values()])
