@@ -22,10 +22,10 @@ import pyarrow as pa
 import pytest
 
 from producers.kafka_producer import AgentProducer
+from producers.sim.fabrics import panel1
 from producers.synthetic import synthetic_batch
 from schemas.arrow_pa import arrow_schema, table_from_columns
 from schemas.codec import encode
-from schemas.inventory import panel1
 from sinks.clickhouse import StoreError
 from sinks.query_endpoint import Endpoint, endpoint_file, find_endpoint, token_file
 from streams.pingmesh.rtt import decompose
