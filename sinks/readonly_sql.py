@@ -124,6 +124,8 @@ class QueryLimits:
             "max_result_bytes": self.max_result_bytes,
             "result_overflow_mode": "throw",
             "max_threads": self.max_threads,
+            # The query's threads run at nice 10, so the inserts win the CPU when both want it.
+            "os_thread_priority": 10,
         }
 
 

@@ -158,7 +158,7 @@ def test_query_limits_are_settings_with_checked_values(monkeypatch, tmp_path):
     assert s.query_limits().settings() == {
         "readonly": 1, "max_execution_time": 7.5, "timeout_overflow_mode": "throw", "max_result_rows": 500,
         "max_result_bytes": 256 * 1024 * 1024, "result_overflow_mode": "throw",
-        "max_threads": max(1, (os.cpu_count() or 2) // 2)}
+        "max_threads": max(1, (os.cpu_count() or 2) // 2), "os_thread_priority": 10}
     monkeypatch.setenv("FABRICSCOPE_QUERY_MAX_RESULT_ROWS", "0")
     with pytest.raises(ConfigError, match="FABRICSCOPE_QUERY_MAX_RESULT_ROWS='0': Input should be greater than 0"):
         read_settings()

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,39 +215,44 @@ def test_a_long_query_is_stopped_while_inserts_go_on(writer):
     feeder = threading.Thread(target=_feed, args=(writer, stop, sent), daemon=True)
     feeder.start()
     count = lambda: writer.rows("SELECT count() AS n FROM probes")[0]["n"]  # noqa: E731
+
+    def sample(running: Callable[[], bool]) -> list[tuple[float, int]]:
+        """(time, rows) every 0.25 s while ``running()``: the same load on the writer in both windows."""
+        out = [(time.monotonic(), count())]
+        while running():
+            time.sleep(0.25)
+            out.append((time.monotonic(), count()))
+        return out
+
+    outcome: dict = {}
+
+    def heavy() -> None:
+        start = time.monotonic()
+        try:
+            writer.endpoint.query("SELECT count() FROM numbers(100000000000) WHERE sipHash64(number) % 7 = 1")
+            outcome["error"] = None
+        except StoreError as err:
+            outcome["error"] = str(err)
+        outcome["took_s"] = time.monotonic() - start
+
     try:
         wait_for(lambda: count() >= 2000, timeout=60, what="the first rows from the feeder")
-        t0, n0 = time.monotonic(), count()
-        time.sleep(QUERY_LIMIT_S)  # the same span without a heavy query, for comparison
-        base_rate = (count() - n0) / (time.monotonic() - t0)
-
-        outcome: dict = {}
-
-        def heavy() -> None:
-            start = time.monotonic()
-            try:
-                writer.endpoint.query("SELECT count() FROM numbers(100000000000) WHERE sipHash64(number) % 7 = 1")
-                outcome["error"] = None
-            except StoreError as err:
-                outcome["error"] = str(err)
-            outcome["took_s"] = time.monotonic() - start
-
-        samples = [(time.monotonic(), count())]
+        t_end = time.monotonic() + QUERY_LIMIT_S
+        before = sample(lambda: time.monotonic() < t_end)  # the same span without a heavy query
         q = threading.Thread(target=heavy)
         q.start()
-        while q.is_alive():
-            samples.append((time.monotonic(), count()))
-            time.sleep(0.25)
-        samples.append((time.monotonic(), count()))
+        samples = sample(q.is_alive)
     finally:
         stop.set()
         feeder.join(30)
+    rate = lambda s: (s[-1][1] - s[0][1]) / (s[-1][0] - s[0][0])  # noqa: E731
+    base_rate = rate(before)
     assert outcome["error"] is not None, "the heavy query was not stopped"
     assert "TIMEOUT_EXCEEDED" in outcome["error"] and f"maximum: {QUERY_LIMIT_S * 1000:.3f} ms" in outcome["error"]
     assert QUERY_LIMIT_S <= outcome["took_s"] < QUERY_LIMIT_S + 10
     grown = samples[-1][1] - samples[0][1]
     steps = sum(1 for a, b in zip(samples, samples[1:], strict=False) if b[1] > a[1])
-    during_rate = grown / (samples[-1][0] - samples[0][0])
+    during_rate = rate(samples)
     assert grown > 0 and steps >= 3, f"inserts stalled while the query ran: {samples}"
     print(f"heavy query stopped after {outcome['took_s']:.2f} s (limit {QUERY_LIMIT_S} s); rows inserted "
           f"{base_rate:.0f}/s before, {during_rate:.0f}/s during it ({grown} rows in {len(samples)} samples, "
