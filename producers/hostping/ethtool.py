@@ -59,3 +59,26 @@ def parse(text: str) -> EthtoolStats | None:
 def detect(text: str) -> bool:
     """True when the text holds at least one ``{rx,tx}_prio<N>_*`` counter line."""
     return any((s := _STAT.match(x)) and _PRIO.match(s["k"]) for x in text.splitlines())
+
+
+def parse_counters(text: str) -> dict[str, int]:
+    """Every ``name: integer`` line of ``ethtool -S`` output (any driver: mlx5, virtio_net, ...)."""
+    return {s["k"]: int(s["v"]) for line in text.splitlines() if (s := _STAT.match(line))}
+
+
+def read_live(netdev: str, timeout_s: float = 2.0) -> tuple[dict[str, int] | None, str]:
+    """``ethtool -S <netdev>`` now: ``(counters, "")``, or ``(None, why)`` when ethtool is not installed,
+    times out or fails (a driver without statistics says ``no stats available``)."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("ethtool")
+    if exe is None:
+        return None, "ethtool is not installed (apt-get install ethtool)"
+    try:
+        p = subprocess.run([exe, "-S", netdev], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"ethtool -S {netdev} timed out after {timeout_s} s"
+    if p.returncode != 0:
+        return None, f"ethtool -S {netdev}: {(p.stderr or p.stdout).strip()[:200]}"
+    return parse_counters(p.stdout), ""
