@@ -145,8 +145,8 @@ def _bytes_per_count(pmu: Pmu, event: str) -> float | None:
 def plan(pmus: list[Pmu], nodes: list[NumaNode]) -> tuple[list[BusCounter], list[str]]:
     """The counters to open for each memory controller and UPI PMU, and why others were skipped.
 
-    A PMU counts on the first CPU of its ``cpumask``; that CPU's NUMA node is its socket ``S``
-    (memory link ``cpuS->memS``; UPI link ``cpuS->cpuT`` with T the other socket of a 2-socket host).
+    An uncore PMU's ``cpumask`` names one CPU per socket; on each, the CPU's NUMA node is the socket ``S``
+    (memory link ``cpuS->memS``; UPI link ``cpuA->cpuB`` between the two sockets of a 2-socket host).
     """
     counters: list[BusCounter] = []
     skipped: list[str] = []
@@ -155,42 +155,50 @@ def plan(pmus: list[Pmu], nodes: list[NumaNode]) -> tuple[list[BusCounter], list
         if not pmu.cpus:
             skipped.append(f"{pmu.name}: empty cpumask")
             continue
-        cpu = pmu.cpus[0]
-        node = node_of_cpu(nodes, cpu)
-        s = 0 if node is None else node
-        wanted: list[tuple[str, str, float | None]] = []
-        if pmu.name.startswith(("uncore_imc_free_running", "uncore_imc")):
-            link, metric = f"cpu{s}->mem{s}", "mem_bw_gbps"
-            names = [e for e in ("cas_count_read", "cas_count_write", "data_read", "data_write") if e in pmu.events]
-            wanted = [(e, pmu.events[e], _bytes_per_count(pmu, e)) for e in names]
-        elif pmu.name.startswith(("uncore_upi", "uncore_qpi")):
-            others = [x for x in sockets if x != s]
-            if len(others) != 1:
-                skipped.append(f"{pmu.name}: UPI link needs exactly one other socket, found {others}")
-                continue
-            a, b = sorted((s, others[0]))
-            link, metric = f"cpu{a}->cpu{b}", "upi_bw_gbps"
-            named = next((e for e in ("upi_data_bandwidth_tx", "qpi_data_bandwidth_tx") if e in pmu.events), None)
-            if named:
-                wanted = [(named, pmu.events[named], _bytes_per_count(pmu, named))]
-            elif {"event", "umask"} <= pmu.formats.keys():
-                wanted = [("txl_flits_all_data", UPI_RAW_TX_DATA_FLITS, UPI_BYTES_PER_FLIT)]
-        else:
-            skipped.append(f"{pmu.name}: not a memory-controller or UPI PMU (PCIe stack counters are not mapped)")
-            continue
-        if not wanted:
-            skipped.append(f"{pmu.name}: no bandwidth event in its events/ directory")
-        for event, terms, scale in wanted:
-            if scale is None:
-                skipped.append(f"{pmu.name}/{event}: no .scale/.unit in bytes")
-                continue
-            try:
-                cfg = encode(pmu, terms)
-            except ValueError as err:
-                skipped.append(str(err))
-                continue
-            counters.append(BusCounter(pmu.name, event, pmu.type, cfg, cpu, scale, link, metric))
+        for cpu in pmu.cpus:  # one CPU per socket: the PMU counts that socket's box
+            node = node_of_cpu(nodes, cpu)
+            s = 0 if node is None else node
+            c, why = _plan_one(pmu, cpu, s, sockets)
+            counters += c
+            skipped += [w for w in why if w not in skipped]
     return counters, skipped
+
+
+def _plan_one(pmu: Pmu, cpu: int, s: int, sockets: list[int]) -> tuple[list[BusCounter], list[str]]:
+    """The counters of one PMU on one socket ``s`` (counted on ``cpu``)."""
+    wanted: list[tuple[str, str, float | None]] = []
+    if pmu.name.startswith("uncore_imc"):
+        link, metric = f"cpu{s}->mem{s}", "mem_bw_gbps"
+        names = [e for e in ("cas_count_read", "cas_count_write", "data_read", "data_write") if e in pmu.events]
+        wanted = [(e, pmu.events[e], _bytes_per_count(pmu, e)) for e in names]
+    elif pmu.name.startswith(("uncore_upi", "uncore_qpi")):
+        others = [x for x in sockets if x != s]
+        if len(others) != 1:
+            return [], [f"{pmu.name}: a UPI link needs exactly one other socket, found {others}"]
+        a, b = sorted((s, others[0]))
+        link, metric = f"cpu{a}->cpu{b}", "upi_bw_gbps"
+        named = next((e for e in ("upi_data_bandwidth_tx", "qpi_data_bandwidth_tx") if e in pmu.events), None)
+        umask = next((u for u in ("umask", "umask_ext") if u in pmu.formats), None)
+        if named:
+            wanted = [(named, pmu.events[named], _bytes_per_count(pmu, named))]
+        elif "event" in pmu.formats and umask:
+            wanted = [("txl_flits_all_data", UPI_RAW_TX_DATA_FLITS.replace("umask", umask), UPI_BYTES_PER_FLIT)]
+    else:
+        return [], [f"{pmu.name}: not a memory-controller or UPI PMU (PCIe stack counters are not mapped)"]
+    if not wanted:
+        return [], [f"{pmu.name}: no bandwidth event in its events/ directory"]
+    out, skipped = [], []
+    for event, terms, scale in wanted:
+        if scale is None:
+            skipped.append(f"{pmu.name}/{event}: no .scale/.unit in bytes")
+            continue
+        try:
+            cfg = encode(pmu, terms)
+        except ValueError as err:
+            skipped.append(str(err))
+            continue
+        out.append(BusCounter(pmu.name, event, pmu.type, cfg, cpu, scale, link, metric))
+    return out, skipped
 
 
 class BusCounterReader:
@@ -232,18 +240,23 @@ LinkReadings = dict[tuple[str, str], tuple[float, list[str]]]
 def link_bandwidth(prev: dict[BusCounter, float], cur: dict[BusCounter, float], dt_s: float) -> LinkReadings:
     """``{(link, metric): (Gb/s, [sources])}``: bytes of every counter on a link between two reads.
 
-    Read and write (and each IMC channel of a socket) add up: the link carries their sum.
+    Counters on one socket add up (read + write, every IMC channel, every UPI port's Tx); across
+    sockets the busier one counts: a UPI link's two directions are the two sockets' Tx, and its
+    utilisation is that of the busier direction.
 
     Raises:
         ValueError: ``dt_s`` is not positive.
     """
     if dt_s <= 0:
         raise ValueError(f"interval between bus counter reads must be > 0 s, got {dt_s}")
-    out: LinkReadings = {}
+    per_cpu: dict[tuple[str, str], dict[int, float]] = {}
+    sources: dict[tuple[str, str], list[str]] = {}
     for c, v in cur.items():
         if c not in prev:
             continue
-        d = max(v - prev[c], 0.0)
-        gbps, srcs = out.get((c.link, c.metric), (0.0, []))
-        out[(c.link, c.metric)] = (gbps + d * 8 / dt_s / 1e9, [*srcs, c.source])
-    return out
+        key = (c.link, c.metric)
+        by_cpu = per_cpu.setdefault(key, {})
+        by_cpu[c.cpu] = by_cpu.get(c.cpu, 0.0) + max(v - prev[c], 0.0) * 8 / dt_s / 1e9
+        if c.source not in sources.setdefault(key, []):
+            sources[key].append(c.source)
+    return {k: (max(v.values()), sources[k]) for k, v in per_cpu.items()}
