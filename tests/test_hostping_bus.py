@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import sys
-import types
 
 import numpy as np
 import pytest
+from nvml_double import fake_pynvml
 
 from producers.hostping.nvml import GpuSample, NvmlSession, NvmlUnavailable, link_utilisation
 from producers.hostping.pcie_link import link_gbps
@@ -107,62 +107,8 @@ def test_nvml_absent_is_a_clean_refusal_and_the_agent_monitors_without_it():
         pytest.skip("this machine has a working NVML")
 
 
-class _NVMLError(Exception):
-    pass
-
-
-class _NotSupported(_NVMLError):
-    def __str__(self) -> str:
-        return "Not Supported"
-
-
-def _fake_pynvml(events: list[tuple[int, int]] | None) -> types.ModuleType:
-    """The slice of nvidia-ml-py's API that NvmlSession calls, for two GPUs; utilisation is unsupported."""
-    nv = types.ModuleType("pynvml")
-    nv.NVMLError = _NVMLError
-    nv.NVML_PCIE_UTIL_TX_BYTES, nv.NVML_PCIE_UTIL_RX_BYTES = 0, 1
-    nv.nvmlEventTypeXidCriticalError = 8
-    handles = ["h0", "h1"]
-    pending = list(events or [])
-    nv.nvmlInit = lambda: None
-    nv.nvmlShutdown = lambda: None
-    nv.nvmlDeviceGetCount = lambda: 2
-    nv.nvmlDeviceGetHandleByIndex = lambda i: handles[i]
-    nv.nvmlDeviceGetPciInfo = lambda h: types.SimpleNamespace(busId=b"00000000:07:00.0" if h == "h0"
-                                                              else b"00000000:0F:00.0")
-    nv.nvmlDeviceGetName = lambda h: b"NVIDIA A100-SXM4-40GB"
-    nv.nvmlDeviceGetCurrPcieLinkGeneration = lambda h: 4 if h == "h0" else 1  # gpu1 idles at Gen1
-    nv.nvmlDeviceGetMaxPcieLinkGeneration = lambda h: 4
-    nv.nvmlDeviceGetCurrPcieLinkWidth = lambda h: 16
-    nv.nvmlDeviceGetMaxPcieLinkWidth = lambda h: 16
-    nv.nvmlDeviceGetPcieReplayCounter = lambda h: 3
-    nv.nvmlDeviceGetPcieThroughput = lambda h, c: (10_000_000 if c == 0 else 2_000_000) if h == "h0" else 0
-
-    def util(h: str) -> object:
-        raise _NotSupported()
-
-    nv.nvmlDeviceGetUtilizationRates = util
-    if events is None:
-        def create() -> object:
-            raise _NotSupported()
-        nv.nvmlEventSetCreate = create
-    else:
-        nv.nvmlEventSetCreate = lambda: "es"
-        nv.nvmlDeviceRegisterEvents = lambda h, mask, es: None
-        nv.nvmlEventSetFree = lambda es: None
-
-        def wait(es: str, timeout_ms: int) -> object:
-            if not pending:
-                raise _NVMLError("Timeout")
-            idx, xid = pending.pop(0)
-            return types.SimpleNamespace(device=handles[idx], eventData=xid)
-
-        nv.nvmlEventSetWait_v2 = wait
-    return nv
-
-
 def test_nvml_sample_keeps_going_past_unsupported_calls(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(events=None))
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(events=None))
     s = NvmlSession()
     g0, g1 = s.sample()
     assert (g0.index, g0.bdf, g0.name) == (0, "0000:07:00.0", "NVIDIA A100-SXM4-40GB")
@@ -176,7 +122,7 @@ def test_nvml_sample_keeps_going_past_unsupported_calls(monkeypatch):
 
 
 def test_nvml_xid_events_are_read_without_blocking(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(events=[(1, 79), (0, 48)]))
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml(events=[(1, 79), (0, 48)]))
     s = NvmlSession()
     assert s.xid_events() == [(1, 79), (0, 48)]  # 79: fallen off the bus; 48: double-bit ECC
     assert s.xid_events() == []
