@@ -252,3 +252,27 @@ def SysfsSnapshotRoot(root: Path):  # noqa: ANN201, N802 - a SysfsSnapshot over 
     from producers.hostping.sysfs import SysfsSnapshot
 
     return SysfsSnapshot.from_root(root)
+
+
+GOLDEN = FIXTURES / "sysfs_dgx_a100.golden.json"
+
+
+def test_golden_agent_output_over_the_dgx_a100_tree():
+    """Everything the agent finds and publishes over the tree (one monitor cycle, counters unchanged).
+
+    A change must update the golden file on purpose:
+    ``FABRICSCOPE_UPDATE_GOLDEN=1 python -m pytest tests/test_hostping_host_agent.py``.
+    """
+    agent = HostAgent(AgentConfig(sysfs=DGX, procfs=DGX / "no-proc", host="dgx-a100", use_nvml=False,
+                                  use_ethtool=False, use_loopback=False))
+    prev = agent.monitor.read()
+    cur = agent.monitor.read()
+    prev.t_ns, cur.t_ns = 1_000_000_000, 2_000_000_000
+    disc = agent.disc.to_json()
+    disc["sysfs_root"] = "<fixture>"
+    got = {"discovery": disc, "inventory_columns": agent.inventory_columns(1_000_000_000),
+           "hostmetrics": agent.monitor.rows(prev, cur, agent.agent_id), "loopback": agent.loopback_reason}
+    agent.close()
+    if os.environ.get("FABRICSCOPE_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
+    assert got == json.loads(GOLDEN.read_text())
