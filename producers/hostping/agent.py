@@ -176,17 +176,7 @@ class HostAgent:
     # -- status and triggers -------------------------------------------------------------------
     def rnic_rates(self, prev: MonitorSnapshot, cur: MonitorSnapshot) -> list[monitor.RnicRates]:
         """Each RNIC's throughput and pause ratio between two readings (netdev/ethtool/hw_counters)."""
-        dt = (cur.t_ns - prev.t_ns) / 1e9
-        out = []
-        for r in self.disc.rnics:
-            a: dict[str, int] = {}
-            b: dict[str, int] = {}
-            for dev in r.netdevs:
-                a |= prev.netdev.get(dev, {}) | prev.ethtool.get(dev, {})
-                b |= cur.netdev.get(dev, {}) | cur.ethtool.get(dev, {})
-            if b and dt > 0:
-                out.append(monitor.rates(r.name, a, b, dt))
-        return out
+        return [rt for _, rt in self.monitor.rnic_rates(prev, cur)]
 
     def host_status(self, prev: MonitorSnapshot, cur: MonitorSnapshot) -> str | None:
         """``idle``/``busy`` over the interval (Thp_low of the line rate), ``None`` without a rated RNIC."""

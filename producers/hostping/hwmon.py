@@ -29,6 +29,7 @@ from producers.hostping.discovery import HostDiscovery
 from producers.hostping.nvml import NVML_METRICS, GpuSample, NvmlSession, link_utilisation
 from producers.hostping.pci_inventory import read_functions
 from producers.hostping.pcie_link import link_gbps
+from producers.hostping.rnics import Rnic
 from producers.hostping.sysfs import SysfsSnapshot
 from producers.hostping.uncore import BusCounter, BusCounterReader, link_bandwidth
 
@@ -143,7 +144,7 @@ class HardwareMonitor:
             for name, v in sorted(counters.items()):
                 row(f"{dev}/{port}", name, _delta(prev.hw.get((dev, port), {}).get(name), v), "count",
                     f"sysfs:class/infiniband/{dev}/ports/{port}/hw_counters")
-        util_links = self._rnic_rows(prev, cur, dt_s, row)
+        util_links = self._rnic_rows(prev, cur, row)
         util_links += self._gpu_rows(cur, row)
         util_links += self._uncore_rows(prev, cur, dt_s, row)
         row(host, "bus_counters", len(set(util_links)), "links",
@@ -171,24 +172,32 @@ class HardwareMonitor:
         node = self.node_of_bdf.get(bdf)
         return f"{self.parent[node]}->{node}" if node in self.parent else None
 
-    def _rnic_rows(self, prev: MonitorSnapshot, cur: MonitorSnapshot, dt_s: float, row) -> list[str]:  # noqa: ANN001
-        links = []
+    def rnic_rates(self, prev: MonitorSnapshot, cur: MonitorSnapshot) -> list[tuple[Rnic, monitor.RnicRates]]:
+        """Each RNIC's rates between two readings, from its netdevs' statistics and ``ethtool -S`` and its
+        ports' ``hw_counters`` merged (:func:`producers.hostping.monitor.rates`); RNICs without counters
+        are left out."""
+        dt_s = (cur.t_ns - prev.t_ns) / 1e9
+        out = []
         for r in self.disc.rnics:
-            merged_prev: dict[str, int] = {}
-            merged_cur: dict[str, int] = {}
+            a: dict[str, int] = {}
+            b: dict[str, int] = {}
             for dev in r.netdevs:
-                merged_prev |= prev.netdev.get(dev, {}) | prev.ethtool.get(dev, {})
-                merged_cur |= cur.netdev.get(dev, {}) | cur.ethtool.get(dev, {})
+                a |= prev.netdev.get(dev, {}) | prev.ethtool.get(dev, {})
+                b |= cur.netdev.get(dev, {}) | cur.ethtool.get(dev, {})
             for port in {p for (d, p) in cur.hw if d == r.name}:
-                merged_prev |= prev.hw.get((r.name, port), {})
-                merged_cur |= cur.hw.get((r.name, port), {})
-            if not merged_cur:
-                continue
-            rt = monitor.rates(r.name, merged_prev, merged_cur, dt_s)
-            src = "derived: netdev/ethtool bytes" if any(d in cur.ethtool for d in r.netdevs) else \
-                "derived: sysfs netdev bytes"
+                a |= prev.hw.get((r.name, port), {})
+                b |= cur.hw.get((r.name, port), {})
+            if b and dt_s > 0:
+                out.append((r, monitor.rates(r.name, a, b, dt_s)))
+        return out
+
+    def _rnic_rows(self, prev: MonitorSnapshot, cur: MonitorSnapshot, row) -> list[str]:  # noqa: ANN001
+        links = []
+        for r, rt in self.rnic_rates(prev, cur):
+            ethtool = any(d in cur.ethtool for d in r.netdevs)
+            src = "derived: netdev/ethtool bytes" if ethtool else "derived: sysfs netdev bytes"
             row(r.name, "throughput_gbps", round(rt.throughput_gbps, 6), "Gb/s", src)
-            if any(d in cur.ethtool for d in r.netdevs):
+            if ethtool:
                 row(r.name, "tx_pause_ratio", round(rt.tx_pause_ratio, 6), "ratio",
                     "derived: ethtool -S tx_prio*_pause_duration")
             link = self._link_of(r.bdf)
