@@ -276,3 +276,54 @@ def test_golden_agent_output_over_the_dgx_a100_tree():
     if os.environ.get("FABRICSCOPE_UPDATE_GOLDEN"):
         GOLDEN.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
     assert got == json.loads(GOLDEN.read_text())
+
+
+MLX5_ETHTOOL = """NIC statistics:
+     rx_bytes_phy: {rx}
+     tx_bytes_phy: {tx}
+     tx_prio3_pause_duration: {pause}
+     rx_discards_phy: 0
+"""
+
+
+def test_pause_above_pfc_high_starts_an_affinitive_round_once_a_baseline_exists(tmp_path):
+    from producers.hostping.ethtool import parse_counters
+
+    d = discover(DGX, DGX / "no-proc", host="dgx-a100")
+    topo = d.topology.topology
+    base = tmp_path / "baseline.json"
+    base.write_text(json.dumps({"rnics": topo.rnics, "endpoints": topo.endpoints,
+                                "gbps": [[190.0] * len(topo.endpoints)] * len(topo.rnics)}))
+    dev = Device({(r, e): (1.0, 190.0) for r in topo.rnics for e in topo.endpoints})
+    cfg = AgentConfig(sysfs=DGX, procfs=DGX / "no-proc", host="dgx-a100", interval_s=0.01, status_interval_s=1e6,
+                      busy_round_min_s=1e6, use_nvml=False, baseline_file=base)
+    agent = HostAgent(cfg, backend_factory=lambda root: VerbsBackend(root, device=dev, iterations=1, warmup=0,
+                                                                     clock=dev.clock))
+    reads = {"n": 0}
+
+    def ethtool_s(netdev: str) -> tuple[dict[str, int] | None, str]:
+        if netdev != "ibp12s0":
+            return None, "no stats available"
+        reads["n"] += 1  # mlx5_0 pauses: 1 s of pause duration (µs) per read, far above 3 %
+        return parse_counters(MLX5_ETHTOOL.format(rx=10**6, tx=10**6, pause=reads["n"] * 1_000_000)), ""
+
+    agent.monitor.ethtool_reader = ethtool_s
+    sent: list[tuple[str, str, str, bytes]] = []
+    agent.run(lambda *m: sent.append(m), lambda: False, max_cycles=3)
+    agent.close()
+    topics = [m[0] for m in sent]
+    assert topics[:2] == ["hosts.inventory", "hosts.topology"]  # the given baseline: published at once
+    rounds = [decode(m[3], "loopback.v1")[1] for m in sent if m[0] == "loopback.raw"]
+    assert len(rounds) == 1  # busy_round_min_s holds the next ones back
+    lb = rounds[0]
+    assert set(lb["mode"].to_pylist()) == {"busy"}
+    got = sorted(zip(lb["rnic"].to_pylist(), lb["dst_endpoint"].to_pylist(), strict=True))
+    # affinitive endpoints (same root port, own socket's memory) plus the remote memory node (§4.3)
+    assert got == sorted([("mlx5_0", e) for e in ("gpu0", "gpu1", "mem0", "mem1")]
+                         + [("mlx5_1", e) for e in ("gpu0", "gpu1", "mem0", "mem1")]
+                         + [("mlx5_6", e) for e in ("gpu2", "mem1", "mem0")])
+    rows = [r for m in sent if m[0] == "hostmetrics.raw" for r in decode(m[3], "hostmetric.v2")[1].to_pylist()]
+    pause = [r for r in rows if (r["device"], r["metric"]) == ("mlx5_0", "tx_pause_ratio")]
+    assert pause and all(r["value"] > 0.03 for r in pause)
+    assert [r["value"] for r in rows if (r["device"], r["metric"]) == ("ibp12s0", "tx_prio3_pause_duration")] == [
+        1_000_000] * 3  # ethtool -S deltas

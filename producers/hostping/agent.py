@@ -240,7 +240,9 @@ class HostAgent:
             cur = self.monitor.read()
             rows = self.monitor.rows(prev, cur, self.agent_id)
             mode = None
-            if any(r.tx_pause_ratio > self.cfg.pfc_high for r in self.rnic_rates(prev, cur)) and \
+            # a busy round is judged against the baseline (§4.3): none before the first idle round
+            if self.baseline is not None and any(r.tx_pause_ratio > self.cfg.pfc_high
+                                                 for r in self.rnic_rates(prev, cur)) and \
                     time.monotonic() - self._last_busy_round >= self.cfg.busy_round_min_s:
                 mode = "busy"
             if time.monotonic() - last_status >= self.cfg.status_interval_s:

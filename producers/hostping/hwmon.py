@@ -75,6 +75,7 @@ class HardwareMonitor:
         self.nvml = nvml
         self.bus = bus
         self.use_ethtool = use_ethtool
+        self.ethtool_reader = ethtool.read_live  # netdev -> (counters, why not); replaceable for captured outputs
         self.capacity = dict(bus_capacity_gbps or {})
         self.netdevs = sorted({n for f in disc.functions for n in f.netdevs})
         topo = disc.topology
@@ -93,7 +94,7 @@ class HardwareMonitor:
         s.netdev = netdev.read(self.snap, self.netdevs)
         if self.use_ethtool:
             for dev in self.netdevs:
-                counters, err = ethtool.read_live(dev)
+                counters, err = self.ethtool_reader(dev)
                 if counters is not None:
                     s.ethtool[dev] = counters
                 else:
