@@ -187,7 +187,8 @@ def test_agent_runs_an_idle_round_publishes_the_baseline_then_the_topology(tmp_p
 
 def test_uncore_pmus_of_a_xeon_are_encoded_from_their_format_files():
     pmus = uncore.read_pmus(SysfsSnapshotRoot(XEON))
-    assert [p.name for p in pmus] == ["uncore_iio_0", "uncore_imc_0", "uncore_imc_1", "uncore_upi_0"]
+    assert [p.name for p in pmus] == ["uncore_iio_1", "uncore_iio_free_running_1", "uncore_imc_0", "uncore_imc_1",
+                                      "uncore_upi_0"]
     d = discover(XEON, XEON / "no-proc", host="xeon")
     got = {(c.pmu, c.event, c.cpu): (c.config[0], c.bytes_per_count, c.link) for c in d.bus_counters}
     # event | umask << 8 (format/event config:0-7, format/umask config:8-15)
@@ -195,8 +196,12 @@ def test_uncore_pmus_of_a_xeon_are_encoded_from_their_format_files():
     assert got[("uncore_imc_1", "cas_count_write", 28)] == (0x0c04, 64.0, "cpu1->mem1")
     # UPI: no named data event in sysfs, so the raw TxL_FLITS.ALL_DATA at 64/9 bytes per flit
     assert got[("uncore_upi_0", "txl_flits_all_data", 0)] == (0x0f02, 64 / 9, "cpu0->cpu1")
-    assert len(d.bus_counters) == 10
-    assert d.bus_skipped == ["uncore_iio_0: not a memory-controller or UPI PMU (PCIe stack counters are not mapped)"]
+    # IIO stack 1's free-running PCIe counters (4 bytes a count), one set per socket's root bus
+    assert got[("uncore_iio_free_running_1", "bw_in_port2", 28)] == (0x22ff, pytest.approx(4.0),
+                                                                   "pcie_root_bus:0000:85")
+    assert len(d.bus_counters) == 2 * (2 * 2 + 1 + 4)  # per socket: 2 IMC x (read, write), UPI, 4 IIO ports
+    assert d.bus_skipped == ["uncore_iio_1: programmable IIO counters are not used (its free-running bandwidth "
+                             "counters are)"]
     imc = next(p for p in pmus if p.name == "uncore_imc_0")
     assert uncore.encode(imc, "event=0xff,umask=0x1,thresh8=2") == (0xff | 1 << 8 | 2 << 24, 0, 0)
     with pytest.raises(ValueError, match="does not fit 8 bits"):
@@ -225,6 +230,33 @@ def test_bus_bandwidth_sums_a_socket_and_takes_the_busier_upi_direction():
         uncore.link_bandwidth(prev, cur, 0)
 
 
+def test_iio_counters_give_the_root_port_links_bandwidth_and_utilisation():
+    d = discover(XEON, XEON / "no-proc", host="xeon")
+    mon = HardwareMonitor(d, use_ethtool=False, bus_capacity_gbps={"cpu0->mem0": 1000.0})
+    prev, cur = mon.read(), mon.read()
+    prev.t_ns, cur.t_ns = 0, 1_000_000_000
+    c = {(x.pmu, x.event, x.cpu): x for x in d.bus_counters}
+    prev.bus = {x: 0.0 for x in d.bus_counters}
+    cur.bus = dict(prev.bus)
+    cur.bus[c[("uncore_iio_free_running_1", "bw_in_port0", 0)]] = 4e9  # bytes into socket 0's stack 1
+    cur.bus[c[("uncore_iio_free_running_1", "bw_in_port1", 0)]] = 1e9
+    cur.bus[c[("uncore_imc_0", "cas_count_read", 0)]] = 25e9
+    got = {(r["device"], r["metric"]): (r["value"], r["source"]) for r in mon.rows(prev, cur, "a")}
+    # root bus 0000:17 holds one root port, 17:00.0, above mlx5_0: its link carries the stack's 40 Gb/s
+    assert got[("cpu0->mlx5_0", "pcie_bw_in_gbps")][0] == pytest.approx(40.0)
+    assert got[("cpu0->mlx5_0", "bus_util")] == (
+        pytest.approx(40.0 / link_gbps(8.0, 16), abs=1e-6),
+        "perf:uncore_iio_free_running_1/bw_in_port0+uncore_iio_free_running_1/bw_in_port1+"
+        "uncore_iio_free_running_1/bw_in_port2+uncore_iio_free_running_1/bw_in_port3 / root port 0000:17:00.0 "
+        "link Gb/s")
+    assert got[("cpu1->gpu0", "bus_util")][0] == 0.0
+    assert got[("cpu0->mem0", "mem_bw_gbps")][0] == pytest.approx(200.0)
+    assert got[("cpu0->mem0", "bus_util")][0] == pytest.approx(0.2)  # 200 of the 1000 Gb/s given
+    assert ("cpu1->mem1", "bus_util") not in got  # no capacity given: bandwidth only
+    assert got[("cpu0->cpu1", "upi_bw_gbps")][0] == 0.0
+    assert got[("xeon", "bus_counters")][0] == 3  # cpu0->mlx5_0, cpu1->gpu0, cpu0->mem0
+
+
 def test_perf_event_open_counts_for_real_and_uncore_types_absent_here_fail_clearly():
     with PerfCounter(PERF_TYPE_SOFTWARE, PERF_COUNT_SW_TASK_CLOCK, pid=0, cpu=-1, label="task-clock") as pc:
         a = pc.read()
@@ -233,8 +265,8 @@ def test_perf_event_open_counts_for_real_and_uncore_types_absent_here_fail_clear
     assert b > a  # task clock in ns, advanced by the work above
     d = discover(XEON, XEON / "no-proc", host="xeon")
     reader = uncore.BusCounterReader(d.bus_counters)
-    if not reader.readable:  # PMU types 17/18/23 are not this VM's
-        assert len(reader.errors) == 10
+    if not reader.readable:  # PMU types 17/18/23/41 are not this VM's
+        assert len(reader.errors) == 18
         assert all("perf_event_open uncore_" in e for e in reader.errors)
     reader.close()
     with pytest.raises(PerfEventError, match="bogus.*does not exist on this machine"):

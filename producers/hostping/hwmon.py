@@ -31,7 +31,7 @@ from producers.hostping.pci_inventory import read_functions
 from producers.hostping.pcie_link import link_gbps
 from producers.hostping.rnics import Rnic
 from producers.hostping.sysfs import SysfsSnapshot
-from producers.hostping.uncore import BusCounter, BusCounterReader, link_bandwidth
+from producers.hostping.uncore import PCIE_ROOT_BUS, BusCounter, BusCounterReader, link_bandwidth
 
 BUS_UTIL = "bus_util"
 
@@ -81,6 +81,28 @@ class HardwareMonitor:
         topo = disc.topology
         self.node_of_bdf = {b: n for n, b in topo.bdf.items()} if topo else {}
         self.parent = topo.topology.parent if topo else {}
+        self.root_ports = self._root_ports()
+
+    def _root_ports(self) -> dict[str, list[tuple[str, str]]]:
+        """PCIe root bus (``0000:17``) -> ``[(root-port link of the topology, root port BDF)]``.
+
+        A topology node hanging off a CPU (a switch ``sw:<upstream bdf>`` or a device) reaches it
+        through the root port first on its path; that port sits on the root bus an IIO stack counts.
+        """
+        topo = self.disc.topology
+        if topo is None:
+            return {}
+        fn = {f.bdf: f for f in self.disc.functions}
+        out: dict[str, list[tuple[str, str]]] = {}
+        for child, par in sorted(topo.topology.parent.items()):
+            if topo.topology.kinds.get(par) != "cpu" or topo.topology.kinds.get(child) == "mem":
+                continue
+            f = fn.get(child[3:] if child.startswith("sw:") else topo.bdf.get(child, ""))
+            if f is None:
+                continue
+            port = f.path_to_root[0] if f.path_to_root else f.bdf
+            out.setdefault(port[:7], []).append((f"{par}->{child}", port))
+        return out
 
     def read(self) -> MonitorSnapshot:
         """One cumulative reading of every source (sysfs re-read live, not from the discovery)."""
@@ -232,11 +254,27 @@ class HardwareMonitor:
         links = []
         if not (prev.bus and cur.bus):
             return links
-        for (link, metric), (gbps, sources) in sorted(link_bandwidth(prev.bus, cur.bus, dt_s).items()):
+        bw = link_bandwidth(prev.bus, cur.bus, dt_s)
+        pcie: dict[str, tuple[float, str, float]] = {}  # topology link -> (busier direction Gb/s, source, cap)
+        for (link, metric), (gbps, sources) in sorted(bw.items()):
             src = "perf:" + "+".join(s.removeprefix("perf:") for s in sources)
+            if link.startswith(PCIE_ROOT_BUS):
+                ports = self.root_ports.get(link.removeprefix(PCIE_ROOT_BUS), [])
+                if len(ports) != 1:  # a stack shared by several root ports: bandwidth only, no one link to blame
+                    row(link, metric, round(gbps, 6), "Gb/s", src)
+                    continue
+                (tlink, port), = ports
+                row(tlink, metric, round(gbps, 6), "Gb/s", src)
+                v = cur.links.get(port)
+                if v and v[0] and v[1] and gbps >= pcie.get(tlink, (-1.0, ""))[0]:
+                    pcie[tlink] = (gbps, f"{src} / root port {port} link Gb/s", link_gbps(v[0], v[1]))
+                continue
             row(link, metric, round(gbps, 6), "Gb/s", src)
             cap = self.capacity.get(link)
             if cap:
                 row(link, BUS_UTIL, round(gbps / cap, 6), "ratio", f"{src} / {cap:g} Gb/s (--bus-capacity)")
                 links.append(link)
+        for tlink, (gbps, src, cap) in sorted(pcie.items()):
+            row(tlink, BUS_UTIL, round(gbps / cap, 6), "ratio", src)
+            links.append(tlink)
         return links

@@ -15,10 +15,14 @@ each PMU to a topology link through the NUMA node of its ``cpumask`` CPU, and re
   else the raw ``TxL_FLITS.ALL_DATA`` (``event=0x02,umask=0x0f``) at 64/9 bytes per flit (a 64-byte
   line takes 9 data flits; Intel uncore guide, as likwid's UPI group). Link: the UPI pair of the socket.
 
-Utilisation needs a capacity (Gb/s) per link, which no counter gives: memory channels and UPI
-links come from the operator (``--bus-capacity cpu0->mem0=1228``). Without one the bandwidth is
-published and the utilisation is not. PCIe stack counters (``uncore_iio*``) are listed in the
-discovery but not mapped to root ports here.
+- ``uncore_iio_free_running_<N>`` ``bw_in_port<k>`` / ``bw_out_port<k>`` (PCIe bandwidth counters of
+  IIO stack N, scale from sysfs): the stack's root bus comes from ``uncore_iio_<N>/die<D>``
+  (``Documentation/ABI/testing/sysfs-devices-mapping``); the monitor maps it to the root-port link
+  of the topology whose root port sits on that bus, and the root port's own link is the capacity.
+
+Utilisation needs a capacity (Gb/s) per link, which no counter gives for memory channels and UPI
+links: the operator gives it (``--bus-capacity cpu0->mem0=1228``). Without one the bandwidth is
+published and the utilisation is not.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ EVENT_SOURCE = "/sys/bus/event_source/devices"
 _UNIT_BYTES = {"bytes": 1.0, "b": 1.0, "kib": 1024.0, "kb": 1e3, "mib": 1024.0**2, "mb": 1e6, "gib": 1024.0**3}
 _FORMAT = re.compile(r"^(?P<field>config[12]?):(?P<ranges>[\d,-]+)$")
 UPI_RAW_TX_DATA_FLITS = "event=0x02,umask=0x0f"
+#: link prefix of an IIO stack's counters: the monitor maps the root bus to the topology's root-port link
+PCIE_ROOT_BUS = "pcie_root_bus:"
+_IIO_PORT = re.compile(r"^bw_(?P<dir>in|out)_port\d+$")
 UPI_BYTES_PER_FLIT = 64 / 9
 
 
@@ -52,6 +59,7 @@ class Pmu:
     events: dict[str, str] = field(default_factory=dict)
     scales: dict[str, float] = field(default_factory=dict)
     units: dict[str, str] = field(default_factory=dict)
+    dies: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,13 @@ def read_pmus(snap: SysfsSnapshot, prefix: str = "uncore_") -> list[Pmu]:
                 units[e[:-5]] = v
             elif "." not in e:
                 events[e] = v
-        out.append(Pmu(name, int(t), parse_cpulist(snap.read(f"{base}/cpumask")), formats, events, scales, units))
+        dies = {}  # IIO stacks: die<N> holds the stack's PCIe root bus (ABI sysfs-devices-mapping, Linux >= 5.10)
+        stack = name.replace("uncore_iio_free_running_", "uncore_iio_")
+        for f in snap.listdir(f"{EVENT_SOURCE}/{stack}"):
+            if f.startswith("die") and f[3:].isdigit() and (bus := snap.read(f"{EVENT_SOURCE}/{stack}/{f}")):
+                dies[int(f[3:])] = bus.lower()
+        out.append(Pmu(name, int(t), parse_cpulist(snap.read(f"{base}/cpumask")), formats, events, scales, units,
+                       dies))
     return sorted(out, key=lambda p: p.name)
 
 
@@ -155,18 +169,35 @@ def plan(pmus: list[Pmu], nodes: list[NumaNode]) -> tuple[list[BusCounter], list
         if not pmu.cpus:
             skipped.append(f"{pmu.name}: empty cpumask")
             continue
-        for cpu in pmu.cpus:  # one CPU per socket: the PMU counts that socket's box
+        for die, cpu in enumerate(pmu.cpus):  # one CPU per socket (die): the PMU counts that socket's box
             node = node_of_cpu(nodes, cpu)
             s = 0 if node is None else node
-            c, why = _plan_one(pmu, cpu, s, sockets)
+            c, why = _plan_one(pmu, cpu, s, sockets, pmu.dies.get(die))
             counters += c
             skipped += [w for w in why if w not in skipped]
     return counters, skipped
 
 
-def _plan_one(pmu: Pmu, cpu: int, s: int, sockets: list[int]) -> tuple[list[BusCounter], list[str]]:
-    """The counters of one PMU on one socket ``s`` (counted on ``cpu``)."""
+def _plan_one(pmu: Pmu, cpu: int, s: int, sockets: list[int], root_bus: str | None = None,
+              ) -> tuple[list[BusCounter], list[str]]:
+    """The counters of one PMU on one socket ``s`` (counted on ``cpu``); ``root_bus`` for an IIO stack."""
     wanted: list[tuple[str, str, float | None]] = []
+    if pmu.name.startswith("uncore_iio_free_running"):
+        if root_bus is None:
+            return [], [f"{pmu.name}: no die<N> root-bus file for socket {s} (kernel without the IIO mapping)"]
+        out = []
+        for e in sorted(pmu.events):
+            m = _IIO_PORT.match(e)
+            scale = _bytes_per_count(pmu, e)
+            if m is None or scale is None:
+                continue
+            try:
+                cfg = encode(pmu, pmu.events[e])
+            except ValueError as err:
+                return [], [str(err)]
+            out.append(BusCounter(pmu.name, e, pmu.type, cfg, cpu, scale, f"{PCIE_ROOT_BUS}{root_bus}",
+                                  f"pcie_bw_{m['dir']}_gbps"))
+        return out, [] if out else [f"{pmu.name}: no bw_in_port*/bw_out_port* event with a byte scale"]
     if pmu.name.startswith("uncore_imc"):
         link, metric = f"cpu{s}->mem{s}", "mem_bw_gbps"
         names = [e for e in ("cas_count_read", "cas_count_write", "data_read", "data_write") if e in pmu.events]
@@ -183,8 +214,10 @@ def _plan_one(pmu: Pmu, cpu: int, s: int, sockets: list[int]) -> tuple[list[BusC
             wanted = [(named, pmu.events[named], _bytes_per_count(pmu, named))]
         elif "event" in pmu.formats and umask:
             wanted = [("txl_flits_all_data", UPI_RAW_TX_DATA_FLITS.replace("umask", umask), UPI_BYTES_PER_FLIT)]
+    elif pmu.name.startswith("uncore_iio_"):
+        return [], [f"{pmu.name}: programmable IIO counters are not used (its free-running bandwidth counters are)"]
     else:
-        return [], [f"{pmu.name}: not a memory-controller or UPI PMU (PCIe stack counters are not mapped)"]
+        return [], [f"{pmu.name}: not a memory-controller, UPI or IIO bandwidth PMU"]
     if not wanted:
         return [], [f"{pmu.name}: no bandwidth event in its events/ directory"]
     out, skipped = [], []
