@@ -319,7 +319,7 @@ MLX5_ETHTOOL = """NIC statistics:
 
 
 def test_pause_above_pfc_high_starts_an_affinitive_round_once_a_baseline_exists(tmp_path):
-    from producers.hostping.ethtool import parse_counters
+    from producers.hostping.ethtool import parse
 
     d = discover(DGX, DGX / "no-proc", host="dgx-a100")
     topo = d.topology.topology
@@ -337,7 +337,7 @@ def test_pause_above_pfc_high_starts_an_affinitive_round_once_a_baseline_exists(
         if netdev != "ibp12s0":
             return None, "no stats available"
         reads["n"] += 1  # mlx5_0 pauses: 1 s of pause duration (µs) per read, far above 3 %
-        return parse_counters(MLX5_ETHTOOL.format(rx=10**6, tx=10**6, pause=reads["n"] * 1_000_000)), ""
+        return parse(MLX5_ETHTOOL.format(rx=10**6, tx=10**6, pause=reads["n"] * 1_000_000)).counters, ""
 
     agent.monitor.ethtool_reader = ethtool_s
     sent: list[tuple[str, str, str, bytes]] = []
