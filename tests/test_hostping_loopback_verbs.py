@@ -94,3 +94,17 @@ def test_full_mesh_plan_on_figure2_runs_every_pair_through_the_engine():
     by = {(r.test.rnic, r.test.dst): r.bw_host_gbps for r in res}
     assert by[("rnic0", "gpu0")] == pytest.approx(195.0, rel=1e-4)  # same switch
     assert by[("rnic0", "mem1")] == pytest.approx(125.5, rel=1e-4)
+
+
+def test_a_large_message_not_slower_than_the_small_one_is_an_error_result_not_a_crash():
+    dev = Device({("rnic0", "mem0"): (2.2, 125.5), ("rnic0", "mem1"): (2.4, 116.4)})
+
+    class NoisyEngine(VerbsBackend):
+        def latency_us(self, rnic: str, src: str, dst: str, size_bytes: int) -> float:
+            v = super().latency_us(rnic, src, dst, size_bytes)
+            return 3.0 if dst == "mem1" else v  # mem1: 1 B and 128 KB both 3.0 µs
+
+    eng = NoisyEngine(device=dev, iterations=1, warmup=0, clock=dev.clock)
+    res = {r.test.dst: r for r in loopback.measure(eng, [LoopbackTest("rnic0", e, e) for e in ("mem0", "mem1")])}
+    assert res["mem0"].status == "ok"
+    assert res["mem1"].status == "error" and "must exceed Lat_small" in res["mem1"].error

@@ -126,7 +126,10 @@ class HardwareMonitor:
             s.gpus = self.nvml.sample()
             s.xids = self.nvml.xid_events()
         if self.bus is not None and self.bus.readable:
-            s.bus = self.bus.read()
+            try:
+                s.bus = self.bus.read()
+            except OSError as err:  # a counter detached (CPU offlined): this reading has no bus rows
+                s.errors["bus"] = str(err)
         return s
 
     def rows(self, prev: MonitorSnapshot, cur: MonitorSnapshot, agent_id: str) -> list[dict[str, object]]:
