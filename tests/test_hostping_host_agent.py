@@ -359,3 +359,40 @@ def test_pause_above_pfc_high_starts_an_affinitive_round_once_a_baseline_exists(
     assert pause and all(r["value"] > 0.03 for r in pause)
     assert [r["value"] for r in rows if (r["device"], r["metric"]) == ("ibp12s0", "tx_prio3_pause_duration")] == [
         1_000_000] * 3  # ethtool -S deltas
+
+
+def test_agent_output_through_the_analyzer_names_a_degraded_gpu_link_with_an_unknown_cause():
+    """Agent (DGX A100 tree, device double) -> its own uploads -> the worker's Hostping analytics."""
+    from streams.hostping.hostping_stream import HostpingStream
+
+    d = discover(DGX, DGX / "no-proc", host="dgx-a100")
+    topo = d.topology.topology
+    dev = Device({(r, e): (1.0, 190.0) if topo.is_p2p(r, e) else (2.2, 120.0)
+                  for r in topo.rnics for e in topo.endpoints})
+    cfg = AgentConfig(sysfs=DGX, procfs=DGX / "no-proc", host="dgx-a100", interval_s=0.01, status_interval_s=0.01,
+                      use_nvml=False, use_ethtool=False)
+    agent = HostAgent(cfg, backend_factory=lambda root: VerbsBackend(root, device=dev, iterations=1, warmup=0,
+                                                                     clock=dev.clock))
+    stream, results = HostpingStream(), []
+
+    def publish(topic: str, schema: str, key: str, payload: bytes) -> None:
+        _, table = decode(payload, schema)
+        if topic == "hosts.topology":
+            stream.on_topology(table)
+        elif topic == "hostmetrics.raw":
+            stream.on_hostmetrics(table)
+        elif topic == "loopback.raw":
+            results.append(stream.process(table))
+            for r in topo.rnics:  # after the healthy first round, GPU0's PCIe link drops to 40 Gb/s
+                dev.paths[(r, "gpu0")] = (dev.paths[(r, "gpu0")][0], 40.0)
+
+    agent.run(publish, lambda: False, max_cycles=2)
+    agent.close()
+    assert len(results) == 2
+    assert results[0].verdicts is None and set(results[0].host_links["state"].to_pylist()) == {"normal"}
+    links = {r["link"]: r for r in results[1].host_links.to_pylist()}
+    # the host publishes bus_util for its RNIC links only (no NVML): this link's cause is unknown, not failure
+    assert (links["sw:0000:01:00.0->gpu0"]["state"], links["sw:0000:01:00.0->gpu0"]["cause"]) == (
+        "abnormal", "unknown (no bus counter for this link)")
+    v = results[1].verdicts.to_pylist()
+    assert [(x["kind"], x["location"]) for x in v] == [("gpu_pcie_link_degraded", "dgx-a100:sw:0000:01:00.0->gpu0")]
