@@ -62,8 +62,9 @@ def test_sim_hosts_give_abnormal_and_flapping_links_and_named_verdicts(pipeline_
 
     links = wait_for(lambda: (t := _query(store, "SELECT host, link, state, cause, round_ns, evidence "
                                                  "FROM host_links ORDER BY host, link, round_ns")) is not None
-                     and len({r["round_ns"] for r in t.to_pylist() if r["host"] == FLAP_HOST}) == 3 and t.to_pylist(),
-                     timeout=60, what="3 rounds of the flapping host")
+                     and all(len({r["round_ns"] for r in t.to_pylist() if r["host"] == h}) == 3
+                             for h in (RNIC_HOST, FLAP_HOST, UPI_HOST)) and t.to_pylist(),
+                     timeout=60, what="3 rounds of every sim host")
     state = {(r["host"], r["link"], (r["round_ns"] - START_NS) // ROUND_NS): r for r in links}
 
     # RNIC PCIe link failure: every path of rnic2 is abnormal in every round; nothing else is
