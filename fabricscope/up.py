@@ -212,6 +212,8 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
             sup.add("alerts", [*exe, "alerts"], logs / "alerts.log", env)
         if source != "lab":
             sup.add(f"source-{source}", [*exe, "source", source], logs / f"source-{source}.log", env)
+        # Hostping on this host: inventory, topology and the 1 s monitor; loopback only where there is an RNIC.
+        sup.add("hostping", [*exe, "hostping", "agent"], logs / "hostping.log", env)
         console.print(f"[green]fabricscope up[/green] (pid {os.getpid()}): source={source}, workers={workers}, "
                       f"logs in {logs}/; Ctrl-C stops"
                       + (f"; job {JOB_ID} on the service pinglist; inject faults with `fabricscope lab fault ...`"

@@ -127,18 +127,23 @@ def test_agent_only_install_pulls_no_pipeline_package():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     base = {d.split(">")[0].split("[")[0].lower() for d in project["dependencies"]}
     assert not base & {"chdb-core", "faust-streaming", "pyarrow", "matplotlib", "numpy", "aiokafka"}
-    # the agent and the CLI start with the pipeline packages made unimportable
-    code = (
-        "import sys\n"
-        "class Block:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        f"        if name.split('.')[0] in {PIPELINE_ONLY!r}: raise ModuleNotFoundError(name=name.split('.')[0])\n"
-        "sys.meta_path.insert(0, Block())\n"
-        "import producers.udp_agent, producers.kafka_producer\n"
-        "sys.argv = ['fabricscope', '--help']\n"
-        "from fabricscope.cli import main\n"
-        "main()\n")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                       env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+    # the agent, the CLI and the Hostping host agent run with the pipeline packages made unimportable
+    def run(*argv: str) -> subprocess.CompletedProcess:
+        code = (
+            "import sys\n"
+            "class Block:\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            f"        if name.split('.')[0] in {PIPELINE_ONLY!r}: raise ModuleNotFoundError(name=name.split('.')[0])\n"
+            "sys.meta_path.insert(0, Block())\n"
+            "import producers.udp_agent, producers.kafka_producer\n"
+            f"sys.argv = ['fabricscope', *{list(argv)!r}]\n"
+            "from fabricscope.cli import main\n"
+            "main()\n")
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "200"})
+
+    r = run("--help")
     assert r.returncode == 0, r.stderr
-    assert "diagnose" in r.stdout and " up " not in r.stdout  # pipeline groups left out, agent's present
+    assert "diagnose" in r.stdout and "hostping" in r.stdout and " up " not in r.stdout  # pipeline groups left out
+    r = run("hostping", "agent", "--once", "--no-loopback", "--no-nvml")
+    assert r.returncode == 0 and "PCI functions" in r.stdout + r.stderr, r.stdout + r.stderr
