@@ -204,7 +204,7 @@ def run_sink(s: Settings) -> None:
     store = open_store(s.store_path, s.clickhouse_dsn(), s.query_limits())
     migrate(store)
     if s.fabricscope_inventory:
-        from schemas.inventory import load as load_inventory_file
+        from schemas.inventory_yaml import load as load_inventory_file
         from sinks.history import load_inventory
 
         inv = load_inventory_file(s.fabricscope_inventory)

@@ -194,7 +194,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
         env = dict(os.environ, FABRICSCOPE_VAR=str(var))
         if source == "lab":
             from fabricscope.cmd_lab import start_lab_source
-            from schemas.inventory import load as load_inventory
+            from schemas.inventory_yaml import load as load_inventory
 
             inv_path = var / "lab" / "inventory.yaml"
             with console.status("building the netns lab and starting its agents…"):
