@@ -201,7 +201,10 @@ def register(app: typer.Typer) -> None:
         prefix: str = typer.Option(None, help="also sweep namespaces with this prefix"),
     ) -> None:
         """Stop the agents and remove every namespace of the lab (also after a crash)."""
-        removed = lab_infra.down(directory, prefix)
+        try:
+            removed = lab_infra.down(directory, prefix)
+        except LabError as e:  # another `up` or `demo` runs it: leave it alone, say who
+            raise _fail(e) from None
         typer.echo(f"removed {len(removed)} namespaces")
 
     @lab.command("status")
