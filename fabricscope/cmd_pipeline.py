@@ -49,13 +49,28 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(_kafka("status", load()))
 
     @app.command("topics")
-    def topics(prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)")) -> None:
-        """Create every topic of the pipeline with its partitions and retention (idempotent)."""
+    def topics(
+        prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)"),
+        describe: bool = typer.Option(False, "--describe", help="compare existing topics with the expected ones; "
+                                      "creates nothing; exit 1 if any differs"),
+        as_json: bool = typer.Option(False, "--json", help="with --describe: JSON for machines"),
+    ) -> None:
+        """Create every topic of the pipeline with its partitions, replication (KAFKA_REPLICATION_FACTOR,
+        default min(3, brokers)), min.insync.replicas and retention (idempotent)."""
+        from fabricscope.cmd_topics import describe_command
         from fabricscope.kafka_admin import create_topics
 
         s = load()
-        for name, state in sorted(create_topics(s.kafka_bootstrap, prefix if prefix is not None
-                                                 else s.fabricscope_topic_prefix, s.kafka_client_config()).items()):
+        pre = prefix if prefix is not None else s.fabricscope_topic_prefix
+        if describe:
+            raise typer.Exit(describe_command(s, pre, as_json))
+        try:
+            created = create_topics(s.kafka_bootstrap, pre, s.kafka_client_config(),
+                                    replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
+        except ValueError as err:
+            console.print(f"[red]topics:[/red] {err}")
+            raise typer.Exit(2) from None
+        for name, state in sorted(created.items()):
             console.print(f"{name}: {state}")
 
     @app.command("worker")
@@ -68,6 +83,11 @@ def register(app: typer.Typer) -> None:
         _serve_metrics(metrics_port)
         os.environ["KAFKA_BOOTSTRAP"] = s.kafka_bootstrap
         os.environ["FABRICSCOPE_TOPIC_PREFIX"] = s.fabricscope_topic_prefix
+        if s.kafka_replication_factor is None:  # Faust's own topics (changelogs) fit the cluster too
+            from fabricscope.kafka_admin import cluster_replication
+
+            os.environ["KAFKA_REPLICATION_FACTOR"] = str(cluster_replication(s.kafka_bootstrap,
+                                                                             s.kafka_client_config()))
         from streams.runtime.app import run_worker
 
         run_worker(loglevel)
@@ -201,7 +221,7 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
 
     if kind != "synthetic":
         raise typer.BadParameter(f"unknown source {kind!r}; available: synthetic", param_hint="KIND")
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     topic = topic_name(PROBES_RAW, s.fabricscope_topic_prefix)
     start = (time.time_ns() // 5_000_000_000) * 5_000_000_000
     stopping = False
@@ -244,7 +264,7 @@ def run_sim_source(s: Settings, scenario: str, inventory_spec: str, seed: int, b
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--scenario") from None
     sim = Simulator(inv, seed=seed, faults=faults, inter_tor="even")
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     stopping = False
 
     def _stop(*_: object) -> None:
@@ -270,7 +290,8 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
     # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.
     if s.kafka_bootstrap.startswith("127.0.0.1") and _kafka("start", s) != 0:
         raise typer.Exit(1)
-    create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config())
+    create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
+                  replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
     if source == "auto":
         source = "lab" if lab_available() else "sim"
     exe = [sys.executable, "-m", "fabricscope.cli"]

@@ -35,7 +35,7 @@ from streams.pingmesh.reducer import UploadMark, WindowReducer, batch_partials
 from streams.pingmesh.windows import WINDOW_NS
 from streams.runtime import metrics as M
 from streams.runtime.deadletter import whole_message
-from streams.runtime.kafka_env import faust_credentials
+from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
 from streams.runtime.probe_batch import process_probe_message
 from streams.runtime.topic_mirror import TopicMirror
 
@@ -51,7 +51,16 @@ def _security() -> dict[str, str]:
     return load().kafka_client_config()
 
 
-app = faust.App(
+def _delivery() -> dict:
+    """acks, idempotence and Faust's topic replication from the settings (README "Operations")."""
+    from fabricscope.settings import load  # noqa: PLC0415
+
+    s = load()
+    return {**faust_delivery(s.kafka_acks, s.kafka_replication_factor), "idempotent": s.kafka_idempotence}
+
+
+_DELIVERY = _delivery()
+app = App(
     f"{PREFIX}fabricscope",
     broker=[f"kafka://{b}" for b in BOOTSTRAP.split(",")],
     broker_credentials=faust_credentials(_security()),  # SASL/TLS: the same variables as every other client
@@ -68,7 +77,9 @@ app = faust.App(
     consumer_max_fetch_size=T.MAX_MESSAGE_BYTES,
     store="memory://",
     datadir=os.path.join(os.environ.get("FABRICSCOPE_VAR", "var"), "faust"),
+    **{k: v for k, v in _DELIVERY.items() if k != "idempotent"},
 )
+app.idempotent_producer = _DELIVERY["idempotent"]
 
 
 def _topic(t: T.Topic) -> faust.TopicT:
