@@ -29,6 +29,7 @@ class ReplicationResult:
     """Publish figures of one run: uploads, rows per upload, bytes, seconds, latencies (s)."""
 
     brokers: int
+    rate: float
     replication: int
     min_insync: int
     uploads: int
@@ -48,8 +49,11 @@ class ReplicationResult:
 
 
 def run(bootstrap: str, uploads: int = 200, rows: int = 6_000, seed: int = 7,
-        client_config: dict[str, str] | None = None) -> ReplicationResult:
+        client_config: dict[str, str] | None = None, rate: float = 0.0) -> ReplicationResult:
     """Publish ``uploads`` uploads of ``rows`` probe rows each, keyed over 64 agents, and wait for every ack.
+
+    ``rate``: uploads per second (0 = as fast as the producer takes them: the throughput, where the
+    latency is mostly queueing; a rate under that gives the latency of one upload).
 
     Raises:
         RuntimeError: an upload was not delivered within 120 s.
@@ -72,6 +76,9 @@ def run(bootstrap: str, uploads: int = 200, rows: int = 6_000, seed: int = 7,
 
         start = time.perf_counter()
         for i in range(uploads):
+            if rate:
+                while time.perf_counter() < start + i / rate:
+                    p.poll(min(0.01, max(0.0, start + i / rate - time.perf_counter())))
             t0 = time.perf_counter()
             while True:
                 try:
@@ -84,7 +91,7 @@ def run(bootstrap: str, uploads: int = 200, rows: int = 6_000, seed: int = 7,
         if p.flush(120) or failed:
             raise RuntimeError(f"uploads not delivered: {len(failed)} failed ({failed[:1]})")
         seconds = time.perf_counter() - start
-        return ReplicationResult(brokers, raw.replication or 0, raw.min_insync or 0, uploads, rows,
+        return ReplicationResult(brokers, rate, raw.replication or 0, raw.min_insync or 0, uploads, rows,
                                  uploads * len(payload), seconds, latencies)
     finally:
         delete_topics(bootstrap, prefix, client_config)
@@ -95,7 +102,8 @@ def report(r: ReplicationResult) -> str:
     return "\n".join([
         f"cluster: {r.brokers} broker(s); probes.raw replication {r.replication}, min.insync.replicas "
         f"{r.min_insync}; acks=all, idempotent",
-        f"uploads: {r.uploads} x {r.rows_per_upload} rows ({r.bytes_total / r.uploads / 1e6:.2f} MB each)",
+        f"uploads: {r.uploads} x {r.rows_per_upload} rows ({r.bytes_total / r.uploads / 1e6:.2f} MB each), "
+        + (f"paced at {r.rate:g}/s" if r.rate else "as fast as they are taken"),
         f"published in {r.seconds:.1f} s: {r.uploads_s:.1f} uploads/s, {r.bytes_total / r.seconds / 1e6:.1f} MB/s, "
         f"{r.uploads_s * r.rows_per_upload:,.0f} probe rows/s",
         f"delivery latency (publish -> acked by the in-sync replicas): p50 {r.pct(0.5):.0f} ms, "
