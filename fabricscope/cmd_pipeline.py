@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -26,6 +27,25 @@ KAFKA_SH = REPO_ROOT / "infra" / "kafka" / "kafka.sh"
 def _kafka(action: str, settings: Settings) -> int:
     env = {**os.environ, "FABRICSCOPE_VAR": str(settings.fabricscope_var.resolve())}
     return subprocess.call(["bash", str(KAFKA_SH), action], env=env)
+
+
+def _replication(s: Settings) -> int | None:
+    """Replicas for Faust's own topics: ``KAFKA_REPLICATION_FACTOR``, else min(3, brokers) of the cluster;
+    None (Faust's 1) when the cluster does not answer in 10 s (the worker still starts and waits for it).
+
+    Raises:
+        ValueError: ``KAFKA_REPLICATION_FACTOR`` exceeds the brokers.
+    """
+    from confluent_kafka import KafkaException
+
+    from fabricscope.kafka_admin import cluster_replication
+
+    try:
+        return cluster_replication(s.kafka_bootstrap, s.kafka_client_config(), s.kafka_replication_factor, 10.0)
+    except KafkaException as err:
+        logging.getLogger("fabricscope.worker").warning(
+            "cluster size unknown (%s): topics Faust creates itself would get 1 replica", err)
+        return s.kafka_replication_factor
 
 
 def register(app: typer.Typer) -> None:
@@ -80,17 +100,19 @@ def register(app: typer.Typer) -> None:
         """Run one Faust stream worker (RTT decomposition, window partials, the reducer, Hostping).
         Start more for more partitions."""
         s = load()
+        from streams.runtime.config import RuntimeConfig
+        from streams.runtime.worker import run_worker
+
+        try:
+            config = RuntimeConfig.from_env(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
+                                            os.environ.get("FABRICSCOPE_VAR", "var"))
+            config = dataclasses.replace(config, acks=s.kafka_acks, idempotence=s.kafka_idempotence,
+                                         replication=_replication(s))
+        except ValueError as e:
+            typer.echo(f"fabricscope: {e}", err=True)
+            raise typer.Exit(2) from None
         _serve_metrics(metrics_port)
-        os.environ["KAFKA_BOOTSTRAP"] = s.kafka_bootstrap
-        os.environ["FABRICSCOPE_TOPIC_PREFIX"] = s.fabricscope_topic_prefix
-        if s.kafka_replication_factor is None:  # Faust's own topics (changelogs) fit the cluster too
-            from fabricscope.kafka_admin import cluster_replication
-
-            os.environ["KAFKA_REPLICATION_FACTOR"] = str(cluster_replication(s.kafka_bootstrap,
-                                                                             s.kafka_client_config()))
-        from streams.runtime.app import run_worker
-
-        run_worker(loglevel)
+        run_worker(config, loglevel)
 
     @app.command("sink")
     def sink(metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
@@ -244,9 +266,10 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
 
 def load_inventory(spec: str):  # noqa: ANN201 - schemas.inventory.Inventory
     """``panel1`` or a path to an inventory YAML."""
-    from schemas import inventory
+    from producers.sim.fabrics import panel1
+    from schemas.inventory_yaml import load
 
-    return inventory.panel1() if spec == "panel1" else inventory.load(spec)
+    return panel1() if spec == "panel1" else load(spec)
 
 
 def run_sim_source(s: Settings, scenario: str, inventory_spec: str, seed: int, batches: int | None,
@@ -309,6 +332,8 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
                                directory=s.fabricscope_var / "lab", kafka_config=s.kafka_client_config() or None)
     else:
         children.append(subprocess.Popen([*exe, "source", source]))
+    # Hostping on this host: inventory, topology and the 1 s monitor; loopback only where there is an RNIC.
+    children.append(subprocess.Popen([*exe, "hostping", "agent"]))
     console.print(f"[green]fabricscope up[/green]: source={source}, workers={workers}; Ctrl-C stops"
                   + ("; inject faults with `fabricscope lab fault ...`" if lab else ""))
     t0 = time.time()

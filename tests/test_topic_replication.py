@@ -61,9 +61,12 @@ def test_producer_settings_default_to_acks_all_with_idempotence(monkeypatch):
 
 
 def test_faust_app_producers_are_idempotent_with_acks_all():
+    from streams.runtime.config import RuntimeConfig, configure
+
+    configure(RuntimeConfig(replication=3))  # what `fabricscope worker` hands in on a 3-broker cluster
     from streams.runtime.app import app
 
-    assert app.conf.producer_acks == -1
+    assert app.conf.producer_acks == -1 and app.conf.topic_replication_factor == 3
     extra = app.producer._settings_extra()
     assert extra["acks"] == "all" and extra["enable_idempotence"] is True
 
