@@ -40,6 +40,7 @@ class ReplicationResult:
 
     @property
     def uploads_s(self) -> float:
+        """Uploads acknowledged per second over the run."""
         return self.uploads / self.seconds
 
     def pct(self, q: float) -> float:

@@ -81,6 +81,7 @@ class ClusterRenderer:
 
     @property
     def on(self) -> str:
+        """The ``ON CLUSTER`` clause of every statement."""
         return f"ON CLUSTER {self.cluster}"
 
     def local(self, name: str) -> str:

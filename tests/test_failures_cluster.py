@@ -211,7 +211,7 @@ def test_broker_kill_under_load_keeps_every_row_once_and_the_verdicts(cluster, t
         threading.Thread(target=after, daemon=True).start()
 
     killed = _run(cluster, tmp_path / "kill", prefix, on_upload)
-    assert restarted.wait(120), "the killed broker did not come back"
+    assert restarted.wait(120), f"the killed broker did not come back (leaders moved after: {kill.get('moved_s')})"
 
     assert brokers == 3 and all(s.replication == 3 and s.min_insync == 2 for s in states)
     # leaders moved within seconds: well inside the reducer's idle timeout
