@@ -180,9 +180,17 @@ def render_migrations(cluster: str | None = None, found: list[Migration] | None 
 
 
 def ddl_script(cluster: str | None = None) -> str:
-    """The rendered migrations as one SQL script (``;`` after each statement, a comment per migration)."""
+    """The rendered migrations as one SQL script (``;`` after each statement, a comment per migration).
+
+    Each migration is followed by its row in ``schema_migrations``, as :func:`sinks.clickhouse.migrate`
+    records it, so a store writer started afterwards finds every migration applied and runs none
+    (on a cluster it must not: the single-node DDL would create plain tables on its one server).
+    """
     parts = []
     for m in render_migrations(cluster):
         parts.append(f"-- {m.number:03d} {m.name}" + (f" (cluster {cluster})" if cluster else ""))
         parts.extend(f"{s};" for s in m.statements)
+        if m.number:
+            parts.append(f"INSERT INTO schema_migrations (number, name, applied_ns) VALUES ({m.number}, "
+                         f"'{m.name}', toUnixTimestamp64Nano(now64(9)));")
     return "\n".join(parts) + "\n"

@@ -142,5 +142,20 @@ def test_store_ddl_cli_prints_both_variants():
     assert clustered.exit_code == 0, clustered.output
     assert clustered.output == ddl_script(CLUSTER)
     assert "ON CLUSTER" not in single.output and "Distributed(" in clustered.output
+    # each migration is recorded, so a store writer started afterwards applies none
+    for m in migrations():
+        assert f"VALUES ({m.number}, '{m.name}', " in clustered.output
+
     bad = CliRunner().invoke(app, ["store", "ddl", "--cluster", "no way"])
     assert bad.exit_code == 2 and "cluster name" in bad.output
+
+
+def test_a_store_built_from_the_script_needs_no_migration(chdb_store):
+    from schemas.migrations import split_statements
+    from sinks.clickhouse import migrate
+
+    for stmt in split_statements(ddl_script(None)):  # idempotent: the store may hold the schema already
+        chdb_store.command(stmt)
+    assert migrate(chdb_store) == []
+    recorded = chdb_store.query_arrow("SELECT DISTINCT number FROM schema_migrations ORDER BY number")
+    assert recorded["number"].to_pylist() == [m.number for m in migrations()]

@@ -33,9 +33,9 @@ from fabricscope.demo import DemoResult, _Collector
 from fabricscope.kafka_admin import create_topics, describe_topics
 from producers.kafka_producer import AgentProducer
 from producers.sim import Simulator
+from producers.sim.fabrics import panel1
 from producers.sim.scenarios import scenario_faults
 from producers.sim_publish import publish_sim
-from schemas.inventory import panel1
 from schemas.topics import ALL_TOPICS, topic_name
 
 from conftest import Processes, wait_for
