@@ -43,6 +43,8 @@ from streams.runtime.topic_mirror import TopicMirror
 log = logging.getLogger("fabricscope.app")
 
 CONFIG = current()
+# Faust creates its own datadir but not the parents: a first run on a fresh FABRICSCOPE_VAR died here.
+os.makedirs(CONFIG.var_dir, mode=0o700, exist_ok=True)
 BOOTSTRAP = CONFIG.bootstrap
 PREFIX = CONFIG.topic_prefix
 SECURITY = dict(CONFIG.kafka_client)  # librdkafka settings of the side readers (holds the SASL password)
