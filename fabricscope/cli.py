@@ -17,8 +17,8 @@ app = typer.Typer(
 # groups that need them are left out of its `fabricscope` (pip install 'fabricscope[pipeline]' adds them).
 PIPELINE_ONLY = {"pyarrow", "faust", "aiokafka", "chdb", "clickhouse_connect", "matplotlib", "numpy", "cramjam",
                  "httpx", "pyroute2", "mode"}
-GROUPS = ("cmd_pipeline", "cmd_bench", "cmd_demo", "cmd_diagnose", "cmd_history", "cmd_lab", "cmd_sim", "cmd_blame",
-          "cmd_hostping")  # cmd_hostping after cmd_pipeline: it extends `source`
+GROUPS = ("cmd_pipeline", "cmd_bench", "cmd_demo", "cmd_diagnose", "cmd_history", "cmd_lab", "cmd_sim", "cmd_store",
+          "cmd_blame", "cmd_hostping")  # cmd_hostping after cmd_pipeline: it extends `source`
 
 
 def _register() -> None:

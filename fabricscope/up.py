@@ -190,7 +190,8 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
             if _kafka("start", s, to_stderr=True) != 0:
                 return EXIT_FAILED
             started_kafka = True
-        create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config())
+        create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
+                      replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
         env = dict(os.environ, FABRICSCOPE_VAR=str(var))
         if source == "lab":
             from fabricscope.cmd_lab import start_lab_source
