@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 
 from fabricscope.settings import Settings, load
+from fabricscope.stopping import stop_requested
 
 console = Console(stderr=True)
 KIND = "hostping-sim"
@@ -55,16 +56,10 @@ def run_hostping_sim(
     names = {t.name: topic_name(t, s.fabricscope_topic_prefix) for t in ALL_TOPICS}
     start = start_ns or (time.time_ns() // ROUND_NS) * ROUND_NS
     producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
+    stopping = stop_requested(signal.SIGTERM)
     sent, last_round = 0, -1
     for rnd, up in sim_uploads(patterns, rounds, start, int(interval_s * 1e9), host_prefix, seed):
-        if stopping:
+        if stopping():
             break
         if realtime and rnd > last_round >= 0:
             producer.flush()
