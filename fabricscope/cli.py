@@ -17,7 +17,7 @@ app = typer.Typer(
 _registered = False
 
 
-def _register() -> None:
+def register_all() -> None:
     """Add every module's commands and command groups to :data:`app` (once)."""
     global _registered
     if _registered:
@@ -59,7 +59,7 @@ def _register() -> None:
 
 def main() -> None:
     """Entry point of the console script."""
-    _register()
+    register_all()
     app()
 
 

@@ -29,9 +29,9 @@ def demo(
     err = Console(stderr=True)
     s = load()
     if s.kafka_bootstrap.startswith("127.0.0.1"):
-        from fabricscope.cmd_pipeline import _kafka
+        from fabricscope.cmd_pipeline import kafka_script
 
-        if _kafka("start", s) != 0:
+        if kafka_script("start", s) != 0:
             raise typer.Exit(1)
 
     def show(v: dict) -> None:

@@ -24,7 +24,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 KAFKA_SH = REPO_ROOT / "infra" / "kafka" / "kafka.sh"
 
 
-def _kafka(action: str, settings: Settings) -> int:
+def kafka_script(action: str, settings: Settings) -> int:
+    """Run ``infra/kafka/kafka.sh ACTION`` (start, stop, status) for the local broker; returns its exit code."""
     env = {**os.environ, "FABRICSCOPE_VAR": str(settings.fabricscope_var.resolve())}
     return subprocess.call(["bash", str(KAFKA_SH), action], env=env)
 
@@ -38,19 +39,19 @@ kafka_app = typer.Typer(name="kafka", help="The local Apache Kafka broker (KRaft
 @kafka_app.command("start")
 def kafka_start() -> None:
     """Install (Maven Central) and start the local broker; reuse one that already runs."""
-    raise typer.Exit(_kafka("start", load()))
+    raise typer.Exit(kafka_script("start", load()))
 
 
 @kafka_app.command("stop")
 def kafka_stop() -> None:
     """Stop the local broker."""
-    raise typer.Exit(_kafka("stop", load()))
+    raise typer.Exit(kafka_script("stop", load()))
 
 
 @kafka_app.command("status")
 def kafka_status() -> None:
     """Say whether the local broker answers."""
-    raise typer.Exit(_kafka("status", load()))
+    raise typer.Exit(kafka_script("status", load()))
 
 
 @commands.command("topics")
@@ -265,7 +266,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
     from sinks.query_endpoint import find_endpoint, query_remote
 
     # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.
-    if s.kafka_bootstrap.startswith("127.0.0.1") and _kafka("start", s) != 0:
+    if s.kafka_bootstrap.startswith("127.0.0.1") and kafka_script("start", s) != 0:
         raise typer.Exit(1)
     create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config())
     if source == "auto":

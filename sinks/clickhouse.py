@@ -174,12 +174,3 @@ def migrate(store: Store) -> list[str]:
         )
         applied.append(m.name)
     return applied
-
-
-def table_columns(store: Store, table: str) -> list[str]:
-    """The insertable columns of ``table`` (ordinary columns, not MATERIALIZED/ALIAS)."""
-    t = store.query_arrow(
-        f"SELECT name FROM system.columns WHERE database = currentDatabase() AND table = '{table}' "
-        "AND default_kind NOT IN ('MATERIALIZED', 'ALIAS') ORDER BY position"
-    )
-    return t["name"].to_pylist()
