@@ -52,6 +52,7 @@ def register_all() -> None:
         cmd_lab.lab_app,
         cmd_sim.inventory_app,
         cmd_sim.sim_app,
+        cmd_hostping.hostping_app,
     ):
         app.add_typer(sub)
     _registered = True

@@ -286,6 +286,8 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
                                directory=s.fabricscope_var / "lab", kafka_config=s.kafka_client_config() or None)
     else:
         children.append(subprocess.Popen([*exe, "source", source]))
+    # Hostping on this host: inventory, topology and the 1 s monitor; loopback only where there is an RNIC.
+    children.append(subprocess.Popen([*exe, "hostping", "agent"]))
     console.print(f"[green]fabricscope up[/green]: source={source}, workers={workers}; Ctrl-C stops"
                   + ("; inject faults with `fabricscope lab fault ...`" if lab else ""))
     t0 = time.time()

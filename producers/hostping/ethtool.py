@@ -164,3 +164,21 @@ def findings(stats: EthtoolStats) -> list[Finding]:
 def detect(text: str) -> bool:
     """True when the text holds a ``{rx,tx}_prio<N>_*`` counter or a physical-layer error/FEC counter."""
     return any((s := _STAT.match(x)) and (_PRIO.match(s["k"]) or _is_phy_counter(s["k"])) for x in text.splitlines())
+
+
+def read_live(netdev: str, timeout_s: float = 2.0) -> tuple[dict[str, int] | None, str]:
+    """``ethtool -S <netdev>`` now: ``(counters, "")``, or ``(None, why)`` when ethtool is not installed,
+    times out or fails (a driver without statistics says ``no stats available``)."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("ethtool")
+    if exe is None:
+        return None, "ethtool is not installed (apt-get install ethtool)"
+    try:
+        p = subprocess.run([exe, "-S", netdev], capture_output=True, text=True, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return None, f"ethtool -S {netdev} timed out after {timeout_s} s"
+    if p.returncode != 0:
+        return None, f"ethtool -S {netdev}: {(p.stderr or p.stdout).strip()[:200]}"
+    return parse(p.stdout).counters, ""
