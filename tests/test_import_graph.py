@@ -1,4 +1,5 @@
-"""The project's modules import each other without cycles.
+"""The project's modules import each other without cycles, and each room imports only the rooms
+docs/ARCHITECTURE.md allows.
 
 The graph is read with :mod:`ast` from the source (nothing is imported): an edge A -> B for
 every import statement A runs when it is loaded (module level, also inside a top-level
@@ -126,3 +127,39 @@ def test_project_has_no_import_cycle():
     cycle = find_cycle(graph)
     if cycle:
         pytest.fail("import cycle: " + " -> ".join(cycle) + "; move the shared part to a module both may import")
+
+
+# Which rooms each room may import (any import, also inside functions); docs/ARCHITECTURE.md says why.
+STREAMS = {"streams.pingmesh", "streams.hostping", "streams.runtime"}
+MAY_IMPORT: dict[str, set[str]] = {
+    "schemas": set(),
+    "producers": {"schemas"},
+    "streams.pingmesh": {"schemas"},
+    "streams.hostping": {"schemas"},
+    "streams.runtime": {"schemas", "streams.pingmesh", "streams.hostping"},
+    "sinks": {"schemas"},
+    "infra": {"schemas", "producers"},
+    "fabricscope": {"schemas", "producers", *STREAMS, "sinks", "infra", "bench"},
+    "bench": {"schemas", "producers", *STREAMS, "sinks", "infra", "fabricscope"},
+}
+
+
+def room(module: str) -> str:
+    """``streams.pingmesh.rtt`` -> ``streams.pingmesh``; ``producers.sim.engine`` -> ``producers``."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "streams" and len(parts) > 1 else parts[0]
+
+
+def test_rooms_import_only_what_they_may():
+    files = module_files()
+    wrong = []
+    for mod, path in files.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            for name in names:
+                if name.split(".")[0] not in ROOMS or room(name) == room(mod) or name == "streams":
+                    continue
+                if room(name) not in MAY_IMPORT[room(mod)]:
+                    wrong.append(f"{path.relative_to(REPO)}:{node.lineno} imports {name}")
+    assert not wrong, "imports across rooms that docs/ARCHITECTURE.md does not allow:\n" + "\n".join(wrong)
