@@ -33,6 +33,7 @@ def register_all() -> None:
         cmd_lab,
         cmd_pipeline,
         cmd_sim,
+        cmd_store,
     )
 
     cmd_hostping.register(cmd_pipeline.commands)  # extends `source` with the hostping-sim kind
@@ -52,6 +53,7 @@ def register_all() -> None:
         cmd_lab.lab_app,
         cmd_sim.inventory_app,
         cmd_sim.sim_app,
+        cmd_store.store_app,
         cmd_hostping.hostping_app,
     ):
         app.add_typer(sub)
