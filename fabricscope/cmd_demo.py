@@ -23,6 +23,9 @@ from fabricscope.settings import Settings, load
 
 EXIT_FAILED = 1
 
+commands = typer.Typer()
+"""The top-level commands of this module (`fabricscope <command>`)."""
+
 
 def forward_verdicts(s: Settings, verdicts: list[dict]) -> int:
     """Publish demo verdicts to the main ``verdicts`` topic (the running store writer stores them).
@@ -38,87 +41,84 @@ def forward_verdicts(s: Settings, verdicts: list[dict]) -> int:
     if not verdicts:
         return 0
     cols = {f.name: [v.get(f.name) for v in verdicts] for f in VERDICT_V1.fields}
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     producer.publish(topic_name(VERDICTS, s.fabricscope_topic_prefix), encode_columns("verdict.v1", cols),
                      "verdict.v1", key="demo")
     return producer.flush()
 
 
-def register(app: typer.Typer) -> None:
-    """Add `fabricscope demo` to ``app``."""
+@commands.command("demo")
+def demo(
+    source: DemoSource = typer.Option("sim", help="lab (netns fabric, needs root) | sim"),
+    scenario: DemoScenario = typer.Option("switch-link-down", help="the fault to inject (the lab runs the "
+                                          "first eight; the sim all)"),
+    seed: int = typer.Option(1, help="draws the faulted link, RNIC or host"),
+    windows: int = typer.Option(1, min=1, max=30, help="complete 20 s windows to wait for after the fault"),
+    workers: int = typer.Option(1, min=1, max=16, help="Faust workers in the consumer group"),
+    as_json: bool = typer.Option(False, "--json", help="verdicts as JSON lines on stdout (nothing else there)"),
+    keep_kafka: bool = typer.Option(False, "--keep-kafka", help="leave a broker this demo started running"),
+) -> None:
+    """Inject a fault, run Kafka + Faust + ClickHouse over it, print the verdicts of each window.
+    Exit 0 when the windows closed, 1 when the pipeline failed."""
+    from fabricscope.cmd_pipeline import kafka_script, lab_available
+    from fabricscope.demo import run_demo
+    from fabricscope.up import kafka_answers
+    from infra.runlock import Busy, RunLock
+    from sinks.query_endpoint import find_endpoint
 
-    @app.command("demo")
-    def demo(
-        source: DemoSource = typer.Option("sim", help="lab (netns fabric, needs root) | sim"),
-        scenario: DemoScenario = typer.Option("switch-link-down", help="the fault to inject (the lab runs the "
-                                              "first eight; the sim all)"),
-        seed: int = typer.Option(1, help="draws the faulted link, RNIC or host"),
-        windows: int = typer.Option(1, min=1, max=30, help="complete 20 s windows to wait for after the fault"),
-        workers: int = typer.Option(1, min=1, max=16, help="Faust workers in the consumer group"),
-        as_json: bool = typer.Option(False, "--json", help="verdicts as JSON lines on stdout (nothing else there)"),
-        keep_kafka: bool = typer.Option(False, "--keep-kafka", help="leave a broker this demo started running"),
-    ) -> None:
-        """Inject a fault, run Kafka + Faust + ClickHouse over it, print the verdicts of each window.
-        Exit 0 when the windows closed, 1 when the pipeline failed."""
-        from fabricscope.cmd_pipeline import _kafka, lab_available
-        from fabricscope.demo import run_demo
-        from fabricscope.up import kafka_answers
-        from infra.runlock import Busy, RunLock
-        from sinks.query_endpoint import find_endpoint
-
-        src, scen = value(source), value(scenario)
-        check_scenario(src, scen)
-        if src == "lab" and not lab_available():
-            raise typer.BadParameter("the netns lab needs root and network namespaces; use --source sim",
-                                     param_hint="'--source'")
-        err = Console(stderr=True)
-        s = load()
-        main_store = find_endpoint(s.store_path)
-        lock = None
-        if not main_store:
-            try:
-                lock = RunLock(s.fabricscope_var / "up.lock", f"FABRICSCOPE_VAR={s.fabricscope_var}",
-                               note="fabricscope demo").acquire()
-            except Busy as b:
-                err.print(f"fabricscope demo: {b}", highlight=False, soft_wrap=True)
-                raise typer.Exit(EXIT_FAILED) from None
-        started_kafka = False
-        if s.kafka_bootstrap.startswith("127.0.0.1") and not kafka_answers(s.kafka_bootstrap):
-            if _kafka("start", s, to_stderr=True) != 0:
-                raise typer.Exit(EXIT_FAILED)
-            started_kafka = True
-
-        def show(v: dict) -> None:
-            if as_json:
-                print(json.dumps(v, default=str), flush=True)
-            else:
-                Console().print(f"window {v['window_start_ns']}: [bold]{v['kind']}[/bold] at {v['location']} "
-                                f"(impact {v['impact']}, confidence {v['confidence']:.2f})")
-
-        code = 0
+    src, scen = value(source), value(scenario)
+    check_scenario(src, scen)
+    if src == "lab" and not lab_available():
+        raise typer.BadParameter("the netns lab needs root and network namespaces; use --source sim",
+                                 param_hint="'--source'")
+    err = Console(stderr=True)
+    s = load()
+    main_store = find_endpoint(s.store_path)
+    lock = None
+    if not main_store:
         try:
-            with err.status(f"{scen} on {src}: waiting for {windows} complete window(s)…"):
-                r = run_demo(s, src, scen, seed, windows, workers, on_verdict=show,
-                             var=None if main_store else s.fabricscope_var)
-            err.print(f"injected: {json.dumps(r.truth)}")
-            err.print(f"windows closed after the fault: {len(r.complete_windows())}, verdicts: {len(r.verdicts)}")
-            if main_store:
-                left = forward_verdicts(s, r.verdicts)
-                err.print(f"verdicts sent to the running pipeline's `{s.fabricscope_topic_prefix}verdicts` topic; "
-                          f"its store writer stores them in {s.store_path}" + (f" ({left} not delivered)" if left
-                                                                               else ""))
-            else:
-                err.print(f"verdicts stored in {s.store_path} (no pipeline was running); "
-                          "`fabricscope query top_suspects --since 1h` shows them")
-        except Exception as e:  # the pipeline failed: one line, where to look, exit 1
-            err.print(f"[red]fabricscope demo: {type(e).__name__}: {e}[/red]", highlight=False, soft_wrap=True)
-            code = EXIT_FAILED
-        finally:
-            if lock is not None:
-                lock.release()
-            if started_kafka and not keep_kafka:
-                _kafka("stop", s, to_stderr=True)
-            elif started_kafka:
-                err.print(f"left running: the Kafka broker on {s.kafka_bootstrap} (--keep-kafka); "
-                          "`fabricscope kafka stop` stops it")
-        raise typer.Exit(code)
+            lock = RunLock(s.fabricscope_var / "up.lock", f"FABRICSCOPE_VAR={s.fabricscope_var}",
+                           note="fabricscope demo").acquire()
+        except Busy as b:
+            err.print(f"fabricscope demo: {b}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_FAILED) from None
+    started_kafka = False
+    if s.kafka_bootstrap.startswith("127.0.0.1") and not kafka_answers(s.kafka_bootstrap):
+        if kafka_script("start", s, to_stderr=True) != 0:
+            raise typer.Exit(EXIT_FAILED)
+        started_kafka = True
+
+    def show(v: dict) -> None:
+        if as_json:
+            print(json.dumps(v, default=str), flush=True)
+        else:
+            Console().print(f"window {v['window_start_ns']}: [bold]{v['kind']}[/bold] at {v['location']} "
+                            f"(impact {v['impact']}, confidence {v['confidence']:.2f})")
+
+    code = 0
+    try:
+        with err.status(f"{scen} on {src}: waiting for {windows} complete window(s)…"):
+            r = run_demo(s, src, scen, seed, windows, workers, on_verdict=show,
+                         var=None if main_store else s.fabricscope_var)
+        err.print(f"injected: {json.dumps(r.truth)}")
+        err.print(f"windows closed after the fault: {len(r.complete_windows())}, verdicts: {len(r.verdicts)}")
+        if main_store:
+            left = forward_verdicts(s, r.verdicts)
+            err.print(f"verdicts sent to the running pipeline's `{s.fabricscope_topic_prefix}verdicts` topic; "
+                      f"its store writer stores them in {s.store_path}" + (f" ({left} not delivered)" if left
+                                                                           else ""))
+        else:
+            err.print(f"verdicts stored in {s.store_path} (no pipeline was running); "
+                      "`fabricscope query top_suspects --since 1h` shows them")
+    except Exception as e:  # the pipeline failed: one line, where to look, exit 1
+        err.print(f"[red]fabricscope demo: {type(e).__name__}: {e}[/red]", highlight=False, soft_wrap=True)
+        code = EXIT_FAILED
+    finally:
+        if lock is not None:
+            lock.release()
+        if started_kafka and not keep_kafka:
+            kafka_script("stop", s, to_stderr=True)
+        elif started_kafka:
+            err.print(f"left running: the Kafka broker on {s.kafka_bootstrap} (--keep-kafka); "
+                      "`fabricscope kafka stop` stops it")
+    raise typer.Exit(code)

@@ -54,6 +54,6 @@ def diagnose(
     raise typer.Exit(code)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``diagnose`` command to the console script."""
-    app.command("diagnose")(diagnose)
+commands = typer.Typer()
+"""The top-level commands of this module (`fabricscope <command>`)."""
+commands.command("diagnose")(diagnose)

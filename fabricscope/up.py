@@ -157,7 +157,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
         0 after Ctrl-C or ``duration``; 1 when a child failed for good, or another ``up`` holds this
         ``FABRICSCOPE_VAR`` or the lab.
     """
-    from fabricscope.cmd_pipeline import _kafka, lab_available
+    from fabricscope.cmd_pipeline import kafka_script, lab_available
     from fabricscope.kafka_admin import create_topics
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -187,7 +187,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
             check_not_foreign(LabSpec().prefix, lab_dir(var / "lab"))  # before Kafka: refuse early
         # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.
         if s.kafka_bootstrap.startswith("127.0.0.1") and not kafka_answers(s.kafka_bootstrap):
-            if _kafka("start", s, to_stderr=True) != 0:
+            if kafka_script("start", s, to_stderr=True) != 0:
                 return EXIT_FAILED
             started_kafka = True
         create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
@@ -258,12 +258,12 @@ def _watch(s: Settings, sup: Supervisor, duration: float) -> int:
 
 
 def _stop_services(s: Settings, started_kafka: bool, keep_kafka: bool, stop_am: bool, exe: list[str]) -> None:
-    from fabricscope.cmd_pipeline import _kafka
+    from fabricscope.cmd_pipeline import kafka_script
 
     if stop_am:
         _kafka_like_call([*exe, "alertmanager", "stop"], dict(os.environ))
     if started_kafka and not keep_kafka:
-        _kafka("stop", s, to_stderr=True)
+        kafka_script("stop", s, to_stderr=True)
     elif started_kafka:
         console.print(f"left running (--keep-kafka): the Kafka broker on {s.kafka_bootstrap}; "
                       "`fabricscope kafka stop` stops it", highlight=False, soft_wrap=True)

@@ -14,7 +14,7 @@ from fabricscope import cmd_diagnose
 @pytest.fixture(scope="module")
 def run():
     app = typer.Typer()
-    cmd_diagnose.register(app)
+    app.add_typer(cmd_diagnose.commands)
     app.command("noop")(lambda: None)
     return lambda *args: CliRunner().invoke(app, ["diagnose", *args])
 

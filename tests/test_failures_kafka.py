@@ -1,7 +1,7 @@
 """Failures the pipeline must survive, each at a seeded random point, on the real broker and chdb.
 
 After each failure the store must hold every row the agents produced, once:
-``count() = uniqExact(agent_id, seq) = rows produced`` in ``probes`` (issue 8).
+``count() = uniqExact(agent_id, seq) = rows produced`` in ``probes``.
 The seed is ``FABRICSCOPE_FAILURE_SEED`` (default 8); each test prints it with
 its kill point so a failure can be replayed.
 """
