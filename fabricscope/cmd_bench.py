@@ -21,12 +21,17 @@ def register(app: typer.Typer) -> None:
             "messages up to 16 MiB pass (schemas.topics.MAX_MESSAGE_BYTES)",
         ),
         seed: int = 7,
+        workers: int = typer.Option(1, help="worker processes of the pipeline (b)"),
+        as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
     ) -> None:
         """Same batches through a bare consumer, the Faust pipeline into chdb, and a bare chdb insert."""
+        import json
+
         from bench import throughput as bench_throughput
 
         s = load()
-        print(bench_throughput.report(bench_throughput.run(s.kafka_bootstrap, rows, batch_rows, seed)))
+        r = bench_throughput.run(s.kafka_bootstrap, rows, batch_rows, seed, workers)
+        print(json.dumps(r.as_dict()) if as_json else bench_throughput.report(r))
 
     @bench.command("accuracy")
     def accuracy(

@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
     def up(
         source: str = typer.Option("auto", help="probe source: lab (netns fabric, root) | sim | synthetic; "
                                     "auto = lab where root and network namespaces work, else sim"),
-        workers: int = typer.Option(1, help="Faust workers in the consumer group"),
+        workers: int = typer.Option(0, help="Faust worker processes in the consumer group (0 = one per core)"),
         duration: float = typer.Option(0, help="stop after this many seconds (0 = until Ctrl-C)"),
         alerts: bool = typer.Option(False, help="also start Alertmanager (infra/alertmanager) and the alert sink"),
     ) -> None:
@@ -274,6 +274,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
     if source == "auto":
         source = "lab" if lab_available() else "sim"
     exe = [sys.executable, "-m", "fabricscope.cli"]
+    workers = workers or os.cpu_count() or 1  # each worker analyses its share of probes.raw's partitions
     children = [subprocess.Popen([*exe, "sink"])]
     children += [subprocess.Popen([*exe, "worker"]) for _ in range(workers)]
     if alerts:

@@ -58,6 +58,10 @@ HOSTS_TOPOLOGY = Topic(
     "hosts.topology", 1, "host", "host_topology.v1", _COMPACTED,
     "Hostping: each host's intra-host topology and healthy loopback baseline (last per host wins)",
 )
+LATENCY_BASELINES = Topic(
+    "latency.baselines", 1, "", "flow_baseline.v1", _RETAIN_7D,
+    "the reducer's per-flow P99 network RTT baselines after each window (raw retention `anomalies` reads them)",
+)
 DEADLETTER = Topic("deadletter", 1, "source_topic", "deadletter.v1", {"retention.ms": str(30 * _DAY_MS)})
 
 ALL_TOPICS: tuple[Topic, ...] = (
@@ -77,6 +81,7 @@ ALL_TOPICS: tuple[Topic, ...] = (
     GROUND_TRUTH,
     DEADLETTER,
     HOSTS_TOPOLOGY,
+    LATENCY_BASELINES,
 )
 
 

@@ -15,3 +15,8 @@ WINDOW_DELAY = Histogram(
     "wall time from a window's end to its verdicts (live streams; replays show their own age)",
     buckets=(5, 10, 15, 20, 30, 45, 60, 120, 300, float("inf")),
 )
+EVENT_LOOP_LAG = Histogram(
+    "fabricscope_worker_event_loop_lag_seconds",
+    "how late a 100 ms sleep of the worker's event loop wakes up (CPU work starving heartbeats and commits)",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, float("inf")),
+)
