@@ -45,10 +45,11 @@ from producers.sim import (
     Simulator,
 )
 from producers.sim.engine import BATCH_NS
+from producers.sim.fabrics import panel1, random_clos
 from producers.sim.faults import Fault
 from producers.sim.stream import registry_updates
 from schemas.arrow_pa import table_from_columns
-from schemas.inventory import Inventory, panel1, random_clos
+from schemas.inventory import Inventory
 from streams.pingmesh.analyzer import Analyzer, WindowResult, analyze_window
 from streams.pingmesh.partial import merge
 from streams.pingmesh.rtt import decompose

@@ -36,11 +36,6 @@ class Settings(BaseSettings):
     clickhouse_url: SecretStr | None = Field(None, description="http://user:pw@host:8123/db; unset = embedded chdb")
     fabricscope_var: Path = Field(Path("var"), description="local state: Kafka data, embedded store, lab state")
     fabricscope_topic_prefix: str = ""
-    fabricscope_raw_retention: Literal["full", "anomalies"] = Field(
-        "full", description="raw probe rows stored: full, or anomalies (timeouts, service probes, probes over "
-        "their flow's latency baseline, plus a seeded sample); the tiers count every probe either way")
-    fabricscope_raw_sample: float = Field(0.01, ge=0.0, le=1.0, description="anomalies: fraction of the rest kept")
-    fabricscope_raw_sample_seed: int = Field(0, description="anomalies: seed of the sample")
 
     @property
     def store_path(self) -> Path:

@@ -37,6 +37,9 @@ TABLE_OF: dict[str, str] = {
     T.DEADLETTER.name: "deadletters",
     T.HOST_LINKS.name: "host_links",
     T.COVERAGE.name: "coverage",
+    T.HOSTS_INVENTORY.name: "pci_functions",
+    T.HOSTMETRICS_RAW.name: "host_metrics",
+    T.LOOPBACK_RAW.name: "loopback",
 }
 # Topics written in offset-aligned blocks, and the table of each schema they carry.
 BLOCK_TOPICS = {T.PROBES_ENRICHED.name}

@@ -8,8 +8,8 @@ import pytest
 sim = pytest.importorskip("producers.sim")
 from analyzer_sim import T0, S  # noqa: E402
 
+from producers.sim.fabrics import panel1  # noqa: E402
 from schemas.arrow_pa import table_from_columns  # noqa: E402
-from schemas.inventory import panel1  # noqa: E402
 from streams.pingmesh.analyzer import Analyzer, AnalyzerState, analyze_window  # noqa: E402
 from streams.pingmesh.links import PathIndex  # noqa: E402
 from streams.pingmesh.partial import from_bytes, merge, summarize, to_bytes  # noqa: E402

@@ -6,7 +6,7 @@ import math
 
 from bench import accuracy as ba
 from producers.sim import LinkDown
-from schemas.inventory import panel1
+from producers.sim.fabrics import panel1
 
 
 def test_panel1_dead_link_has_full_recall_and_precision():

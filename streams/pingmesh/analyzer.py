@@ -16,7 +16,6 @@ stream gives byte-identical verdicts, and ``verdict_id`` is a hash of
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.arrow_pa import empty_table, table_from_columns
+from schemas.verdicts import verdict_id
 from streams.pingmesh.blame import COVERAGE_SCHEMA
 from streams.pingmesh.impact import CoverageConfig, JobThreshold, breaches, coverage_row, footprints, grade
 from streams.pingmesh.latency import LatencyConfig, flow_quantiles, latency_cover, slow_flows, update_baseline
@@ -97,13 +97,6 @@ class WindowResult:
     verdicts: pa.Table
     coverage: pa.Table
     stats: dict[str, int]
-
-
-def verdict_id(window_start_ns: int, kind: str, location: str, job_id: str | None,
-               revision_of: str | None) -> str:
-    """Deterministic id of a verdict (16 hex digits of SHA-1), equal across replays."""
-    key = f"{window_start_ns}|{kind}|{location}|{job_id or ''}|{revision_of or ''}"
-    return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
 def _isin(t: pa.Table, col: str, values: set[str]) -> np.ndarray:
