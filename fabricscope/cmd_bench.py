@@ -33,6 +33,21 @@ def register(app: typer.Typer) -> None:
         r = bench_throughput.run(s.kafka_bootstrap, rows, batch_rows, seed, workers)
         print(json.dumps(r.as_dict()) if as_json else bench_throughput.report(r))
 
+    @bench.command("scale")
+    def scale(
+        soak: bool = typer.Option(False, "--soak", help="a simulated week of pinglist rotation (worker state)"),
+        rnics: int = typer.Option(10_000, help="RNICs of the simulated fabric"),
+        hours: int = typer.Option(168, help="--soak: simulated hours"),
+    ) -> None:
+        """Scale benchmarks. --soak: path-index entries, update time and RSS per simulated hour stay flat."""
+        if not soak:
+            print("only --soak is implemented: the 10,000-RNIC run through the broker is not (BENCHMARKS.md)")
+            raise typer.Exit(2)
+        from bench import soak as bench_soak
+
+        rows = bench_soak.run(rnics, hours, progress=lambda r: print(r, flush=True))
+        print(bench_soak.report(rows))
+
     @bench.command("accuracy")
     def accuracy(
         scenarios: int = typer.Option(30, help="random scenarios (every 10th on a 1,024-RNIC fabric)"),

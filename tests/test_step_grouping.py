@@ -16,9 +16,9 @@ import time
 import pyarrow as pa
 import pytest
 
+from producers.sim.fabrics import panel1
 from schemas.arrow_pa import table_from_columns
 from schemas.codec import encode
-from schemas.inventory import panel1
 from sinks.blocks import Entry, PartitionState, block_inserts, form_block, load_states
 from sinks.clickhouse import ChdbStore, migrate
 from streams.pingmesh.links import PathIndex
