@@ -45,6 +45,8 @@ class ThroughputResult:
     loop_lag_p99_ms: float
     loop_lag_max_ms: float
     minute_rows_per_probe: float
+    sink_backlog_rows_s: float
+    sink_backlog_cpu_us_per_row: float
 
     def as_dict(self) -> dict:
         """Flat JSON-ready dict (the keys of `bench throughput --json`)."""
@@ -180,6 +182,8 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
             done = max(n - n_first, 1)
             pipeline = done / max(t_last - (t_first or t_last), 1e-9)
             worker_cpu = sum(cpu1[k] - cpu0.get(k, cpu1[k]) for k in procs if k.startswith("worker"))
+        # (b') the store writer alone on the backlog the pipeline left in probes.enriched (full-size blocks)
+        backlog_rows_s, backlog_cpu = _sink_on_backlog(bootstrap, prefix, rows)
     finally:
         delete_topics(bootstrap, prefix)
     rss["bench (this process)"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -187,7 +191,31 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
         rows, workers, bare_consumer, pipeline, bare_insert,
         worker_cpu / done * 1e6, (cpu1["sink"] - cpu0.get("sink", cpu1["sink"])) / done * 1e6, bare_insert_cpu,
         (cpu1["broker"] - cpu0.get("broker", cpu1["broker"])) / done * 1e6, rss, lag_p99, lag_max,
-        minute_rows / max(n, 1))
+        minute_rows / max(n, 1), backlog_rows_s, backlog_cpu)
+
+
+def _sink_on_backlog(bootstrap: str, prefix: str, rows: int) -> tuple[float, float]:
+    """rows/s and CPU µs/row of a store writer (in this process) reading probes.enriched from the start."""
+    from sinks.clickhouse import ChdbStore, migrate
+    from sinks.kafka_sink import StoreWriter
+
+    with tempfile.TemporaryDirectory() as d:
+        store = ChdbStore(Path(d) / "ch")
+        migrate(store)
+        w = StoreWriter(store, bootstrap, prefix, group=f"backlog-{uuid.uuid4().hex[:6]}")
+        deadline = time.time() + 600
+        while w.stats.rows_by_table.get("probes", 0) == 0 and time.time() < deadline:
+            w.poll_once()
+        c0, t0, n0 = _self_cpu_s(), time.perf_counter(), w.stats.rows_by_table.get("probes", 0)
+        while w.stats.rows_by_table.get("probes", 0) < rows and time.time() < deadline:
+            w.poll_once()
+        w.poll_once(timeout=0, force=True)
+        store.command("OPTIMIZE TABLE probes FINAL")
+        n = w.stats.rows_by_table.get("probes", 0) - n0
+        out = n / (time.perf_counter() - t0), (_self_cpu_s() - c0) / max(n, 1) * 1e6
+        w.close()
+        store.close()
+    return out
 
 
 def _self_cpu_s() -> float:
@@ -208,6 +236,9 @@ def report(r: ThroughputResult) -> str:
         f"b/a = {r.pipeline_rows_s / r.bare_consumer_rows_s:.3f}   "
         f"b/c = {r.pipeline_rows_s / r.bare_insert_rows_s:.3f}   "
         f"store writer CPU / bare insert CPU = {r.sink_cpu_us_per_row / r.bare_insert_cpu_us_per_row:.2f}",
+        f"(b') store writer alone on the backlog: {r.sink_backlog_rows_s:12,.0f} rows/s   CPU "
+        f"{r.sink_backlog_cpu_us_per_row:.2f} µs/row "
+        f"(= {r.sink_backlog_cpu_us_per_row / r.bare_insert_cpu_us_per_row:.2f} x bare insert)",
         f"minute-tier rows per probe row: {r.minute_rows_per_probe:.3f}",
         f"worker event-loop lag: p99 <= {r.loop_lag_p99_ms:.0f} ms, max <= {r.loop_lag_max_ms:.0f} ms",
         "peak RSS (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in r.peak_rss_mib.items()),
