@@ -23,8 +23,6 @@ from pathlib import Path
 import pyarrow as pa
 from confluent_kafka import Consumer
 
-from producers.bulk import bulk_probe_columns
-from schemas.arrow_pa import table_from_columns
 from schemas.codec import decode, encode
 
 
@@ -54,13 +52,14 @@ class ThroughputResult:
 
 
 def _payloads(rows: int, batch_rows: int, seed: int) -> list[bytes]:
-    out = []
-    for i in range(0, rows, batch_rows):
-        n = min(batch_rows, rows - i)
-        cols = bulk_probe_columns(n, seed=seed + i, start_ns=int(time.time_ns() // 60_000_000_000 * 60_000_000_000)
-                                  + i * 1000, agent_id=f"h{(i // batch_rows) % 64}", seq0=i)
-        out.append(encode(table_from_columns("probe.v1", cols)))
-    return out
+    """``rows`` simulated probes of the 1,024-RNIC profile fabric (its pinglists, so a realistic number of
+    distinct pairs per minute), shifted to the last hour, in messages of ``batch_rows``."""
+    from bench.profile import _sim_batch
+    from bench.storage import _to_now
+
+    payload, _, _ = _sim_batch(rows)
+    whole = _to_now(decode(payload, "probe.v1")[1]).slice(0, rows)
+    return [encode(whole.slice(i, batch_rows)) for i in range(0, whole.num_rows, batch_rows)]
 
 
 def _lag_ms(ports: list[int]) -> tuple[float, float]:

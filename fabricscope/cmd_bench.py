@@ -48,6 +48,17 @@ def register(app: typer.Typer) -> None:
         rows = bench_soak.run(rnics, hours, progress=lambda r: print(r, flush=True))
         print(bench_soak.report(rows))
 
+    @bench.command("storage")
+    def storage(
+        rows: int = typer.Option(240_000, help="simulated probes measured"),
+        rnics: int = typer.Option(10_000, help="RNICs to scale to"),
+        rate: float = typer.Option(150.0, help="probes/s per RNIC"),
+    ) -> None:
+        """Bytes per day under each raw retention policy (full, anomalies), from simulated probes in the store."""
+        from bench import storage as bench_storage
+
+        print(bench_storage.report(bench_storage.run(rows, rnics, rate), rnics, rate))
+
     @bench.command("accuracy")
     def accuracy(
         scenarios: int = typer.Option(30, help="random scenarios (every 10th on a 1,024-RNIC fabric)"),
