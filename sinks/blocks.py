@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from sinks.clickhouse import Store
+from streams.pingmesh.minute_tier import merge_minute_rows
 
 STATE_TABLE = "sink_blocks"
 
@@ -99,6 +100,8 @@ def form_block(entries: list[Entry], hwm: dict[str, int]) -> Block:
             after[key] = src[1]
         by_table.setdefault(e.table, []).append(e.rows)
     tables = {t: pa.concat_tables(parts, promote_options="permissive") for t, parts in by_table.items()}
+    if "probes_1m" in tables:  # replays are out: one row per key for the whole block
+        tables["probes_1m"] = merge_minute_rows(tables["probes_1m"])
     return Block(entries[0].offset, entries[-1].offset, tables, dict(hwm), after, dropped)
 
 
@@ -200,7 +203,9 @@ def block_inserts(topic: str, partition: int, block: Block, now_ns: int) -> list
     token = block.token(topic, partition)
     out: list[tuple[str, pa.Table, str | None]] = [(STATE_TABLE, state_row(topic, partition, block, now_ns), None)]
     for table in sorted(block.tables, key=INSERT_ORDER.index):
-        out.append((table, block.tables[table].drop_columns(STORAGE_ONLY_COLUMNS.get(table, [])), token))
+        data = block.tables[table]
+        out.append((table, data.drop_columns([c for c in STORAGE_ONLY_COLUMNS.get(table, [])
+                                              if c in data.column_names]), token))
     return out
 
 

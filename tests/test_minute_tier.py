@@ -107,3 +107,23 @@ def test_minute_rows_by_hand():
     assert got[0]["prober_hist"] == [(0, 1), (37, 1)]
     assert got[2]["rtt_hist"] == [(175, 1)] and got[1]["rtt_hist"] == [(0, 1)]
     assert list(store_bucket(np.array([1024, 2000, 1, 100, 0, 5]))) == [160, 175, 0, 106, 0, 37]
+
+
+def test_merging_a_blocks_minute_rows_sums_counts_and_histograms():
+    from streams.pingmesh.minute_tier import merge_minute_rows
+
+    m = pa.map_(pa.uint16(), pa.uint64())
+    rows = pa.table({
+        "minute": pa.array([60, 60, 120, 60], pa.int64()), "pinglist": ["tor_mesh"] * 4,
+        "prober_rnic": ["a", "a", "a", "b"], "responder_rnic": ["b"] * 4,
+        "probes": pa.array([3, 2, 1, 1], pa.uint64()), "timeouts": pa.array([1, 0, 0, 0], pa.uint64()),
+        "rtt_hist": pa.array([[(160, 2)], [(160, 1), (175, 1)], [(0, 1)], []], m),
+        "responder_hist": pa.array([[], [], [], [(1, 1)]], m),
+        "prober_hist": pa.array([[(37, 2)], [(37, 2)], [], []], m),
+        "batch_id": ["r/0/1", "r/0/2", "r/0/2", "r/0/3"],
+    })
+    got = merge_minute_rows(rows).to_pylist()
+    assert [(r["minute"], r["prober_rnic"], r["probes"], r["timeouts"], r["rtt_hist"], r["prober_hist"])
+            for r in got] == [(60, "a", 5, 1, [(160, 3), (175, 1)], [(37, 4)]), (60, "b", 1, 0, [], []),
+                              (120, "a", 1, 0, [(0, 1)], [])]
+    assert got[1]["responder_hist"] == [(1, 1)] and "batch_id" not in got[0]

@@ -102,3 +102,54 @@ def minute_rows(enriched: pa.Table) -> pa.Table:
         cols[name] = _histogram(gid, n_groups, enriched[col])
     cols["batch_id"] = enriched["batch_id"].take(take)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
+
+
+def _sum_maps(gid: np.ndarray, n_groups: int, maps: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Per group, the bucket-wise sum of ``Map(bucket -> count)`` values (``sumMap``), keys ascending."""
+    chunks = maps.chunks if isinstance(maps, pa.ChunkedArray) else [maps]
+    maps = pa.concat_arrays(chunks)  # fresh buffers: offsets from 0, children exactly the entries
+    offsets = maps.offsets.to_numpy()
+    owner = np.repeat(gid, np.diff(offsets))
+    keys = maps.keys.to_numpy()[offsets[0]:offsets[-1]].astype(np.int64)
+    counts = maps.items.to_numpy()[offsets[0]:offsets[-1]].astype(np.uint64)
+    pair, inv = np.unique(owner * 65536 + keys, return_inverse=True)
+    total = np.zeros(len(pair), dtype=np.uint64)
+    np.add.at(total, inv.ravel(), counts)
+    out_offsets = np.zeros(n_groups + 1, dtype=np.int32)
+    np.cumsum(np.bincount(pair // 65536, minlength=n_groups), out=out_offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(out_offsets, pa.int32()), pa.array((pair % 65536).astype(np.uint16)),
+                                   pa.array(total), type=_MAP)
+
+
+def merge_minute_rows(rows: pa.Table) -> pa.Table:
+    """Merge minute-tier rows of one key (minute, pinglist, prober, responder) into one: what the engine's
+    ``sum``/``sumMap`` would do later, done before the insert. The store writer applies it to a block's
+    rows after dropping replays (so the source identity is no longer needed): a block of many
+    messages inserts one row per key instead of one per key and source message.
+
+    Returns the table without ``batch_id``, sorted by key.
+    """
+    names = [n for n in rows.column_names if n != "batch_id"]
+    if rows.num_rows == 0:
+        return rows.select(names)
+    _, minute_code = np.unique(rows["minute"].to_numpy(), return_inverse=True)
+    composite = minute_code.astype(np.int64).ravel()
+    for k in KEYS[1:]:
+        codes, card = _codes(rows[k])
+        composite = composite * card + codes
+    _, first, gid = np.unique(composite, return_index=True, return_inverse=True)
+    gid = gid.astype(np.int64).ravel()
+    n_groups = len(first)
+    take = pa.array(first, pa.int64())
+    cols = {
+        "minute": rows["minute"].take(take),
+        "pinglist": rows["pinglist"].take(take),
+        "prober_rnic": rows["prober_rnic"].take(take),
+        "responder_rnic": rows["responder_rnic"].take(take),
+        "probes": pa.array(np.bincount(gid, weights=rows["probes"].to_numpy(), minlength=n_groups).astype(np.uint64)),
+        "timeouts": pa.array(np.bincount(gid, weights=rows["timeouts"].to_numpy(),
+                                         minlength=n_groups).astype(np.uint64)),
+    }
+    for name, _col in HISTS:
+        cols[name] = _sum_maps(gid, n_groups, rows[name])
+    return pa.table({n: cols[n] for n in names})
