@@ -24,6 +24,7 @@ def _register() -> None:
     __import__("fabricscope.cmd_history", fromlist=["register"]).register(app)
     __import__("fabricscope.cmd_lab", fromlist=["register"]).register(app)
     __import__("fabricscope.cmd_sim", fromlist=["register"]).register(app)
+    __import__("fabricscope.cmd_store", fromlist=["register"]).register(app)
     __import__("fabricscope.cmd_blame", fromlist=["register"]).register(app)
     __import__("fabricscope.cmd_hostping", fromlist=["register"]).register(app)  # after cmd_pipeline: extends `source`
 

@@ -59,6 +59,19 @@ def register(app: typer.Typer) -> None:
 
         print(bench_storage.report(bench_storage.run(rows, rnics, rate), rnics, rate))
 
+    @bench.command("replication")
+    def replication(
+        uploads: int = typer.Option(200, help="agent uploads to publish"),
+        rows: int = typer.Option(6_000, help="probe rows per upload (6,000: 8 RNICs x 150 probes/s x 5 s)"),
+        rate: float = typer.Option(0.0, help="uploads per second (0 = as fast as possible: throughput)"),
+    ) -> None:
+        """Publish agent uploads with acks=all into the cluster's replicated probes.raw; uploads/s, latency."""
+        from bench import replication as bench_replication
+
+        s = load()
+        print(bench_replication.report(bench_replication.run(s.kafka_bootstrap, uploads, rows,
+                                                             client_config=s.kafka_client_config(), rate=rate)))
+
     @bench.command("accuracy")
     def accuracy(
         scenarios: int = typer.Option(30, help="random scenarios (every 10th on a 1,024-RNIC fabric)"),

@@ -55,7 +55,7 @@ def run_hostping_sim(
         raise typer.BadParameter(f"must be >= 1, got {rounds}", param_hint="--rounds")
     names = {t.name: topic_name(t, s.fabricscope_topic_prefix) for t in ALL_TOPICS}
     start = start_ns or (time.time_ns() // ROUND_NS) * ROUND_NS
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     stopping = False
 
     def _stop(*_: object) -> None:

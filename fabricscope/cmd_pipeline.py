@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -28,6 +29,25 @@ def _kafka(action: str, settings: Settings) -> int:
     return subprocess.call(["bash", str(KAFKA_SH), action], env=env)
 
 
+def _replication(s: Settings) -> int | None:
+    """Replicas for Faust's own topics: ``KAFKA_REPLICATION_FACTOR``, else min(3, brokers) of the cluster;
+    None (Faust's 1) when the cluster does not answer in 10 s (the worker still starts and waits for it).
+
+    Raises:
+        ValueError: ``KAFKA_REPLICATION_FACTOR`` exceeds the brokers.
+    """
+    from confluent_kafka import KafkaException
+
+    from fabricscope.kafka_admin import cluster_replication
+
+    try:
+        return cluster_replication(s.kafka_bootstrap, s.kafka_client_config(), s.kafka_replication_factor, 10.0)
+    except KafkaException as err:
+        logging.getLogger("fabricscope.worker").warning(
+            "cluster size unknown (%s): topics Faust creates itself would get 1 replica", err)
+        return s.kafka_replication_factor
+
+
 def register(app: typer.Typer) -> None:
     """Add the pipeline commands to ``app``."""
     kafka_app = typer.Typer(help="The local Apache Kafka broker (KRaft, 127.0.0.1, data under ./var/kafka).")
@@ -49,13 +69,28 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(_kafka("status", load()))
 
     @app.command("topics")
-    def topics(prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)")) -> None:
-        """Create every topic of the pipeline with its partitions and retention (idempotent)."""
+    def topics(
+        prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)"),
+        describe: bool = typer.Option(False, "--describe", help="compare existing topics with the expected ones; "
+                                      "creates nothing; exit 1 if any differs"),
+        as_json: bool = typer.Option(False, "--json", help="with --describe: JSON for machines"),
+    ) -> None:
+        """Create every topic of the pipeline with its partitions, replication (KAFKA_REPLICATION_FACTOR,
+        default min(3, brokers)), min.insync.replicas and retention (idempotent)."""
+        from fabricscope.cmd_topics import describe_command
         from fabricscope.kafka_admin import create_topics
 
         s = load()
-        for name, state in sorted(create_topics(s.kafka_bootstrap, prefix if prefix is not None
-                                                 else s.fabricscope_topic_prefix, s.kafka_client_config()).items()):
+        pre = prefix if prefix is not None else s.fabricscope_topic_prefix
+        if describe:
+            raise typer.Exit(describe_command(s, pre, as_json))
+        try:
+            created = create_topics(s.kafka_bootstrap, pre, s.kafka_client_config(),
+                                    replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
+        except ValueError as err:
+            console.print(f"[red]topics:[/red] {err}")
+            raise typer.Exit(2) from None
+        for name, state in sorted(created.items()):
             console.print(f"{name}: {state}")
 
     @app.command("worker")
@@ -71,6 +106,8 @@ def register(app: typer.Typer) -> None:
         try:
             config = RuntimeConfig.from_env(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
                                             os.environ.get("FABRICSCOPE_VAR", "var"))
+            config = dataclasses.replace(config, acks=s.kafka_acks, idempotence=s.kafka_idempotence,
+                                         replication=_replication(s))
         except ValueError as e:
             typer.echo(f"fabricscope: {e}", err=True)
             raise typer.Exit(2) from None
@@ -172,10 +209,11 @@ def run_sink(s: Settings) -> None:
     """The store writer process: migrate, serve queries, consume result topics until SIGTERM/SIGINT."""
     from sinks.clickhouse import migrate, open_store
     from sinks.kafka_sink import StoreWriter
-    from sinks.query_endpoint import endpoint_file, serve
+    from sinks.query_endpoint import serve, stop_serving
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sink %(levelname)s %(message)s")
-    store = open_store(s.store_path, s.clickhouse_dsn())
+    os.umask(0o077)  # the store's files, the token and the endpoint file: the owner's only
+    store = open_store(s.store_path, s.clickhouse_dsn(), s.query_limits())
     migrate(store)
     server = serve(store, s.store_path) if not s.clickhouse_dsn() else None
     stopping = False
@@ -192,8 +230,7 @@ def run_sink(s: Settings) -> None:
     finally:
         writer.close()
         if server:
-            server.shutdown()
-            endpoint_file(s.store_path).unlink(missing_ok=True)
+            stop_serving(server, s.store_path)
         store.close()
 
 
@@ -206,7 +243,7 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
 
     if kind != "synthetic":
         raise typer.BadParameter(f"unknown source {kind!r}; available: synthetic", param_hint="KIND")
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     topic = topic_name(PROBES_RAW, s.fabricscope_topic_prefix)
     start = (time.time_ns() // 5_000_000_000) * 5_000_000_000
     stopping = False
@@ -250,7 +287,7 @@ def run_sim_source(s: Settings, scenario: str, inventory_spec: str, seed: int, b
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--scenario") from None
     sim = Simulator(inv, seed=seed, faults=faults, inter_tor="even")
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     stopping = False
 
     def _stop(*_: object) -> None:
@@ -276,7 +313,8 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
     # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.
     if s.kafka_bootstrap.startswith("127.0.0.1") and _kafka("start", s) != 0:
         raise typer.Exit(1)
-    create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config())
+    create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
+                  replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
     if source == "auto":
         source = "lab" if lab_available() else "sim"
     exe = [sys.executable, "-m", "fabricscope.cli"]

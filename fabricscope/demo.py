@@ -188,7 +188,7 @@ def _feed_sim(s: Settings, prefix: str, scenario: str, seed: int, windows: int, 
     sim = Simulator(inv, seed=seed, faults=faults, inter_tor="even")
     if job_value is not None:
         sim.set_connections(panel1_job_connections(sim, JOB_ID))
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     # windows + 1 so the last wanted window has uploads past its end, + 2 uploads of grace
     publish_sim(sim, producer, prefix, start, n_batches=(windows + 1) * 4 + 2,
                 job_metric=(JOB_ID, job_value) if job_value is not None else None)

@@ -39,18 +39,20 @@ from streams.runtime import hostping_agents
 from streams.runtime import metrics as M
 from streams.runtime.config import current
 from streams.runtime.deadletter import whole_message
-from streams.runtime.kafka_env import faust_credentials
+from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
 from streams.runtime.probe_step import RawMessage, process_step, reducer_messages
 from streams.runtime.topic_mirror import TopicMirror
 
 log = logging.getLogger("fabricscope.app")
 
 CONFIG = current()
+# Faust creates its own datadir but not the parents: a first run on a fresh FABRICSCOPE_VAR died here.
+os.makedirs(CONFIG.var_dir, mode=0o700, exist_ok=True)
 BOOTSTRAP = CONFIG.bootstrap
 PREFIX = CONFIG.topic_prefix
 SECURITY = dict(CONFIG.kafka_client)  # librdkafka settings of the side readers (holds the SASL password)
 
-app = faust.App(
+app = App(
     f"{PREFIX}fabricscope",
     broker=[f"kafka://{b}" for b in BOOTSTRAP.split(",")],
     broker_credentials=faust_credentials(SECURITY),  # SASL/TLS: the same variables as every other client
@@ -67,7 +69,9 @@ app = faust.App(
     consumer_max_fetch_size=T.MAX_MESSAGE_BYTES,
     store="memory://",
     datadir=os.path.join(CONFIG.var_dir, "faust"),
+    **faust_delivery(CONFIG.acks, CONFIG.replication),  # acks=all and Faust's own topics' replicas
 )
+app.idempotent_producer = CONFIG.idempotence
 
 
 def _topic(t: T.Topic) -> faust.TopicT:

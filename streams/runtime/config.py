@@ -34,6 +34,10 @@ class RuntimeConfig:
         retention: which raw probe rows the store keeps (the tiers count every probe).
         step_messages: probe messages per worker step at most ...
         step_s: ... or what arrived within this many seconds.
+        acks: producer acks, ``"all"``, ``"1"`` or ``"0"`` (``KAFKA_ACKS``).
+        idempotence: idempotent producers (``KAFKA_IDEMPOTENCE``; needs ``acks="all"``).
+        replication: replicas of topics Faust creates itself; None = Faust's default of 1
+            (``fabricscope worker`` passes min(3, brokers) or ``KAFKA_REPLICATION_FACTOR``).
     """
 
     bootstrap: str = "127.0.0.1:9092"
@@ -47,6 +51,9 @@ class RuntimeConfig:
     retention: RetentionPolicy = field(default_factory=RetentionPolicy)
     step_messages: int = 64
     step_s: float = 0.5
+    acks: str = "all"
+    idempotence: bool = True
+    replication: int | None = None
 
     @classmethod
     def from_env(
