@@ -1,15 +1,17 @@
 """The Faust app: the whole stream topology at a glance.
 
-    probes.raw ──rtt (N workers)──▶ probes.enriched ──▶ (sink) ClickHouse `probes`
-        │                        └─▶ deadletter      ──▶ (sink) ClickHouse `deadletters`
-        └─ per window: summarize(rows, paths) ──▶ window.partials (1 partition)
-    paths.traced ──(mirror in every worker)──▶ PathIndex
+    probes.raw ──rtt (N workers, a step of many messages)──▶ probes.enriched ──▶ (sink) `probes_1m`, `probes`
+        │   per raw message: minute tier + rows kept,   │                       (hourly tiers by view)
+        │   to the partition of its raw partition       └─▶ deadletter ──▶ (sink) `deadletters`
+        └─ per step and window: summarize(rows, paths) ──▶ window.partials (1 partition)
+    paths.traced ──(mirror in every worker)──▶ PathIndex (bounded)
     window.partials ──reducer (one owner)──▶ verdicts ──▶ (sink) `verdicts`, chatops
         registry, jobs.metrics ──(mirror)──▶      └───▶ coverage ──▶ (sink) `coverage`
+                                                  └───▶ latency.baselines ──(mirror)──▶ raw retention
 
     loopback.raw ──hostlink──▶ host_links, verdicts     (Hostping: :mod:`streams.runtime.hostping_agents`)
 
-Analytics live in plain modules (:mod:`streams.runtime.probe_batch`, :mod:`streams.pingmesh.reducer`,
+Analytics live in plain modules (:mod:`streams.runtime.probe_step`, :mod:`streams.pingmesh.reducer`,
 :mod:`streams.pingmesh.analyzer`); this file is plumbing only. Its configuration is the
 :class:`~streams.runtime.config.RuntimeConfig` the worker was started with
 (:func:`streams.runtime.worker.run_worker`): Kafka servers and security, the topic prefix,
