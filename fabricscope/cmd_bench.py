@@ -6,119 +6,122 @@ import typer
 
 from fabricscope.settings import load
 
+bench_app = typer.Typer(name="bench", help="Benchmarks that print figures (see BENCHMARKS.md).")
 
-def register(app: typer.Typer) -> None:
-    """Add `fabricscope bench ...` to ``app``."""
-    bench = typer.Typer(help="Benchmarks that print figures (see BENCHMARKS.md).")
-    app.add_typer(bench, name="bench")
 
-    @bench.command("throughput")
-    def throughput(
-        rows: int = typer.Option(1_000_000, help="probe rows in all"),
-        batch_rows: int = typer.Option(
-            6_000,
-            help="rows per Kafka message: one agent upload at the paper's rate (8 RNICs x 150 probes/s x 5 s); "
-            "messages up to 16 MiB pass (schemas.topics.MAX_MESSAGE_BYTES)",
-        ),
-        seed: int = 7,
-        workers: int = typer.Option(1, help="worker processes of the pipeline (b)"),
-        as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
-    ) -> None:
-        """Same batches through a bare consumer, the Faust pipeline into chdb, and a bare chdb insert."""
-        import json
+@bench_app.command("throughput")
+def throughput(
+    rows: int = typer.Option(1_000_000, help="probe rows in all"),
+    batch_rows: int = typer.Option(
+        6_000,
+        help="rows per Kafka message: one agent upload at the paper's rate (8 RNICs x 150 probes/s x 5 s); "
+        "messages up to 16 MiB pass (schemas.topics.MAX_MESSAGE_BYTES)",
+    ),
+    seed: int = 7,
+    workers: int = typer.Option(1, help="worker processes of the pipeline (b)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
+) -> None:
+    """Same batches through a bare consumer, the Faust pipeline into chdb, and a bare chdb insert."""
+    import json
 
-        from bench import throughput as bench_throughput
+    from bench import throughput as bench_throughput
 
-        s = load()
-        r = bench_throughput.run(s.kafka_bootstrap, rows, batch_rows, seed, workers)
-        print(json.dumps(r.as_dict()) if as_json else bench_throughput.report(r))
+    s = load()
+    r = bench_throughput.run(s.kafka_bootstrap, rows, batch_rows, seed, workers)
+    print(json.dumps(r.as_dict()) if as_json else bench_throughput.report(r))
 
-    @bench.command("scale")
-    def scale(
-        soak: bool = typer.Option(False, "--soak", help="a simulated week of pinglist rotation (worker state)"),
-        rnics: int = typer.Option(10_000, help="RNICs of the simulated fabric"),
-        hours: int = typer.Option(168, help="--soak: simulated hours"),
-    ) -> None:
-        """Scale benchmarks. --soak: path-index entries, update time and RSS per simulated hour stay flat."""
-        if not soak:
-            print("only --soak is implemented: the 10,000-RNIC run through the broker is not (BENCHMARKS.md)")
-            raise typer.Exit(2)
-        from bench import soak as bench_soak
 
-        rows = bench_soak.run(rnics, hours, progress=lambda r: print(r, flush=True))
-        print(bench_soak.report(rows))
+@bench_app.command("scale")
+def scale(
+    soak: bool = typer.Option(False, "--soak", help="a simulated week of pinglist rotation (worker state)"),
+    rnics: int = typer.Option(10_000, help="RNICs of the simulated fabric"),
+    hours: int = typer.Option(168, help="--soak: simulated hours"),
+) -> None:
+    """Scale benchmarks. --soak: path-index entries, update time and RSS per simulated hour stay flat."""
+    if not soak:
+        print("only --soak is implemented: the 10,000-RNIC run through the broker is not (BENCHMARKS.md)")
+        raise typer.Exit(2)
+    from bench import soak as bench_soak
 
-    @bench.command("storage")
-    def storage(
-        rows: int = typer.Option(240_000, help="simulated probes measured"),
-        rnics: int = typer.Option(10_000, help="RNICs to scale to"),
-        rate: float = typer.Option(150.0, help="probes/s per RNIC"),
-    ) -> None:
-        """Bytes per day under each raw retention policy (full, anomalies), from simulated probes in the store."""
-        from bench import storage as bench_storage
+    rows = bench_soak.run(rnics, hours, progress=lambda r: print(r, flush=True))
+    print(bench_soak.report(rows))
 
-        print(bench_storage.report(bench_storage.run(rows, rnics, rate), rnics, rate))
 
-    @bench.command("replication")
-    def replication(
-        uploads: int = typer.Option(200, help="agent uploads to publish"),
-        rows: int = typer.Option(6_000, help="probe rows per upload (6,000: 8 RNICs x 150 probes/s x 5 s)"),
-        rate: float = typer.Option(0.0, help="uploads per second (0 = as fast as possible: throughput)"),
-    ) -> None:
-        """Publish agent uploads with acks=all into the cluster's replicated probes.raw; uploads/s, latency."""
-        from bench import replication as bench_replication
+@bench_app.command("storage")
+def storage(
+    rows: int = typer.Option(240_000, help="simulated probes measured"),
+    rnics: int = typer.Option(10_000, help="RNICs to scale to"),
+    rate: float = typer.Option(150.0, help="probes/s per RNIC"),
+) -> None:
+    """Bytes per day under each raw retention policy (full, anomalies), from simulated probes in the store."""
+    from bench import storage as bench_storage
 
-        s = load()
-        print(bench_replication.report(bench_replication.run(s.kafka_bootstrap, uploads, rows,
-                                                             client_config=s.kafka_client_config(), rate=rate)))
+    print(bench_storage.report(bench_storage.run(rows, rnics, rate), rnics, rate))
 
-    @bench.command("accuracy")
-    def accuracy(
-        scenarios: int = typer.Option(30, help="random scenarios (every 10th on a 1,024-RNIC fabric)"),
-        seed: int = typer.Option(1, help="draws fabrics, faults and the simulator"),
-        seconds: int = typer.Option(80, help="simulated seconds per scenario (20 s windows)"),
-        big_every: int = typer.Option(10, help="every N-th scenario uses the 1,024-RNIC fabric (0: never)"),
-        hostping_only: bool = typer.Option(False, help="only the 12 Hostping patterns"),
-    ) -> None:
-        """Diagnosis precision/recall against the simulator's ground truth, and the 12 Hostping patterns."""
-        from rich.console import Console
 
-        from bench import accuracy as bench_accuracy
+@bench_app.command("replication")
+def replication(
+    uploads: int = typer.Option(200, help="agent uploads to publish"),
+    rows: int = typer.Option(6_000, help="probe rows per upload (6,000: 8 RNICs x 150 probes/s x 5 s)"),
+    rate: float = typer.Option(0.0, help="uploads per second (0 = as fast as possible: throughput)"),
+) -> None:
+    """Publish agent uploads with acks=all into the cluster's replicated probes.raw; uploads/s, latency."""
+    from bench import replication as bench_replication
 
-        con = Console(width=160)
-        if hostping_only:
-            ok, tried, wrong = bench_accuracy.hostping_patterns()
-            con.print(f"Hostping: {ok}/{tried} pattern runs named right")
-            for w in wrong:
-                con.print(f"  wrong: {w}")
-            return
+    s = load()
+    print(bench_replication.report(bench_replication.run(s.kafka_bootstrap, uploads, rows,
+                                                         client_config=s.kafka_client_config(), rate=rate)))
 
-        def progress(r: bench_accuracy.ScenarioResult) -> None:
-            sc = r.scenario
-            faults = ", ".join(f"{t['fault']}@{t['location']}" for t in r.truth) or "healthy"
-            con.print(f"[dim]scenario {sc.index:3d} {sc.size:20s} {r.wall_s:5.1f} s  {faults}[/dim]")
 
-        rep = bench_accuracy.run(scenarios, seed, big_every, seconds, progress)
-        bench_accuracy.print_report(rep, con)
+@bench_app.command("accuracy")
+def accuracy(
+    scenarios: int = typer.Option(30, help="random scenarios (every 10th on a 1,024-RNIC fabric)"),
+    seed: int = typer.Option(1, help="draws fabrics, faults and the simulator"),
+    seconds: int = typer.Option(80, help="simulated seconds per scenario (20 s windows)"),
+    big_every: int = typer.Option(10, help="every N-th scenario uses the 1,024-RNIC fabric (0: never)"),
+    hostping_only: bool = typer.Option(False, help="only the 12 Hostping patterns"),
+) -> None:
+    """Diagnosis precision/recall against the simulator's ground truth, and the 12 Hostping patterns."""
+    from rich.console import Console
 
-    @bench.command("agent")
-    def agent(
-        seconds: float = typer.Option(30.0, help="measured seconds per agent (after a 5 s warm-up)"),
-        rate: float = typer.Option(150.0, help="probes/s per RNIC (8 RNICs)"),
-        only: str = typer.Option("udp,sim", help="which agents: udp (netns lab, root), sim"),
-    ) -> None:
-        """CPU (% of one core) and RSS of one agent process: udp on the lab, and sim, each to Kafka."""
-        from bench import agent as bench_agent
+    from bench import accuracy as bench_accuracy
 
-        s = load()
-        samples, skipped = bench_agent.run(s.kafka_bootstrap, seconds, rate, tuple(only.split(",")))
-        bench_agent.print_report(samples, skipped)
+    con = Console(width=160)
+    if hostping_only:
+        ok, tried, wrong = bench_accuracy.hostping_patterns()
+        con.print(f"Hostping: {ok}/{tried} pattern runs named right")
+        for w in wrong:
+            con.print(f"  wrong: {w}")
+        return
 
-    @bench.command("profile")
-    def profile(
-        rows: int = typer.Option(20_000, help="rows of the profiled batch (one agent upload)"),
-    ) -> None:
-        """cProfile of the RTT worker's per-batch work (probe_batch + batch_partials): the slowest stage."""
-        from bench import profile as bench_profile
+    def progress(r: bench_accuracy.ScenarioResult) -> None:
+        sc = r.scenario
+        faults = ", ".join(f"{t['fault']}@{t['location']}" for t in r.truth) or "healthy"
+        con.print(f"[dim]scenario {sc.index:3d} {sc.size:20s} {r.wall_s:5.1f} s  {faults}[/dim]")
 
-        bench_profile.print_report(bench_profile.run(rows))
+    rep = bench_accuracy.run(scenarios, seed, big_every, seconds, progress)
+    bench_accuracy.print_report(rep, con)
+
+
+@bench_app.command("agent")
+def agent(
+    seconds: float = typer.Option(30.0, help="measured seconds per agent (after a 5 s warm-up)"),
+    rate: float = typer.Option(150.0, help="probes/s per RNIC (8 RNICs)"),
+    only: str = typer.Option("udp,sim", help="which agents: udp (netns lab, root), sim"),
+) -> None:
+    """CPU (% of one core) and RSS of one agent process: udp on the lab, and sim, each to Kafka."""
+    from bench import agent as bench_agent
+
+    s = load()
+    samples, skipped = bench_agent.run(s.kafka_bootstrap, seconds, rate, tuple(only.split(",")))
+    bench_agent.print_report(samples, skipped)
+
+
+@bench_app.command("profile")
+def profile(
+    rows: int = typer.Option(20_000, help="rows of the profiled batch (one agent upload)"),
+) -> None:
+    """cProfile of the RTT worker's per-batch work (probe_batch + batch_partials): the slowest stage."""
+    from bench import profile as bench_profile
+
+    bench_profile.print_report(bench_profile.run(rows))

@@ -105,7 +105,7 @@ def blame_cmd(
         raise typer.Exit(3)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``blame`` command to the console script."""
-    app.command("blame")(blame_cmd)
+commands = typer.Typer()
+"""The top-level commands of this module (`fabricscope <command>`)."""
+commands.command("blame")(blame_cmd)
 

@@ -50,6 +50,6 @@ def diagnose(
     console.print(f"{problems} problem(s), {len(found) - problems} informational.")
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``diagnose`` command to the console script."""
-    app.command("diagnose")(diagnose)
+commands = typer.Typer()
+"""The top-level commands of this module (`fabricscope <command>`)."""
+commands.command("diagnose")(diagnose)

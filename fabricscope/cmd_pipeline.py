@@ -18,13 +18,15 @@ from rich.console import Console
 from rich.table import Table
 
 from fabricscope.settings import Settings, load
+from fabricscope.stopping import stop_requested
 
 console = Console(stderr=True)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KAFKA_SH = REPO_ROOT / "infra" / "kafka" / "kafka.sh"
 
 
-def _kafka(action: str, settings: Settings) -> int:
+def kafka_script(action: str, settings: Settings) -> int:
+    """Run ``infra/kafka/kafka.sh ACTION`` (start, stop, status) for the local broker; returns its exit code."""
     env = {**os.environ, "FABRICSCOPE_VAR": str(settings.fabricscope_var.resolve())}
     return subprocess.call(["bash", str(KAFKA_SH), action], env=env)
 
@@ -48,135 +50,144 @@ def _replication(s: Settings) -> int | None:
         return s.kafka_replication_factor
 
 
-def register(app: typer.Typer) -> None:
-    """Add the pipeline commands to ``app``."""
-    kafka_app = typer.Typer(help="The local Apache Kafka broker (KRaft, 127.0.0.1, data under ./var/kafka).")
-    app.add_typer(kafka_app, name="kafka")
+commands = typer.Typer()
+"""The top-level commands of this module (`fabricscope <command>`)."""
 
-    @kafka_app.command("start")
-    def kafka_start() -> None:
-        """Install (Maven Central) and start the local broker; reuse one that already runs."""
-        raise typer.Exit(_kafka("start", load()))
+kafka_app = typer.Typer(name="kafka", help="The local Apache Kafka broker (KRaft, 127.0.0.1, data under ./var/kafka).")
 
-    @kafka_app.command("stop")
-    def kafka_stop() -> None:
-        """Stop the local broker."""
-        raise typer.Exit(_kafka("stop", load()))
 
-    @kafka_app.command("status")
-    def kafka_status() -> None:
-        """Say whether the local broker answers."""
-        raise typer.Exit(_kafka("status", load()))
+@kafka_app.command("start")
+def kafka_start() -> None:
+    """Install (Maven Central) and start the local broker; reuse one that already runs."""
+    raise typer.Exit(kafka_script("start", load()))
 
-    @app.command("topics")
-    def topics(
-        prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)"),
-        describe: bool = typer.Option(False, "--describe", help="compare existing topics with the expected ones; "
-                                      "creates nothing; exit 1 if any differs"),
-        as_json: bool = typer.Option(False, "--json", help="with --describe: JSON for machines"),
-    ) -> None:
-        """Create every topic of the pipeline with its partitions, replication (KAFKA_REPLICATION_FACTOR,
-        default min(3, brokers)), min.insync.replicas and retention (idempotent)."""
-        from fabricscope.cmd_topics import describe_command
-        from fabricscope.kafka_admin import create_topics
 
-        s = load()
-        pre = prefix if prefix is not None else s.fabricscope_topic_prefix
-        if describe:
-            raise typer.Exit(describe_command(s, pre, as_json))
-        try:
-            created = create_topics(s.kafka_bootstrap, pre, s.kafka_client_config(),
-                                    replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
-        except ValueError as err:
-            console.print(f"[red]topics:[/red] {err}")
-            raise typer.Exit(2) from None
-        for name, state in sorted(created.items()):
-            console.print(f"{name}: {state}")
+@kafka_app.command("stop")
+def kafka_stop() -> None:
+    """Stop the local broker."""
+    raise typer.Exit(kafka_script("stop", load()))
 
-    @app.command("worker")
-    def worker(loglevel: str = "warn",
-               metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
-               ) -> None:
-        """Run one Faust stream worker (RTT decomposition, window partials, the reducer, Hostping).
-        Start more for more partitions."""
-        s = load()
-        from streams.runtime.config import RuntimeConfig
-        from streams.runtime.worker import run_worker
 
-        try:
-            config = RuntimeConfig.from_env(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
-                                            os.environ.get("FABRICSCOPE_VAR", "var"))
-            config = dataclasses.replace(config, acks=s.kafka_acks, idempotence=s.kafka_idempotence,
-                                         replication=_replication(s))
-        except ValueError as e:
-            typer.echo(f"fabricscope: {e}", err=True)
-            raise typer.Exit(2) from None
-        _serve_metrics(metrics_port)
-        run_worker(config, loglevel)
+@kafka_app.command("status")
+def kafka_status() -> None:
+    """Say whether the local broker answers."""
+    raise typer.Exit(kafka_script("status", load()))
 
-    @app.command("sink")
-    def sink(metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
-             ) -> None:
-        """Write result topics into ClickHouse (embedded chdb by default) and serve local queries."""
-        _serve_metrics(metrics_port)
-        run_sink(load())
 
-    @app.command("source")
-    def source(
-        kind: str = typer.Argument("sim", help="sim (Clos fabric model with faults) | synthetic (minimal prober)"),
-        scenario: str = typer.Option("healthy", help="sim: the fault scenario (see `fabricscope sim --help`)"),
-        inventory: str = typer.Option("panel1", help="sim: an inventory YAML, or panel1"),
-        hosts: int = typer.Option(4, help="synthetic: hosts"),
-        rnics: int = typer.Option(2, help="synthetic: RNICs per host"),
-        seed: int = 1,
-        probes_per_batch: int = typer.Option(100, help="synthetic: probes per upload"),
-        batches: int = typer.Option(0, help="stop after this many 5 s uploads (0 = run until stopped)"),
-        realtime: bool = typer.Option(True, help="pace uploads every 5 s of wall time"),
-        start_ns: int = typer.Option(0, help="event time of the first upload (0 = now, aligned to 5 s)"),
-    ) -> None:
-        """Publish agent uploads from a source: probes.raw, paths.traced, registry."""
-        s = load()
-        if kind == "sim":
-            run_sim_source(s, scenario, inventory, seed, batches or None, realtime, start_ns or None)
-        else:
-            run_source(s, kind, hosts, rnics, seed, probes_per_batch, batches, realtime)
+@commands.command("topics")
+def topics(
+    prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)"),
+    describe: bool = typer.Option(False, "--describe", help="compare existing topics with the expected ones; "
+                                  "creates nothing; exit 1 if any differs"),
+    as_json: bool = typer.Option(False, "--json", help="with --describe: JSON for machines"),
+) -> None:
+    """Create every topic of the pipeline with its partitions, replication (KAFKA_REPLICATION_FACTOR,
+    default min(3, brokers)), min.insync.replicas and retention (idempotent)."""
+    from fabricscope.cmd_topics import describe_command
+    from fabricscope.kafka_admin import create_topics
 
-    @app.command("up")
-    def up(
-        source: str = typer.Option("auto", help="probe source: lab (netns fabric, root) | sim | synthetic; "
-                                    "auto = lab where root and network namespaces work, else sim"),
-        workers: int = typer.Option(0, help="Faust worker processes in the consumer group (0 = one per core)"),
-        duration: float = typer.Option(0, help="stop after this many seconds (0 = until Ctrl-C)"),
-        alerts: bool = typer.Option(False, help="also start Alertmanager (infra/alertmanager) and the alert sink"),
-    ) -> None:
-        """Start (or reuse) Kafka, create topics, run the worker, the sink and the source; Ctrl-C stops all."""
-        run_up(load(), source, workers, duration, alerts)
+    s = load()
+    pre = prefix if prefix is not None else s.fabricscope_topic_prefix
+    if describe:
+        raise typer.Exit(describe_command(s, pre, as_json))
+    try:
+        created = create_topics(s.kafka_bootstrap, pre, s.kafka_client_config(),
+                                replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
+    except ValueError as err:
+        console.print(f"[red]topics:[/red] {err}")
+        raise typer.Exit(2) from None
+    for name, state in sorted(created.items()):
+        console.print(f"{name}: {state}")
 
-    @app.command("query")
-    def query(
-        sql: str = typer.Argument(..., help="SQL, or the name of a saved query (`fabricscope queries` lists them)"),
-        as_json: bool = typer.Option(False, "--json", help="JSON lines for machines"),
-        as_csv: bool = typer.Option(False, "--csv", help="CSV"),
-        since: str = typer.Option(None, "--since", help="saved queries: how far back, e.g. 90d, 12h"),
-        param: list[str] = typer.Option([], "--param", "-p", help="saved queries: NAME=VALUE, repeatable"),
-    ) -> None:
-        """Run SQL on the store: through the running sink if there is one, else directly."""
-        from fabricscope.store_access import run_query
-        from schemas.saved_queries import SavedQueryError, is_saved_query, render_named
 
-        try:
-            if is_saved_query(sql):
-                values = dict(p.split("=", 1) if "=" in p else (p, "") for p in param)
-                if since is not None:
-                    values["since"] = since
-                sql = render_named(sql, values)
-            elif since is not None or param:
-                raise SavedQueryError("--since and -p apply to saved queries only; `fabricscope queries` lists them")
-            result = run_query(load(), sql)
-        except Exception as err:
-            console.print(f"[red]query failed:[/red] {err}")
-            raise typer.Exit(1) from None
-        print_table(result, as_json, as_csv)
+@commands.command("worker")
+def worker(loglevel: str = "warn",
+           metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
+           ) -> None:
+    """Run one Faust stream worker (RTT decomposition, window partials, the reducer, Hostping).
+    Start more for more partitions."""
+    s = load()
+    from streams.runtime.config import RuntimeConfig
+    from streams.runtime.worker import run_worker
+
+    try:
+        config = RuntimeConfig.from_env(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
+                                        os.environ.get("FABRICSCOPE_VAR", "var"))
+        config = dataclasses.replace(config, acks=s.kafka_acks, idempotence=s.kafka_idempotence,
+                                     replication=_replication(s))
+    except ValueError as e:
+        typer.echo(f"fabricscope: {e}", err=True)
+        raise typer.Exit(2) from None
+    _serve_metrics(metrics_port)
+    run_worker(config, loglevel)
+
+
+@commands.command("sink")
+def sink(metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
+         ) -> None:
+    """Write result topics into ClickHouse (embedded chdb by default) and serve local queries."""
+    _serve_metrics(metrics_port)
+    run_sink(load())
+
+
+@commands.command("source")
+def source(
+    kind: str = typer.Argument("sim", help="sim (Clos fabric model with faults) | synthetic (minimal prober)"),
+    scenario: str = typer.Option("healthy", help="sim: the fault scenario (see `fabricscope sim --help`)"),
+    inventory: str = typer.Option("panel1", help="sim: an inventory YAML, or panel1"),
+    hosts: int = typer.Option(4, help="synthetic: hosts"),
+    rnics: int = typer.Option(2, help="synthetic: RNICs per host"),
+    seed: int = 1,
+    probes_per_batch: int = typer.Option(100, help="synthetic: probes per upload"),
+    batches: int = typer.Option(0, help="stop after this many 5 s uploads (0 = run until stopped)"),
+    realtime: bool = typer.Option(True, help="pace uploads every 5 s of wall time"),
+    start_ns: int = typer.Option(0, help="event time of the first upload (0 = now, aligned to 5 s)"),
+) -> None:
+    """Publish agent uploads from a source: probes.raw, paths.traced, registry."""
+    s = load()
+    if kind == "sim":
+        run_sim_source(s, scenario, inventory, seed, batches or None, realtime, start_ns or None)
+    else:
+        run_source(s, kind, hosts, rnics, seed, probes_per_batch, batches, realtime)
+
+
+@commands.command("up")
+def up(
+    source: str = typer.Option("auto", help="probe source: lab (netns fabric, root) | sim | synthetic; "
+                                "auto = lab where root and network namespaces work, else sim"),
+    workers: int = typer.Option(0, help="Faust worker processes in the consumer group (0 = one per core)"),
+    duration: float = typer.Option(0, help="stop after this many seconds (0 = until Ctrl-C)"),
+    alerts: bool = typer.Option(False, help="also start Alertmanager (infra/alertmanager) and the alert sink"),
+) -> None:
+    """Start (or reuse) Kafka, create topics, run the worker, the sink and the source; Ctrl-C stops all."""
+    run_up(load(), source, workers, duration, alerts)
+
+
+@commands.command("query")
+def query(
+    sql: str = typer.Argument(..., help="SQL, or the name of a saved query (`fabricscope queries` lists them)"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines for machines"),
+    as_csv: bool = typer.Option(False, "--csv", help="CSV"),
+    since: str = typer.Option(None, "--since", help="saved queries: how far back, e.g. 90d, 12h"),
+    param: list[str] = typer.Option([], "--param", "-p", help="saved queries: NAME=VALUE, repeatable"),
+) -> None:
+    """Run SQL on the store: through the running sink if there is one, else directly."""
+    from fabricscope.store_access import run_query
+    from schemas.saved_queries import SavedQueryError, is_saved_query, render_named
+
+    try:
+        if is_saved_query(sql):
+            values = dict(p.split("=", 1) if "=" in p else (p, "") for p in param)
+            if since is not None:
+                values["since"] = since
+            sql = render_named(sql, values)
+        elif since is not None or param:
+            raise SavedQueryError("--since and -p apply to saved queries only; `fabricscope queries` lists them")
+        result = run_query(load(), sql)
+    except Exception as err:
+        console.print(f"[red]query failed:[/red] {err}")
+        raise typer.Exit(1) from None
+    print_table(result, as_json, as_csv)
 
 
 def _serve_metrics(port: int) -> None:
@@ -216,17 +227,10 @@ def run_sink(s: Settings) -> None:
     store = open_store(s.store_path, s.clickhouse_dsn(), s.query_limits())
     migrate(store)
     server = serve(store, s.store_path) if not s.clickhouse_dsn() else None
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stopping = stop_requested(signal.SIGTERM, signal.SIGINT)
     writer = StoreWriter(store, s.kafka_bootstrap, s.fabricscope_topic_prefix, kafka_config=s.kafka_client_config())
     try:
-        writer.run(lambda: stopping)
+        writer.run(stopping)
     finally:
         writer.close()
         if server:
@@ -246,15 +250,9 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
     producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     topic = topic_name(PROBES_RAW, s.fabricscope_topic_prefix)
     start = (time.time_ns() // 5_000_000_000) * 5_000_000_000
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
+    stopping = stop_requested(signal.SIGTERM)
     for sent, (agent, payload) in enumerate(synthetic_stream(hosts, rnics, start, seed, probes_per_batch), 1):
-        if stopping:
+        if stopping():
             break
         producer.publish(topic, payload, "probe.v1", key=agent)
         if batches and sent >= batches:
@@ -288,14 +286,8 @@ def run_sim_source(s: Settings, scenario: str, inventory_spec: str, seed: int, b
         raise typer.BadParameter(str(err), param_hint="--scenario") from None
     sim = Simulator(inv, seed=seed, faults=faults, inter_tor="even")
     producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    return publish_sim(sim, producer, s.fabricscope_topic_prefix, start, batches, realtime, lambda: stopping)
+    stopping = stop_requested(signal.SIGTERM)
+    return publish_sim(sim, producer, s.fabricscope_topic_prefix, start, batches, realtime, stopping)
 
 
 def lab_available() -> bool:
@@ -311,15 +303,15 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
     from sinks.query_endpoint import find_endpoint, query_remote
 
     # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.
-    if s.kafka_bootstrap.startswith("127.0.0.1") and _kafka("start", s) != 0:
+    if s.kafka_bootstrap.startswith("127.0.0.1") and kafka_script("start", s) != 0:
         raise typer.Exit(1)
     create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
                   replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
     if source == "auto":
         source = "lab" if lab_available() else "sim"
     exe = [sys.executable, "-m", "fabricscope.cli"]
-    workers = workers or os.cpu_count() or 1  # each worker analyses its share of probes.raw's partitions
     children = [subprocess.Popen([*exe, "sink"])]
+    workers = workers or os.cpu_count() or 1  # each worker analyses its share of probes.raw's partitions
     children += [subprocess.Popen([*exe, "worker"]) for _ in range(workers)]
     if alerts:
         if subprocess.call([*exe, "alertmanager", "start"]) != 0:

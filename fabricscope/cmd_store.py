@@ -21,8 +21,3 @@ def ddl(cluster: str = typer.Option(None, "--cluster", help="render for this clu
     except ClusterDDLError as err:
         typer.echo(f"store ddl: {err}", err=True)
         raise typer.Exit(2) from None
-
-
-def register(app: typer.Typer) -> None:
-    """Add the ``store`` command group to ``app``."""
-    app.add_typer(store_app, name="store")

@@ -3,8 +3,8 @@
 Starts (or reuses) the local Kafka broker, creates topics under a fresh prefix,
 runs the store writer and the Faust worker(s) as child processes, feeds a source
 (the netns lab with a real injected fault, or the simulator), and collects the
-verdicts and the closed-window summaries from their topics. Used by the tests
-of issue 4 and by people who want to see the product work.
+verdicts and the closed-window summaries from their topics. Used by the end-to-end
+tests and by people who want to see the product work.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from confluent_kafka import Consumer
 
 from fabricscope.settings import Settings
 from schemas.codec import decode
+from schemas.verdicts import WINDOW_NS
 
-WINDOW_NS = 20_000_000_000
 JOB_ID = "job-h1h3"
 
 

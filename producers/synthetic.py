@@ -2,7 +2,7 @@
 
 It builds ``probe.v1`` batches for a small ToR-mesh of RNICs with a fixed base
 network RTT, responder and prober delays, and an optional timeout rate. It is
-the "first source" of issue 2; the real backends live in ``producers.sim``
+the pipeline's first source; the real backends live in ``producers.sim``
 (fabric model with faults), ``producers.udp_*`` (netns lab) and the verbs prober.
 """
 

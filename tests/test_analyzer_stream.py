@@ -1,5 +1,5 @@
 """The analyzer fed like the Faust app feeds it: one process (:class:`Analyzer`), and several
-workers whose serialised partials one reducer merges (issue 3, "Verdicts")."""
+workers whose serialised partials one reducer merges."""
 
 from __future__ import annotations
 

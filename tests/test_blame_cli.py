@@ -1,4 +1,4 @@
-"""``fabricscope blame`` over verdict and coverage files (issue 3, "blame")."""
+"""``fabricscope blame`` over verdict and coverage files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from analyzer_fabric import Faults, Job, S, last_uploads, panel1, window
 from typer.testing import CliRunner
 
-from fabricscope.cli import _register, app
+from fabricscope.cli import app, register_all
 from fabricscope.cmd_blame import parse_time
 from streams.pingmesh.analyzer import AnalyzerState, analyze_window
 from streams.pingmesh.partial import summarize
@@ -33,7 +33,7 @@ def _files(tmp_path, faults):
 
 @pytest.fixture(scope="module")
 def cli():
-    _register()
+    register_all()
     return CliRunner()
 
 

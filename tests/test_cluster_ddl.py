@@ -132,9 +132,9 @@ def test_what_cannot_render_says_so():
 def test_store_ddl_cli_prints_both_variants():
     from typer.testing import CliRunner
 
-    from fabricscope.cli import _register, app
+    from fabricscope.cli import app, register_all
 
-    _register()
+    register_all()
     single = CliRunner().invoke(app, ["store", "ddl"])
     assert single.exit_code == 0, single.output
     assert single.output == ddl_script(None)

@@ -37,6 +37,7 @@ from producers.sim.fabrics import panel1
 from producers.sim.scenarios import scenario_faults
 from producers.sim_publish import publish_sim
 from schemas.topics import ALL_TOPICS, topic_name
+from schemas.verdicts import WINDOW_NS
 
 from conftest import Processes, wait_for
 
@@ -50,7 +51,6 @@ UPLOADS = 14  # 5 s each: 70 s of event time, windows of 20 s; the first three c
 # so the lag is near zero before the kill and the time to recover measures the failure, not a backlog
 PACE_S = 2.0
 IDLE_S = 20.0  # the reducer's partition idle timeout in both runs
-WINDOW_NS = 20_000_000_000
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,7 @@ Every namespace is named ``<prefix><node>`` and listed in a state file
 (``<lab_dir>/state.json``) before it is created, so :func:`down` removes
 everything, also after a crash; it also sweeps any namespace with the prefix.
 
-Kernel settings (measured on this kind of machine, issue 4):
+Kernel settings (measured on this kind of machine):
 
 - routers: ``fib_multipath_hash_policy=3`` with ``fib_multipath_hash_fields=0x37``
   (src/dst IP, protocol, src/dst port: the L4 5-tuple; policy 1 scatters one

@@ -354,11 +354,6 @@ class Analyzer:
         rows = rows.select(["job_id", "sample_ns", "value"])
         self.job_metrics = rows if self.job_metrics is None else pa.concat_tables([self.job_metrics, rows])
 
-    def on_heartbeat(self, agent_id: str, upload_ns: int, host: str | None = None) -> list[WindowResult]:
-        """An idle agent's upload: may move the watermark and close windows."""
-        self.tracker.heartbeat(agent_id, upload_ns, host)
-        return self.close()
-
     def on_probes(self, probes: pa.Table) -> list[WindowResult]:
         """A ``probe_enriched.v1`` batch; returns the results of the windows it closed (in order)."""
         routed = self.tracker.observe(probes)

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from streams.pingmesh.partial import bucket_value
 
@@ -139,11 +138,11 @@ def host_delay_p50(delays: pa.Table) -> dict[tuple[str, str], float]:
     role = np.array(t["role"].to_pylist(), dtype=object)
     key = np.array([f"{h}\t{r}" for h, r in zip(host, role, strict=True)], dtype=object)
     return {tuple(str(k).split("\t", 1)): float(v)  # type: ignore[misc]
-            for k, v in zip(*_group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), 0.5),
+            for k, v in zip(*group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), 0.5),
                             strict=True)}
 
 
-def _group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
+def group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
                     min_tail: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Quantile per group of sorted (key, bucket) histogram rows; returns (keys, values in ns).
 
@@ -250,8 +249,3 @@ def rnic_hosts(pairs: pa.Table) -> dict[str, str]:
         g = pairs.group_by([rc, hc]).aggregate([])
         out.update(zip(g[rc].to_pylist(), g[hc].to_pylist(), strict=True))
     return out
-
-
-def pinglist_rows(t: pa.Table, pinglist: str) -> pa.Table:
-    """Rows of one pinglist."""
-    return t.filter(pc.equal(t["pinglist"], pinglist))
