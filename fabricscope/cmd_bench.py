@@ -121,7 +121,7 @@ def agent(
 def profile(
     rows: int = typer.Option(20_000, help="rows of the profiled batch (one agent upload)"),
 ) -> None:
-    """cProfile of the RTT worker's per-batch work (probe_batch + batch_partials): the slowest stage."""
+    """cProfile of the RTT worker's step (validate, decompose, minute tier, retention, partials): the slowest stage."""
     from bench import profile as bench_profile
 
     bench_profile.print_report(bench_profile.run(rows))
