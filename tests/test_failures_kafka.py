@@ -353,7 +353,7 @@ def test_store_refusing_inserts_for_a_while_then_back(pipeline_env, tmp_path):
     _assert_exactly_once(store, fleet.rows, "a refusing store")
     assert sink.poll() is None
     log = (tmp_path / "sink-0.log").read_text()
-    retries = log.count("insert into probes_1m failed, retrying")
+    retries = log.count("insert into probes failed, retrying")
     assert retries >= 2
     print(f"seed={SEED} store refused inserts for 6 s after round {fail_at} at {before} rows; sink retried "
           f"{retries} times; rows={fleet.rows}")
