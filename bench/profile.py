@@ -25,7 +25,7 @@ STAGES = {
     "attach_paths (join with path index)": ("streams/pingmesh/links.py", "attach_paths"),
     "summarize (all group-bys)": ("streams/pingmesh/partial.py", "summarize"),
     "to_bytes (partial -> IPC)": ("streams/pingmesh/partial.py", "to_bytes"),
-    "minute tier (minute_rows)": ("streams/pingmesh/minute_tier.py", "minute_rows"),
+    "minute tier (minute_rows)": ("schemas/minute_tier.py", "minute_rows"),
     "raw retention (retained)": ("streams/pingmesh/retention.py", "retained"),
 }
 

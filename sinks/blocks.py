@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from schemas.minute_tier import merge_minute_rows
 from sinks.clickhouse import Store
-from streams.pingmesh.minute_tier import merge_minute_rows
 
 STATE_TABLE = "sink_blocks"
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from schemas.minute_tier import minute_rows
 from sinks.clickhouse import Store
-from streams.pingmesh.minute_tier import minute_rows
 
 
 def insert_probes(store: Store, enriched: pa.Table, dedup_token: str, keep_raw: bool = True) -> None:

@@ -17,10 +17,10 @@ import pytest
 
 from bench.history_fabric import HOUR_NS, fabric, probe_table, simulate
 from schemas.migrations import split_statements
+from schemas.minute_tier import minute_rows, store_bucket
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.history import load_inventory
 from sinks.probe_tiers import insert_probes
-from streams.pingmesh.minute_tier import minute_rows, store_bucket
 
 KEYS = {
     "probes_1m": ["minute", "pinglist", "prober_rnic", "responder_rnic"],
@@ -110,7 +110,7 @@ def test_minute_rows_by_hand():
 
 
 def test_merging_a_blocks_minute_rows_sums_counts_and_histograms():
-    from streams.pingmesh.minute_tier import merge_minute_rows
+    from schemas.minute_tier import merge_minute_rows
 
     m = pa.map_(pa.uint16(), pa.uint64())
     rows = pa.table({

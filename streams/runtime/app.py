@@ -32,8 +32,8 @@ import pyarrow.compute as pc
 
 from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
+from schemas.minute_tier import MINUTE
 from streams.pingmesh.links import PathIndex
-from streams.pingmesh.minute_tier import MINUTE
 from streams.pingmesh.reducer import UploadMark, WindowReducer
 from streams.pingmesh.retention import RetentionPolicy
 from streams.pingmesh.windows import WINDOW_NS

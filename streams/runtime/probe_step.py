@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from schemas.minute_tier import minute_rows
 from streams.pingmesh.links import PathIndex
-from streams.pingmesh.minute_tier import minute_rows
 from streams.pingmesh.reducer import UploadMark, batch_partials
 from streams.pingmesh.retention import RetentionPolicy, retained
 from streams.runtime.probe_batch import BatchResult, process_probe_message
