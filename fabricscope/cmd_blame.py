@@ -106,7 +106,23 @@ def blame_cmd(
     if note:
         typer.echo(f"  note: {note}")
     if ans.answer == "unknown":
+        hint = _unknown_hint(job, ws, coverage)
+        if hint:
+            typer.echo(f"  note: {hint}")
         raise typer.Exit(EXIT_UNKNOWN)
+
+
+def _unknown_hint(job: str, ws: int, coverage: pa.Table) -> str:
+    """Why there may be no coverage for ``job`` at ``ws``: a window still open, or a job id no row has."""
+    import time
+
+    if ws + WINDOW_NS > time.time_ns():
+        return "this window has not closed yet (it is open or in the future); ask after it ends, plus 10 s grace"
+    jobs = sorted({j for j in coverage.column("job_id").to_pylist() if j}) if "job_id" in coverage.schema.names \
+        else []
+    if jobs and job not in jobs:
+        return f"no coverage row names job {job!r} in this window; jobs with coverage then: {', '.join(jobs)}"
+    return ""
 
 
 commands = typer.Typer()

@@ -13,7 +13,8 @@ from rich.console import Console
 from rich.padding import Padding
 
 from producers.hostping.collectors import COLLECTORS
-from producers.hostping.diagnose import diagnose_paths
+from producers.hostping.correlate import correlate
+from producers.hostping.diagnose import collect_paths
 
 _STYLE = {"info": "dim", "warning": "yellow", "error": "red", "critical": "bold red"}
 
@@ -31,10 +32,16 @@ def diagnose(
     Exit like a linter: 0 when nothing above info was found, 1 with findings above info, 2 on a usage error
     (a file that does not exist or cannot be read); the same with --json."""
     try:
-        found = diagnose_paths(files)
+        arts = collect_paths(files)
     except (FileNotFoundError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    found = correlate(arts)
+    read = {a.source for a in arts}
+    for p in files:  # a wrong file must not pass for a clean one
+        if str(p) not in read:
+            typer.echo(f"warning: {p}: nothing in it is an input these parsers read "
+                       "(see `fabricscope diagnose --help`); it was not diagnosed", err=True)
     problems = sum(f.is_problem for f in found)
     code = 1 if problems else 0
     if as_json:

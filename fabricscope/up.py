@@ -165,11 +165,17 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
     var = s.fabricscope_var
     try:
         lock = RunLock(var / "up.lock", f"FABRICSCOPE_VAR={var} (its store and lab state)", note="fabricscope up",
-                       hint="stop it first (Ctrl-C in its terminal, or kill -INT PID), or set FABRICSCOPE_VAR to "
-                            "another directory for a second pipeline").acquire()
+                       hint="stop it first (Ctrl-C in its terminal, or kill PID), or, for a second pipeline on the "
+                            "same broker, set both FABRICSCOPE_VAR to another directory and FABRICSCOPE_TOPIC_PREFIX "
+                            "to another prefix (the same prefix shares topics and consumer groups)").acquire()
     except Busy as b:
         console.print(f"fabricscope up: {b}", highlight=False, soft_wrap=True)
         return EXIT_BUSY
+    # SIGTERM (kill PID, timeout, systemd) stops like Ctrl-C: the lab, the children and a broker this run
+    # started are cleaned up. SIGINT is reinstalled too: a shell without job control starts `up &` with
+    # SIGINT ignored, and then `kill -INT PID` would do nothing.
+    old_term = signal.signal(signal.SIGTERM, _interrupt)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if source == "auto":
         source = "lab" if lab_available() else "sim"
     started_kafka = False
@@ -228,6 +234,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
         code = EXIT_FAILED
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         try:
             if lab is not None:
                 lab.stop()
@@ -236,7 +243,13 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
             _stop_services(s, started_kafka, keep_kafka, started_am, exe)
             lock.release()
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
     return code
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    """SIGTERM handler of ``up``: stop the way Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 def _kafka_like_call(argv: list[str], env: dict[str, str]) -> int:

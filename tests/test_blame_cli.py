@@ -74,3 +74,14 @@ def test_blame_exit_code_is_the_same_with_and_without_json(cli, tmp_path):
         as_json = cli.invoke(app, ["blame", "--job", "J", "--at", at, "--verdicts", *files, "--json"])
         assert plain.exit_code == as_json.exit_code == code, (plain.output, as_json.output)
         assert json.loads(as_json.output)["answer"] == answer
+
+
+def test_unknown_names_the_jobs_that_have_coverage_and_an_open_window(cli, tmp_path):
+    import time
+
+    v, c = _files(tmp_path, Faults(dead_rnics={"C3"}))
+    r = cli.invoke(app, ["blame", "--job", "j", "--at", str(START + 5 * S), "--verdicts", v, "--coverage", c])
+    assert r.exit_code == 3, r.output
+    assert "no coverage row names job 'j' in this window; jobs with coverage then: J" in r.output
+    r = cli.invoke(app, ["blame", "--job", "J", "--at", str(time.time_ns() + 60 * S), "--verdicts", v])
+    assert r.exit_code == 3 and "this window has not closed yet" in r.output, r.output

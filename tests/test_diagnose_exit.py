@@ -38,3 +38,12 @@ def test_only_info_or_nothing_exits_0(run, tmp_path):
 def test_a_missing_file_is_a_usage_error(run):
     assert run("/nonexistent/lspci.txt").exit_code == 2
 
+
+
+def test_a_file_no_parser_reads_is_named_not_passed_off_as_clean(run, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("the job was slow on Tuesday\n")
+    plain, as_json = run(str(notes)), run(str(notes), "--json")
+    assert plain.exit_code == as_json.exit_code == 0
+    assert f"warning: {notes}: nothing in it is an input these parsers read" in plain.stderr
+    assert json.loads(as_json.stdout) == [] and "warning" in as_json.stderr  # stdout stays JSON only

@@ -1,5 +1,5 @@
 """`fabricscope up` on the real broker: a second `up` is refused, a killed `up` takes its children
-with it, Ctrl-C stops everything, and a source that follows another on the same topics (synthetic
+with it, Ctrl-C and SIGTERM stop everything, and a source that follows another on the same topics (synthetic
 after a lab run) still stores its rows."""
 
 from __future__ import annotations
@@ -35,10 +35,13 @@ def _publish_lab_registry(bootstrap: str, prefix: str) -> None:
     assert p.flush() == 0
 
 
-def _up(env: dict[str, str], tmp: Path, name: str, *args: str) -> subprocess.Popen:
+def _up(env: dict[str, str], tmp: Path, name: str, *args: str, sigint_ignored: bool = False) -> subprocess.Popen:
+    """``sigint_ignored``: start it the way a shell without job control starts ``up &`` (SIGINT ignored)."""
     return subprocess.Popen([sys.executable, "-m", "fabricscope", "up", "--source", "synthetic", *args], env=env,
                             cwd=tmp, stdout=open(tmp / f"{name}.out", "w"),  # noqa: SIM115 - closed at exit
-                            stderr=open(tmp / f"{name}.err", "w"))  # noqa: SIM115
+                            stderr=open(tmp / f"{name}.err", "w"),  # noqa: SIM115
+                            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored
+                            else None)
 
 
 def _children(pid: int) -> list[int]:
@@ -97,6 +100,16 @@ def test_second_up_refused_killed_up_takes_children_synthetic_after_lab(tmp_path
         assert not any(_alive(k) for k in kids)
         err = (tmp_path / "third.err").read_text()
         assert "left running: the Kafka broker" in err and err.rstrip().endswith("stopped"), err
+
+        fourth = _up(env, tmp_path, "fourth", sigint_ignored=True)  # `up &` from a script, stopped by `kill PID`
+        procs.append(fourth)
+        wait_for(lambda: read_stats(store), timeout=120, what="the fourth up's store writer")
+        kids = _children(fourth.pid)
+        fourth.send_signal(signal.SIGTERM)
+        assert fourth.wait(timeout=60) == 0
+        assert not any(_alive(k) for k in kids)
+        err = (tmp_path / "fourth.err").read_text()
+        assert err.rstrip().endswith("stopped") and "Traceback" not in err, err
     finally:
         for p in procs:
             if p.poll() is None:

@@ -125,7 +125,8 @@ def check_not_foreign(prefix: str, directory: Path) -> None:
     pid = holder(path)
     if pid is not None and pid != os.getpid():
         raise LabError(f"the lab {prefix}* is in use by pid {pid} ({_cmdline(pid)}); not touching it. Stop that "
-                       "process first (Ctrl-C), or give this lab another namespace prefix")
+                       "process first (Ctrl-C); a second lab beside it needs another namespace prefix and "
+                       "state directory: `fabricscope lab up --prefix OTHER- --dir DIR`")
     if pid is not None or not lab_namespaces(prefix):
         return
     made_from = note(path)
