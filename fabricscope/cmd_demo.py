@@ -20,6 +20,7 @@ from rich.console import Console
 
 from fabricscope.choices import DemoScenario, DemoSource, check_scenario, value
 from fabricscope.settings import Settings, load
+from fabricscope.stopping import interrupt_on_terminate
 
 EXIT_FAILED = 1
 
@@ -96,6 +97,7 @@ def demo(
                             f"(impact {v['impact']}, confidence {v['confidence']:.2f})")
 
     code = 0
+    restore_signals = interrupt_on_terminate()  # kill PID stops like Ctrl-C: the lab and a broker we started go
     try:
         with err.status(f"{scen} on {src}: waiting for {windows} complete window(s)…"):
             r = run_demo(s, src, scen, seed, windows, workers, on_verdict=show,
@@ -114,6 +116,7 @@ def demo(
         err.print(f"[red]fabricscope demo: {type(e).__name__}: {e}[/red]", highlight=False, soft_wrap=True)
         code = EXIT_FAILED
     finally:
+        restore_signals()
         if lock is not None:
             lock.release()
         if started_kafka and not keep_kafka:

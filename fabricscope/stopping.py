@@ -25,3 +25,25 @@ def stop_requested(*signals: signal.Signals) -> Callable[[], bool]:
     for sig in signals or (signal.SIGTERM,):
         signal.signal(sig, _stop)
     return lambda: stopping
+
+
+def interrupt_on_terminate() -> Callable[[], None]:
+    """Make SIGTERM (``kill PID``, ``timeout``, systemd) and SIGINT raise ``KeyboardInterrupt`` in the main thread.
+
+    For commands that clean up in ``finally`` blocks (``up``, ``demo``: the lab, children, a broker they
+    started). SIGINT is reinstalled too: a shell without job control starts ``cmd &`` with SIGINT
+    ignored, and ``kill -INT PID`` would then do nothing. Returns a function that restores the old
+    handlers.
+    """
+    old_term = signal.signal(signal.SIGTERM, _raise_interrupt)
+    old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
+        signal.signal(signal.SIGINT, old_int if old_int is not None else signal.default_int_handler)
+
+    return restore
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -27,6 +27,7 @@ from typing import Any
 from rich.console import Console
 
 from fabricscope.settings import Settings
+from fabricscope.stopping import interrupt_on_terminate
 from fabricscope.supervise import Supervisor
 from infra.runlock import Busy, RunLock
 
@@ -174,8 +175,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
     # SIGTERM (kill PID, timeout, systemd) stops like Ctrl-C: the lab, the children and a broker this run
     # started are cleaned up. SIGINT is reinstalled too: a shell without job control starts `up &` with
     # SIGINT ignored, and then `kill -INT PID` would do nothing.
-    old_term = signal.signal(signal.SIGTERM, _interrupt)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    restore_signals = interrupt_on_terminate()
     if source == "auto":
         source = "lab" if lab_available() else "sim"
     started_kafka = False
@@ -242,14 +242,8 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
             sup.stop()
             _stop_services(s, started_kafka, keep_kafka, started_am, exe)
             lock.release()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            signal.signal(signal.SIGTERM, old_term if old_term is not None else signal.SIG_DFL)
+            restore_signals()
     return code
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    """SIGTERM handler of ``up``: stop the way Ctrl-C does."""
-    raise KeyboardInterrupt
 
 
 def _kafka_like_call(argv: list[str], env: dict[str, str]) -> int:

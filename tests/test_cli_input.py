@@ -67,7 +67,7 @@ def test_a_sim_only_scenario_on_the_lab_names_the_lab_scenarios(tmp_path: Path) 
 
 @pytest.mark.parametrize(("args", "expect"), [
     (["up", "--duration", "-5"], "a duration cannot be negative"),
-    (["up", "--workers", "0"], "'--workers'"),
+    (["up", "--workers", "-1"], "'--workers'"),
     (["demo", "--windows", "0"], "'--windows'"),
     (["source", "synthetic", "--hosts", "0"], "'--hosts'"),
     (["source", "sim", "--inventory", "nope.yaml"], "'nope.yaml' is neither panel1 nor an inventory file"),
