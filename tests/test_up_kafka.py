@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from fabricscope.up import read_stats
+from sinks.query_endpoint import find_endpoint, query_remote
 
 from conftest import wait_for
 
@@ -81,9 +82,20 @@ def test_second_up_refused_killed_up_takes_children_synthetic_after_lab(tmp_path
         n = read_stats(store).rows
         wait_for(lambda: (s := read_stats(store)) and s.rows > n, timeout=60, what="rows still growing")
 
+        # `up` runs the Hostping host agent for this host: its inventory and live monitor rows land in the store
+        host = Path("/proc/sys/kernel/hostname").read_text().strip()
+        url = find_endpoint(store)
+        inv = wait_for(lambda: query_remote(url, "SELECT bdf FROM pci_functions FINAL WHERE host = "
+                                                 f"'{host}' ORDER BY bdf")["bdf"].to_pylist() or None,
+                       timeout=90, what="this host's PCI functions from up's host agent")
+        assert inv == sorted(os.listdir("/sys/bus/pci/devices"))
+        wait_for(lambda: query_remote(url, "SELECT count() AS n FROM host_metrics WHERE host = "
+                                           f"'{host}'")["n"][0].as_py() > 0, timeout=60, what="live monitor rows")
+
         assert (tmp_path / "first.out").read_text() == ""  # progress is on stderr only
-        progress = [ln for ln in (tmp_path / "first.err").read_text().splitlines() if "probe rows stored" in ln]
-        assert progress and all(ln[2] == ":" and ln[5] == ":" for ln in progress)  # plain time-stamped lines
+        progress = wait_for(lambda: [ln for ln in (tmp_path / "first.err").read_text().splitlines()
+                                     if "probe rows stored" in ln], timeout=30, what="a progress line (every 10 s)")
+        assert all(ln[2] == ":" and ln[5] == ":" for ln in progress)  # plain time-stamped lines
 
         kids = _children(first.pid)
         workers = os.cpu_count() or 1  # `up` starts one worker per core by default
