@@ -39,6 +39,31 @@ class UploadMark:
     host: str | None
 
 
+def batch_marks(enriched: pa.Table) -> list[UploadMark]:
+    """Upload marks of a ``probe_enriched.v1`` batch: newest upload per (agent, prober host)."""
+    if enriched.num_rows == 0:
+        return []
+    g = enriched.group_by(["agent_id", "prober_host"]).aggregate([("upload_ns", "max")])
+    return [UploadMark(a, int(u), h) for a, h, u in
+            zip(g["agent_id"].to_pylist(), g["prober_host"].to_pylist(), g["upload_ns_max"].to_pylist(),
+                strict=True)]
+
+
+def worker_messages(enriched: pa.Table, paths: PathIndex, window_ns: int
+                    ) -> list[tuple[UploadMark, int | None, bytes | None]]:
+    """Worker side: the ``window.partials`` messages of one probe batch, as (mark, window, partial).
+
+    Every mark but the last goes alone; the last rides on each window's partial (or alone
+    when the batch touches no window). :meth:`WindowReducer.add` takes them in this order.
+    """
+    marks = batch_marks(enriched)
+    parts = batch_partials(enriched, paths, window_ns) if enriched.num_rows else {}
+    out: list[tuple[UploadMark, int | None, bytes | None]] = [(m, None, None) for m in marks[:-1]]
+    if marks:
+        out += [(marks[-1], ws, blob) for ws, blob in sorted(parts.items())] or [(marks[-1], None, None)]
+    return out
+
+
 @dataclass
 class WindowReducer:
     """Reducer side: partials in, :class:`~streams.pingmesh.analyzer.WindowResult` of each closed window out.
@@ -121,6 +146,21 @@ class WindowReducer:
                 out[h] = self.first_upload_ns
         return out
 
+    def host_reference(self) -> dict[str, int]:
+        """Per host, the newest upload of its source partition (ns): what its silence is measured against."""
+        out: dict[str, int] = {}
+        for t in self.trackers.values():
+            newest = t.newest()
+            if newest is None:
+                continue
+            for h in t.host_last_upload:
+                out[h] = max(out.get(h, newest), newest)
+        newest_all = max(out.values(), default=None)
+        if newest_all is not None:
+            for h in self.registered_hosts - out.keys():
+                out[h] = newest_all
+        return out
+
     def watermark(self) -> int | None:
         """Event time (ns) up to which every active partition is complete, or None while waiting."""
         now = self.clock()
@@ -146,7 +186,7 @@ class WindowReducer:
                 out.append((ws, analyze_window(merge(parts), registry=self.registry,
                                                host_last_upload=self.host_last_upload(), state=self.state,
                                                job_metrics=self.job_metrics, thresholds=self.thresholds,
-                                               config=self.config)))
+                                               config=self.config, reference_ns=self.host_reference())))
         if self.job_metrics is not None and out:
             self.job_metrics = self.job_metrics.filter(
                 pc.greater_equal(self.job_metrics["sample_ns"], self.closed_before))
