@@ -54,7 +54,7 @@ def host_down_step(ctx: WindowContext, cfg: TriageConfig, background: float) -> 
     at least ``host_silent_ns`` against the newest upload seen with it) while the probes to
     its RNICs time out (at least ``min_failed`` of them, on most of its RNICs).
 
-    Confidence: missed uploads (each halves the odds that the agent merely lags) times the
+    Confidence: missed uploads (each a tenth of the odds that a live agent merely lags) times the
     significance of the timeouts to its RNICs against the background loss.
     """
     pairs = ctx.partial.pairs
@@ -85,7 +85,7 @@ def host_down_step(ctx: WindowContext, cfg: TriageConfig, background: float) -> 
         silent = min(ctx.reference_ns.get(h, ctx.we) - ctx.uploads.get(h, -(2**62)), 2**62)
         silent = max(silent, ctx.we - ctx.uploads.get(h, -(2**62)))
         missed = min(silent, 2**62) / UPLOAD_NS
-        conf = (1.0 - 0.5 ** max(missed, 0.0)) * (_probe_evidence(failed, total, background, n_hosts)
+        conf = (1.0 - 0.1 ** max(missed, 0.0)) * (_probe_evidence(failed, total, background, n_hosts)
                                                   if total else saturating(missed, 2.0))
         ev = {"silent_ns": int(min(silent, 2**62)), "timeouts": failed,
               "within_window": bool(h in quiet)}

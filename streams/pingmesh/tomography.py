@@ -48,6 +48,8 @@ class VoteConfig:
         min_votes: unexplained failing probes a link needs to be named (2).
         min_ratio: failure ratio (failing / crossing probes) a link needs besides the test (0:
             the test alone decides; set it to require a fixed share as Algorithm 1 did).
+        few_tuples: failing path groups (≈ 5-tuples) at or under which links with exactly the same
+            failing groups are tied whatever their crossing counts (4).
         alpha: family-wise false-alarm rate of the per-link test in one window (1e-3).
         support_scale: failures at which support reaches 1 − 1/e (2.0).
         ratio_scale: ratio at which the ratio term reaches 1 − 1/e (0.05); used only without a
@@ -55,6 +57,7 @@ class VoteConfig:
     """
 
     min_votes: int = 2
+    few_tuples: int = 4
     min_ratio: float = 0.0
     alpha: float = 1e-3
     support_scale: float = 2.0
@@ -152,8 +155,14 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         live = left > 0
         on_i = (l_idx == i) & live[rows]
         rows_i = frozenset(rows[on_i].tolist())
-        ties = tuple(str(links[j]) for j in top[1:]
-                     if frozenset(rows[(l_idx == j) & live[rows]].tolist()) == rows_i)
+        # ties: links explaining exactly the same failures equally well; and, when those failures
+        # are a few 5-tuples only and the best link also carries probes that pass (not a dead link),
+        # every link on all of their paths (a partial 5-tuple fault drops whole tuples, so the
+        # crossing counts say nothing about which of their links it is)
+        few = len(rows_i) <= cfg.few_tuples and ratio[i] < 0.95
+        cand = np.nonzero(ok)[0] if few else top[1:]
+        ties = tuple(sorted(str(links[j]) for j in cand
+                            if j != i and frozenset(rows[(l_idx == j) & live[rows]].tolist()) == rows_i))
         # margin: the best competing link among those sharing at least half of i's unexplained failures
         in_i = np.zeros(len(n_g), dtype=bool)
         in_i[list(rows_i)] = True
@@ -181,7 +190,7 @@ def _confidence(votes: float, evidence: float, rel_second: float, cfg: VoteConfi
     """Probability a named link is faulty: support × evidence (significance or ratio term) × margin,
     each in [0, 1]."""
     support = 1.0 - math.exp(-votes / cfg.support_scale)
-    margin = max(0.0, 1.0 - rel_second**2)
+    margin = max(0.0, 1.0 - rel_second**4)
     return round(support * evidence * margin, 6)
 
 

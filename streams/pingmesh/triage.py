@@ -335,8 +335,8 @@ def background_rate(pairs: pa.Table, cfg: TriageConfig) -> float:
 def stale_qpn_step(ctx: WindowContext, registry: Mapping[str, int], background: float) -> None:
     """Step 2: timeouts of probes that carried a QPN the registry no longer lists (probe noise).
 
-    Confidence: share of the RNIC's stale probes that timed out, times the significance of
-    those timeouts against the background loss.
+    Confidence: the significance of the stale probes' timeouts against the background loss,
+    times the share of the RNIC's timeouts that carried a stale QPN (the rest need another cause).
     """
     pairs, failing = ctx.partial.pairs, ctx.partial.failing
     p_stale = stale_mask(pairs, registry) & ~ctx.taken_pairs("host_down")
@@ -347,7 +347,8 @@ def stale_qpn_step(ctx: WindowContext, registry: Mapping[str, int], background: 
     all_sums = sums_by(pairs, np.ones(pairs.num_rows, bool), "responder_rnic")
     for rn, (failed, stale_total) in sorted(stale_sums.items()):
         if failed:
-            conf = failed / max(stale_total, 1) * significance(
+            # significance of the stale probes' timeouts, times the share of the RNIC's timeouts they are
+            conf = failed / max(all_sums[rn][0], 1) * significance(
                 float(log_poisson_tail(failed, stale_total * background)[0]), len(all_sums))
             ctx.emit("stale_qpn", rn, failed, conf, failed, all_sums[rn][1],
                      {"stale_timeouts": failed, "stale_probes": stale_total,
@@ -373,7 +374,10 @@ def rnic_step(ctx: WindowContext, findings: list[RnicFinding], host_rnics: set[s
     """
     flagged: set[str] = set()
     n_rnics = max(len(ctx.rnic_host), 1)
-    sums = sums_by(ctx.partial.pairs, ~ctx.taken_pairs(), "responder_rnic")
+    pairs = ctx.partial.pairs
+    suspects = {f.rnic for f in findings} | host_rnics
+    # the host's other RNICs, judged on probes from probers that are not suspects themselves
+    sums = sums_by(pairs, ~ctx.taken_pairs() & ~isin(pairs, "prober_rnic", suspects), "responder_rnic")
     for f in findings:
         flagged.add(f.rnic)
         h = ctx.rnic_host.get(f.rnic)
@@ -383,7 +387,7 @@ def rnic_step(ctx: WindowContext, findings: list[RnicFinding], host_rnics: set[s
         clean = 1.0 - dirty / len(others) if others else 1.0
         ratio = f.failed / max(f.total, 1)
         conf = (significance(float(log_poisson_tail(f.failed, f.total * background)[0]), n_rnics)
-                * saturating(len(f.probers) - 1, 1.0) * clean)
+                * saturating(len(f.probers) - 1, 0.3) * clean)
         ctx.emit("rnic", f.rnic, f.failed, conf, f.failed, f.total,
                  {"probers": list(f.probers), "ratio": round(ratio, 6), "host_rnics_dirty": dirty})
         ctx.state.charged[f.rnic] = max(ctx.state.charged.get(f.rnic, 0),
