@@ -44,8 +44,9 @@ from producers.sim import (
     RnicDown,
     Simulator,
 )
+from producers.sim.fabrics import panel1, random_clos
 from producers.sim.faults import Fault
-from schemas.inventory import Inventory, panel1, random_clos
+from schemas.inventory import Inventory
 
 S = 1_000_000_000
 WINDOW = 20 * S

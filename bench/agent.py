@@ -119,7 +119,7 @@ def bench_udp(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate
     from fabricscope.kafka_admin import create_topics, delete_topics
     from infra import lab as lab_infra
     from infra.lab import agents
-    from schemas.inventory import from_dict
+    from schemas.inventory_yaml import from_dict
     from schemas.topics import PROBES_RAW, topic_name
 
     spec = lab_infra.LabSpec(spines=2, tors=2, hosts_per_tor=2, nics_per_host=RNICS, prefix="fsb-")
@@ -173,8 +173,8 @@ def sim_agent_main(argv: list[str] | None = None) -> None:
     from producers.kafka_producer import AgentProducer
     from producers.sim import Simulator, to_pylists
     from producers.sim.engine import BATCH_NS
+    from producers.sim.fabrics import random_clos
     from schemas.arrow_nano import encode_columns
-    from schemas.inventory import random_clos
     from schemas.topics import PROBES_RAW, topic_name
 
     inv = random_clos(1, 4, 4, 4, RNICS)  # 128 RNICs, 8 per host

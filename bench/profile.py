@@ -42,9 +42,9 @@ def _sim_batch(rows: int, n_rnics: int = 1024) -> tuple[bytes, object, int]:
     """One ``probe.v1`` payload of ``rows`` simulated rows and the worker's path index."""
     from producers.sim import Simulator
     from producers.sim.engine import BATCH_NS
+    from producers.sim.fabrics import random_clos
     from schemas.arrow_pa import table_from_columns
     from schemas.codec import encode
-    from schemas.inventory import random_clos
     from streams.pingmesh.links import PathIndex
 
     inv = random_clos(1, n_rnics // 32, 8, 4, 8)

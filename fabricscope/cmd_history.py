@@ -91,7 +91,7 @@ def register(app: typer.Typer) -> None:
         """Load RNIC -> host, ToR from an inventory file, so new probes roll up per ToR pair."""
         import time
 
-        from schemas.inventory import load as load_inventory_file
+        from schemas.inventory_yaml import load as load_inventory_file
         from sinks.history import quote
 
         inv = load_inventory_file(path)

@@ -114,7 +114,7 @@ def start_lab_source(
     Raises:
         LabError: not root, no netns, or an agent did not start (its log is named).
     """
-    from schemas.inventory import from_dict
+    from schemas.inventory_yaml import from_dict
 
     d = lab_dir(directory)
     fab = lab_infra.up(spec, d)

@@ -65,12 +65,17 @@ def register(app: typer.Typer) -> None:
         """Run one Faust stream worker (RTT decomposition, window partials, the reducer, Hostping).
         Start more for more partitions."""
         s = load()
-        _serve_metrics(metrics_port)
-        os.environ["KAFKA_BOOTSTRAP"] = s.kafka_bootstrap
-        os.environ["FABRICSCOPE_TOPIC_PREFIX"] = s.fabricscope_topic_prefix
-        from streams.runtime.app import run_worker
+        from streams.runtime.config import RuntimeConfig
+        from streams.runtime.worker import run_worker
 
-        run_worker(loglevel)
+        try:
+            config = RuntimeConfig.from_env(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
+                                            os.environ.get("FABRICSCOPE_VAR", "var"))
+        except ValueError as e:
+            typer.echo(f"fabricscope: {e}", err=True)
+            raise typer.Exit(2) from None
+        _serve_metrics(metrics_port)
+        run_worker(config, loglevel)
 
     @app.command("sink")
     def sink(metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
@@ -224,9 +229,10 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
 
 def load_inventory(spec: str):  # noqa: ANN201 - schemas.inventory.Inventory
     """``panel1`` or a path to an inventory YAML."""
-    from schemas import inventory
+    from producers.sim.fabrics import panel1
+    from schemas.inventory_yaml import load
 
-    return inventory.panel1() if spec == "panel1" else inventory.load(spec)
+    return panel1() if spec == "panel1" else load(spec)
 
 
 def run_sim_source(s: Settings, scenario: str, inventory_spec: str, seed: int, batches: int | None,

@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
     @inventory.command("check")
     def check(path: Path = typer.Argument(..., help="inventory YAML")) -> None:
         """Validate an inventory file; print its size, or every problem with its fix."""
-        from schemas.inventory import InventoryError, load
+        from schemas.inventory import InventoryError
+        from schemas.inventory_yaml import load
 
         try:
             inv = load(path)
@@ -40,9 +41,9 @@ def register(app: typer.Typer) -> None:
         rnics_per_host: int = typer.Option(2),
     ) -> None:
         """Write the Panel 1 fabric or a seeded two-tier Clos as an inventory file."""
-        from schemas import inventory as inv_mod
+        from producers.sim import fabrics
 
-        inv = inv_mod.panel1() if panel1 else inv_mod.random_clos(seed, tors, spines, hosts_per_tor, rnics_per_host)
+        inv = fabrics.panel1() if panel1 else fabrics.random_clos(seed, tors, spines, hosts_per_tor, rnics_per_host)
         inv.dump(out)
         typer.echo(f"wrote {out}: {len(inv.rnics)} RNICs")
 
@@ -54,7 +55,9 @@ def register(app: typer.Typer) -> None:
         switch: str | None = typer.Option(None, help="the ToR or switch whose LLDP table this is"),
     ) -> None:
         """Fill ToR ports (RNIC cables, and switch links with --switch) from an LLDP table."""
-        from schemas.inventory import InventoryError, apply_lldp, apply_switch_lldp, load, parse_lldpctl_json
+        from schemas.inventory import InventoryError
+        from schemas.inventory_yaml import load
+        from schemas.lldp import apply_lldp, apply_switch_lldp, parse_lldpctl_json
 
         if (host is None) == (switch is None):
             raise typer.BadParameter("give exactly one of --host or --switch")
@@ -89,8 +92,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Simulate without Kafka; print the truth and a JSON line per batch (uploads, probes, timeouts)."""
         from producers.sim.engine import Simulator
+        from producers.sim.fabrics import panel1
         from producers.sim.scenarios import scenario_faults
-        from schemas.inventory import load, panel1
+        from schemas.inventory_yaml import load
 
         inv = load(inventory_file) if inventory_file else panel1()
         start = 1_800_000_000_000_000_000

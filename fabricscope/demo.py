@@ -176,9 +176,9 @@ def _feed_sim(s: Settings, prefix: str, scenario: str, seed: int, windows: int, 
               job_value: float | None) -> DemoResult:
     from producers.kafka_producer import AgentProducer
     from producers.sim import Simulator
+    from producers.sim.fabrics import panel1
     from producers.sim.scenarios import panel1_job_connections, scenario_faults
     from producers.sim_publish import publish_sim
-    from schemas.inventory import panel1
 
     inv = panel1()
     start = start_ns or (time.time_ns() // WINDOW_NS) * WINDOW_NS

@@ -136,7 +136,7 @@ class Registry:
         }
 
 
-def _entry(
+def pinglist_entry(
     pinglist: str,
     inv: Inventory,
     reg: Registry,
@@ -148,6 +148,14 @@ def _entry(
     job_id: str | None = None,
     src_port: int | None = None,
 ) -> dict:
+    """One pinglist entry: prober ``src`` probes responder ``dst`` at ``rate_pps`` probes/s.
+
+    The UDP source port comes from ``flow_label`` (:func:`udp_sport_from_flow_label`)
+    unless ``src_port`` is given; the QPN is the responder's in ``reg``.
+
+    Raises:
+        KeyError: ``src`` or ``dst`` is not an RNIC of ``inv``.
+    """
     s, d = inv.rnics[src], inv.rnics[dst]
     return {
         "pinglist": pinglist,
@@ -192,7 +200,7 @@ def tor_mesh(
         for i, src in enumerate(rnics):
             for j, dst in enumerate(rnics):
                 if i != j:
-                    out.append(_entry("tor_mesh", inv, reg, src, dst, (i * 64 + j) & 0xFFFFF, rate, tc))
+                    out.append(pinglist_entry("tor_mesh", inv, reg, src, dst, (i * 64 + j) & 0xFFFFF, rate, tc))
     return out
 
 
@@ -274,7 +282,7 @@ def inter_tor(
             dsts = under[dst_tor]
             dst = dsts[rng.randrange(len(dsts))]
             flow_label = rng.randrange(1 << 20)
-            out.append(_entry("inter_tor", inv, reg, src_rnics[i % len(src_rnics)], dst, flow_label, rate, tc))
+            out.append(pinglist_entry("inter_tor", inv, reg, src_rnics[i % len(src_rnics)], dst, flow_label, rate, tc))
     return out
 
 
@@ -305,7 +313,9 @@ def service(
         tc = TrafficClass(int(c.get("traffic_class", DEFAULT_TC.traffic_class)), int(c.get("priority", 3)))
         fl = int(c.get("flow_label", 0))
         out.append(
-            _entry("service", inv, reg, c["src_rnic"], c["dst_rnic"], fl, pps, tc, c.get("job_id"), c.get("src_port"))
+            pinglist_entry(
+                "service", inv, reg, c["src_rnic"], c["dst_rnic"], fl, pps, tc, c.get("job_id"), c.get("src_port")
+            )
         )
     return out
 

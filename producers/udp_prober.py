@@ -24,7 +24,6 @@ column dicts of ``probe.v1`` / ``path.v1`` (:mod:`schemas.records`).
 from __future__ import annotations
 
 import errno
-import heapq
 import logging
 import os
 import selectors
@@ -36,11 +35,11 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from producers import kernel_ts
+from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe, probe_row
 from producers.udp_wire import ACK1, ACK2, PROBE, TRACE, TRACE_REPLY, Packet, decode
 
 log = logging.getLogger("fabricscope.agent.udp")
 
-TIMEOUT_NS = 500_000_000  # R-Pingmesh §4: a reply later than 500 ms is a timeout
 DEFAULT_DST_PORT = 4791  # RoCEv2's UDP port; the lab has no RDMA, so the udp backend may use it
 MAX_HOPS = 8
 SO_RCVBUFFORCE = 33
@@ -55,24 +54,6 @@ class LocalRnic:
     ip: str
     netdev: str = ""
     tor: str = ""
-
-
-@dataclass
-class TokenBucket:
-    """Per-source rate limit of the responder: ``rate`` packets/s, ``burst`` packets."""
-
-    rate: float
-    burst: float
-    tokens: float = 0.0
-    last: float = 0.0
-
-    def take(self, now: float) -> bool:
-        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate) if self.last else self.burst
-        self.last = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
 
 
 @dataclass
@@ -123,23 +104,6 @@ class Endpoint:
 
 
 @dataclass
-class PendingProbe:
-    """A probe in flight: its pinglist entry, timestamps so far and deadline (monotonic ns)."""
-
-    entry: dict[str, Any]
-    seq: int
-    t1: int
-    deadline: int
-    hardware: bool
-    t2: int | None = None
-    t3: int | None = None
-    t4: int | None = None
-    t5: int | None = None
-    t6: int | None = None
-    responder_hw: bool | None = None
-
-
-@dataclass
 class Trace:
     """A path trace in flight: one TTL-limited packet per hop; ``hops[ttl]`` = ICMP source."""
 
@@ -151,58 +115,6 @@ class Trace:
     deadline: int
     hops: dict[int, str] = field(default_factory=dict)
     reached: int | None = None
-
-
-def pop_expired(deadlines: list[tuple[int, int]], pending: dict[int, PendingProbe], now_ns: int) -> list[PendingProbe]:
-    """Pop every deadline heap entry at or before ``now_ns`` (monotonic ns); return the probes still pending.
-
-    Shared by the udp and verbs backends: both keep a ``(deadline, seq)`` heap beside ``pending``.
-    """
-    out = []
-    while deadlines and deadlines[0][0] <= now_ns:
-        _, seq = heapq.heappop(deadlines)
-        p = pending.get(seq)
-        if p is not None:
-            out.append(p)
-    return out
-
-
-def probe_row(agent_id: str, host: str, p: PendingProbe) -> dict[str, Any]:
-    """The ``probe.v1`` row of a finished probe (status ``ok`` when ACK1 came in time).
-
-    t3/t4 are kept only with ACK1 (an ACK2 alone proves nothing about the probe's
-    round trip). ``ts_source`` is ``hardware`` only when both ends used NIC clocks,
-    so hardware and software readings never meet in one row.
-    """
-    ok = p.t5 is not None
-    e = p.entry
-    return {
-        "agent_id": agent_id,
-        "seq": p.seq,
-        "pinglist": e.get("pinglist", "tor_mesh"),
-        "prober_host": e.get("prober_host", host),
-        "prober_rnic": e["prober_rnic"],
-        "responder_host": e.get("responder_host", ""),
-        "responder_rnic": e.get("responder_rnic", ""),
-        "src_ip": e["src_ip"],
-        "dst_ip": e["dst_ip"],
-        "src_port": e["src_port"],
-        "dst_port": e["dst_port"],
-        "flow_label": int(e.get("flow_label") or 0),
-        "traffic_class": int(e.get("traffic_class") or 0),
-        "priority": int(e.get("priority") or 0),
-        "qpn": int(e.get("qpn") or 0),
-        "gid_index": int(e.get("gid_index") or 0),
-        "job_id": e.get("job_id"),
-        "t1": p.t1,
-        "t2": p.t2,
-        "t3": p.t3 if ok else None,
-        "t4": p.t4 if ok else None,
-        "t5": p.t5,
-        "t6": p.t6,
-        "ts_source": "hardware" if p.hardware and bool(p.responder_hw) else "software",
-        "status": "ok" if ok else "timeout",
-    }
 
 
 class UdpEngine:
@@ -245,7 +157,6 @@ class UdpEngine:
         self.rnics = {r.name: r for r in rnics}
         self.netns = netns
         self.qpns = {name: (qpns or {}).get(name) or (int.from_bytes(os.urandom(3), "big") | 1) for name in self.rnics}
-        self.allowed = set(allowed_sources)
         self.dst_port = dst_port
         self.hardware_wanted = hardware
         self.rate_limit = rate_limit
@@ -255,14 +166,15 @@ class UdpEngine:
         self.sel = selectors.DefaultSelector()
         self.endpoints: dict[tuple[str, int, int], Endpoint] = {}
         self._hw: dict[str, bool] = {}
-        self._buckets: dict[str, TokenBucket] = {}
-        self.pending: dict[int, PendingProbe] = {}
-        self._deadlines: list[tuple[int, int]] = []
+        self.inflight = InFlight()
+        self.pending = self.inflight.pending
         self.traces: dict[int, tuple[int, int]] = {}  # trace packet seq -> (trace id, ttl)
         self._trace_state: dict[int, Trace] = {}
         self._seq = int.from_bytes(os.urandom(4), "big") << 16
         self.reverse_seen: dict[tuple[str, int, str, int], int] = {}
         self.counters = {"dropped_unregistered": 0, "dropped_rate": 0, "dropped_stale_qpn": 0, "answered": 0}
+        self.admission = Admission(set(allowed_sources), rate_limit, self.counters)
+        self.allowed = self.admission.allowed
         if responder:
             for r in self.rnics.values():
                 self.endpoint(r.name, self.dst_port, 0, responder=True)
@@ -337,8 +249,7 @@ class UdpEngine:
             time.monotonic_ns() + TIMEOUT_NS,
             ep.hardware,
         )
-        self.pending[seq] = p
-        heapq.heappush(self._deadlines, (p.deadline, seq))
+        self.inflight.add(p)
         ep.send(Packet(PROBE, seq, int(entry.get("qpn") or 0), self.qpns[ep.rnic]), dst, ("probe", seq))
         return seq
 
@@ -349,7 +260,7 @@ class UdpEngine:
     def expire(self, now_mono: int | None = None) -> int:
         """Finish probes past their deadline (timeouts, or ok without ACK2); returns how many."""
         now = now_mono if now_mono is not None else time.monotonic_ns()
-        expired = pop_expired(self._deadlines, self.pending, now)
+        expired = self.inflight.pop_expired(now)
         for p in expired:
             self._finish(p)
         n = len(expired)
@@ -471,21 +382,9 @@ class UdpEngine:
                 if pkt is not None and pkt.kind == TRACE:
                     self._trace_hit(pkt.seq, e.offender)
 
-    def _admit(self, src: str) -> bool:
-        if src not in self.allowed:
-            self.counters["dropped_unregistered"] += 1
-            return False
-        b = self._buckets.get(src)
-        if b is None:
-            b = self._buckets[src] = TokenBucket(self.rate_limit, self.rate_limit)
-        if not b.take(time.monotonic()):
-            self.counters["dropped_rate"] += 1
-            return False
-        return True
-
     def _on_packet(self, ep: Endpoint, pkt: Packet, addr: tuple[str, int], t_rx: int | None, t_user: int) -> None:
         if pkt.kind == PROBE:
-            if not ep.responder or not self._admit(addr[0]):
+            if not ep.responder or not self.admission.admit(addr[0], time.monotonic()):
                 return
             qpn = self.qpns[ep.rnic]
             if pkt.qpn != qpn:
@@ -497,7 +396,7 @@ class UdpEngine:
                 self.counters["answered"] += 1
                 self.reverse_seen[(ep.ip, ep.port, addr[0], addr[1])] = time.monotonic_ns()
         elif pkt.kind == TRACE:
-            if self._admit(addr[0]):
+            if self.admission.admit(addr[0], time.monotonic()):
                 ep.send(Packet(TRACE_REPLY, pkt.seq, self.qpns[ep.rnic]), addr)
         elif pkt.kind == TRACE_REPLY:
             self._trace_hit(pkt.seq, None)

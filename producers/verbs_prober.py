@@ -27,14 +27,13 @@ This module has two halves:
 
 from __future__ import annotations
 
-import heapq
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.udp_prober import TIMEOUT_NS, PendingProbe, TokenBucket, pop_expired, probe_row
+from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe, probe_row
 from producers.udp_wire import ACK1, ACK2, PAYLOAD_BYTES, PROBE, Packet, decode
 
 GRH_BYTES = 40  # a UD receive buffer starts with the 40-byte Global Route Header
@@ -121,9 +120,11 @@ class VerbsProtocol:
     counters: dict[str, int] = field(
         default_factory=lambda: {"dropped_unregistered": 0, "dropped_rate": 0, "dropped_stale_qpn": 0}
     )
-    _deadlines: list[tuple[int, int]] = field(default_factory=list)
-    _buckets: dict[str, TokenBucket] = field(default_factory=dict)
     _seq: int = field(default_factory=lambda: int.from_bytes(os.urandom(4), "big") << 16)
+
+    def __post_init__(self) -> None:
+        self._inflight = InFlight(self.pending)
+        self._admission = Admission(self.allowed_gids, self.rate_limit, self.counters)
 
     def probe(self, entry: dict[str, Any], now_mono: int | None = None) -> Send:
         """Start a probe for pinglist ``entry`` (needs ``gid``, ``qpn``, ``dst_ip``); t1 is read here."""
@@ -133,8 +134,7 @@ class VerbsProtocol:
         now = now_mono if now_mono is not None else time.monotonic_ns()
         e = dict(entry, src_port=int(entry.get("src_port") or 0), dst_port=int(entry.get("dst_port") or 4791))
         p = PendingProbe(e, seq, t1, now + TIMEOUT_NS, hardware=True)
-        self.pending[seq] = p
-        heapq.heappush(self._deadlines, (p.deadline, seq))
+        self._inflight.add(p)
         pkt = Packet(PROBE, seq, int(entry["qpn"]), self.qpn)
         return Send(str(entry["gid"]), int(entry["qpn"]), int(entry.get("flow_label") or 0), pkt, ("probe", seq))
 
@@ -164,7 +164,7 @@ class VerbsProtocol:
             return []
         ts = self.clock.to_ns(ts_cycles)
         if pkt.kind == PROBE:
-            if not self._admit(gid):
+            if not self._admission.admit(gid, time.monotonic()):
                 return []
             if pkt.qpn != self.qpn:
                 self.counters["dropped_stale_qpn"] += 1
@@ -183,16 +183,6 @@ class VerbsProtocol:
             self._finish(p)
         return []
 
-    def _admit(self, gid: str) -> bool:
-        if gid not in self.allowed_gids:
-            self.counters["dropped_unregistered"] += 1
-            return False
-        b = self._buckets.setdefault(gid, TokenBucket(self.rate_limit, self.rate_limit))
-        if not b.take(time.monotonic()):
-            self.counters["dropped_rate"] += 1
-            return False
-        return True
-
     def _finish(self, p: PendingProbe) -> None:
         self.pending.pop(p.seq, None)
         self.on_probe(probe_row(self.agent_id, self.host, p))
@@ -200,7 +190,7 @@ class VerbsProtocol:
     def expire(self, now_mono: int | None = None) -> int:
         """Finish probes past their 500 ms deadline; returns how many."""
         now = now_mono if now_mono is not None else time.monotonic_ns()
-        expired = pop_expired(self._deadlines, self.pending, now)
+        expired = self._inflight.pop_expired(now)
         for p in expired:
             self._finish(p)
         return len(expired)

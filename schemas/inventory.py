@@ -1,24 +1,13 @@
-"""The cluster inventory: hosts, RNICs, ToRs, spine/agg switches and the links between them.
+"""The cluster inventory model: hosts, RNICs, ToRs, spine/agg switches and the links between them.
 
-One YAML file describes a cluster (R-Pingmesh §3.2: the Controller knows every
-RNIC, its ToR and its address; issue 4 "Inventory"). It names every RNIC with
-the physical ToR port its cable plugs into, so a verdict can name the port an
-operator must walk to. The port can be filled from LLDP (:func:`parse_lldpctl_json`,
-:func:`apply_lldp`).
+The Controller knows every RNIC, its ToR and its address (R-Pingmesh §3.2). The
+inventory names every RNIC with the physical ToR port its cable plugs into, so a
+verdict can name the port an operator must walk to.
 
-File shape (every key shown; ``tier`` is ``spine``, ``agg`` or ``core``)::
-
-    name: panel1
-    tors:
-      - {name: A, pod: 0}
-    switches:
-      - {name: S1, tier: spine}
-    hosts:
-      - name: H1
-        rnics:
-          - {id: A1, netdev: eth0, ip: 10.0.1.1, gid: "fe80::...", tor: A, tor_port: Ethernet1}
-    links:                       # switch-to-switch cables (RNIC cables come from `tor:`)
-      - {a: A, a_port: Ethernet33, b: S1, b_port: Ethernet1}
+This module holds the model, its look-ups and its validation. The YAML file is read
+by :mod:`schemas.inventory_yaml` (:func:`~schemas.inventory_yaml.load`), ports are
+filled from LLDP by :mod:`schemas.lldp`, and synthetic fabrics (Panel 1, seeded Clos)
+are built by :mod:`producers.sim.fabrics`.
 
 Node names are hop names in traced paths (``path.v1`` ``hops``), so they may not
 contain ``,`` or ``->``; a link is written ``"a->b"`` (an ordered hop pair, DESIGN.md
@@ -28,11 +17,8 @@ contain ``,`` or ``->``; a link is written ``"a->b"`` (an ordered hop pair, DESI
 from __future__ import annotations
 
 import ipaddress
-import json
-import random
-import string
-from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import yaml
@@ -130,7 +116,8 @@ def link_name(a: str, b: str) -> str:
 class Inventory:
     """A validated cluster description with the look-ups the analyzer needs.
 
-    Build one with :func:`load`, :func:`from_dict`, :func:`panel1` or :func:`random_clos`;
+    Build one with :func:`schemas.inventory_yaml.load` or :func:`~schemas.inventory_yaml.from_dict`
+    (or :func:`producers.sim.fabrics.panel1` / :func:`~producers.sim.fabrics.random_clos`);
     all of them call :meth:`validate`.
     """
 
@@ -301,7 +288,7 @@ class Inventory:
 
     # ---- serialisation --------------------------------------------------------------
     def to_dict(self) -> dict:
-        """The YAML-shaped dict that :func:`from_dict` reads back."""
+        """The YAML-shaped dict that :func:`schemas.inventory_yaml.from_dict` reads back."""
         return {
             "name": self.name,
             "tors": [asdict(t) for t in self.tors.values()],
@@ -321,90 +308,6 @@ class Inventory:
         Path(path).write_text(yaml.safe_dump(self.to_dict(), sort_keys=False))
 
 
-def from_dict(data: dict, source: str = "<inventory>") -> Inventory:
-    """Build and validate an inventory from the YAML-shaped dict (see module docstring).
-
-    Raises:
-        InventoryError: a required key is missing or the inventory is inconsistent.
-    """
-    problems: list[str] = []
-    if not isinstance(data, dict):
-        raise InventoryError(source, ["the file must be a mapping with keys name, tors, switches, hosts, links"])
-
-    def need(d: dict, key: str, where: str) -> object:
-        if key not in d:
-            problems.append(f"{where}: missing required field {key!r}")
-            return ""
-        return d[key]
-
-    tors: dict[str, Tor] = {}
-    for i, t in enumerate(data.get("tors") or []):
-        t = {"name": t} if isinstance(t, str) else t
-        name = str(need(t, "name", f"tors[{i}]"))
-        tors[name] = Tor(name, int(t.get("pod", 0)))
-    switches: dict[str, Switch] = {}
-    for i, s in enumerate(data.get("switches") or []):
-        s = {"name": s} if isinstance(s, str) else s
-        name = str(need(s, "name", f"switches[{i}]"))
-        switches[name] = Switch(name, str(s.get("tier", "spine")), s.get("pod"))
-    hosts: dict[str, Host] = {}
-    rnics: dict[str, Rnic] = {}
-    for i, h in enumerate(data.get("hosts") or []):
-        hname = str(need(h, "name", f"hosts[{i}]"))
-        if hname in hosts:
-            problems.append(f"hosts[{i}]: host {hname!r} is listed twice; merge the entries")
-        ids = []
-        for j, r in enumerate(h.get("rnics") or []):
-            where = f"hosts[{hname}].rnics[{j}]"
-            rid = str(need(r, "id", where))
-            if rid in rnics:
-                problems.append(
-                    f"{where}.id: duplicate RNIC {rid!r} (also on host {rnics[rid].host}); RNIC ids must be unique"
-                )
-                continue
-            ids.append(rid)
-            rnics[rid] = Rnic(
-                id=rid,
-                host=hname,
-                netdev=str(need(r, "netdev", where)),
-                ip=str(need(r, "ip", where)),
-                gid=str(r.get("gid") or gid_from_ip(str(r.get("ip", "")))),
-                tor=str(need(r, "tor", where)),
-                tor_port=str(r.get("tor_port", "") or ""),
-                gid_index=int(r.get("gid_index", 3)),
-            )
-        hosts[hname] = Host(hname, tuple(ids))
-    links = []
-    for i, ln in enumerate(data.get("links") or []):
-        links.append(
-            Link(
-                str(need(ln, "a", f"links[{i}]")),
-                str(need(ln, "b", f"links[{i}]")),
-                str(ln.get("a_port", "") or ""),
-                str(ln.get("b_port", "") or ""),
-            )
-        )
-    if problems:
-        raise InventoryError(source, problems)
-    return Inventory(str(data.get("name", "cluster")), tors, switches, hosts, rnics, links, source).validate()
-
-
-def load(path: str | Path) -> Inventory:
-    """Read and validate a YAML inventory file.
-
-    Raises:
-        InventoryError: the file is not valid YAML or the inventory is inconsistent
-            (the message names the file, the field and the fix).
-        FileNotFoundError: no such file.
-    """
-    p = Path(path)
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        raise InventoryError(str(p), [f"not valid YAML: {e}"]) from None
-    return from_dict(data, source=str(p))
-
-
 def gid_from_ip(ip: str) -> str:
     """The RoCEv2 GID of an IPv4 address (IPv4-mapped IPv6, ``::ffff:a.b.c.d``); IPv6 is its own GID."""
     try:
@@ -414,283 +317,3 @@ def gid_from_ip(ip: str) -> str:
     if addr.version == 4:
         return f"::ffff:{addr}"
     return str(addr)
-
-
-# ---- constructors -------------------------------------------------------------------
-
-
-def _build(
-    name: str,
-    tors: list[Tor],
-    switches: list[Switch],
-    host_rnics: list[tuple[str, list[tuple[str, str]]]],
-    links: list[Link],
-    port_shuffle: random.Random | None = None,
-) -> Inventory:
-    """Assemble an inventory; ``host_rnics`` is [(host, [(rnic id, tor), ...])]. IPs 10.<tor>.<n>."""
-    tor_index = {t.name: i for i, t in enumerate(tors)}
-    per_tor_count: dict[str, int] = {}
-    hosts: dict[str, Host] = {}
-    rnics: dict[str, Rnic] = {}
-    for hname, rl in host_rnics:
-        for j, (rid, tor) in enumerate(rl):
-            n = per_tor_count.get(tor, 0) + 1
-            per_tor_count[tor] = n
-            ti = tor_index[tor]
-            ip = f"10.{ti // 250}.{ti % 250 + 1}.{n}" if n < 255 else f"10.{100 + ti // 250}.{ti % 250}.{n - 254}"
-            rnics[rid] = Rnic(rid, hname, f"eth{j}", ip, gid_from_ip(ip), tor, f"Ethernet{n}")
-        hosts[hname] = Host(hname, tuple(r for r, _ in rl))
-    if port_shuffle is not None:
-        # Cabling is rarely in order: permute each ToR's port numbers.
-        for tor in tor_index:
-            ids = [r.id for r in rnics.values() if r.tor == tor]
-            ports = [rnics[r].tor_port for r in ids]
-            port_shuffle.shuffle(ports)
-            for r, p in zip(ids, ports, strict=True):
-                rnics[r] = replace(rnics[r], tor_port=p)
-    return Inventory(
-        name, {t.name: t for t in tors}, {s.name: s for s in switches}, hosts, rnics, links, f"<{name}>"
-    ).validate()
-
-
-def panel1() -> Inventory:
-    """The toy fabric of the R-Pingmesh digest's Panel 1.
-
-    Three ToRs ``A``, ``B``, ``C``; four spines ``S1``–``S4``, each cabled to every ToR;
-    six hosts ``H1``–``H6`` of two RNICs each. RNICs are named by ToR: ``A1``–``A4`` under
-    ToR A (``H1`` = A1, A2; ``H2`` = A3, A4), ``B1``–``B4`` (``H3``, ``H4``), ``C1``–``C4``
-    (``H5``, ``H6``). The digest's job H1 + H3 therefore flows A2 → B2.
-    """
-    tors = [Tor(t) for t in "ABC"]
-    switches = [Switch(f"S{i}") for i in range(1, 5)]
-    host_rnics = []
-    for ti, t in enumerate("ABC"):
-        for hj in range(2):
-            host = f"H{2 * ti + hj + 1}"
-            host_rnics.append((host, [(f"{t}{2 * hj + 1}", t), (f"{t}{2 * hj + 2}", t)]))
-    links = [
-        Link(t.name, s.name, f"Ethernet{33 + si}", f"Ethernet{ti + 1}")
-        for ti, t in enumerate(tors)
-        for si, s in enumerate(switches)
-    ]
-    return _build("panel1", tors, switches, host_rnics, links)
-
-
-def _tor_names(n: int) -> list[str]:
-    # Letters only up to G, so ToR ``H``'s RNIC ``H1`` can never clash with host ``H1`` or spine ``S1``.
-    if n <= 7:
-        return list(string.ascii_uppercase[:n])
-    return [f"T{i + 1}" for i in range(n)]
-
-
-def random_clos(
-    seed: int,
-    n_tors: int,
-    n_spines: int,
-    hosts_per_tor: int,
-    rnics_per_host: int,
-    *,
-    n_pods: int = 1,
-    n_cores: int = 0,
-) -> Inventory:
-    """A seeded Clos fabric.
-
-    Two-tier by default: ``n_tors`` ToRs, each cabled to all ``n_spines`` spines
-    (``N = n_spines`` parallel ToR-to-ToR paths). With ``n_pods > 1`` and ``n_cores > 0``
-    it is three-tier like the paper's evaluation cluster (§6): ToRs are split over pods,
-    each pod has ``n_spines`` agg switches cabled to all its ToRs, and agg *j* of every
-    pod is cabled to the cores of plane *j* (``n_cores // n_spines`` each, so
-    ``N = n_cores`` paths between pods).
-
-    Naming: ToRs ``A``–``G`` (``T1``, ``T2``, ... beyond 7); RNICs ``<ToR><n>``
-    (``A1`` ... as in Panel 1, ``T12r3`` beyond 7 ToRs); hosts ``H1``...; spines ``S1``...,
-    aggs ``P<pod>S<j>``, cores ``X1``.... The seed permutes each ToR's port numbers
-    (cabling is rarely in order), so ports are not derivable from names.
-
-    Raises:
-        ValueError: a size is not positive, or ``n_cores`` is not a multiple of ``n_spines``.
-    """
-    if min(n_tors, n_spines, hosts_per_tor, rnics_per_host, n_pods) < 1:
-        raise ValueError("random_clos: every size must be at least 1")
-    three_tier = n_pods > 1
-    if three_tier and (n_cores < n_spines or n_cores % n_spines):
-        raise ValueError(
-            f"random_clos: n_cores={n_cores} must be a positive multiple of n_spines={n_spines} for n_pods > 1"
-        )
-    rng = random.Random(seed)
-    names = _tor_names(n_tors)
-    sep = "" if n_tors <= 7 else "r"
-    tors = [Tor(t, pod=i * n_pods // n_tors) for i, t in enumerate(names)]
-    host_rnics = []
-    h = 0
-    for t in names:
-        for _ in range(hosts_per_tor):
-            h += 1
-            base = (h - 1) % hosts_per_tor * rnics_per_host
-            host_rnics.append((f"H{h}", [(f"{t}{sep}{base + k + 1}", t) for k in range(rnics_per_host)]))
-    links: list[Link] = []
-    switches: list[Switch] = []
-    down = hosts_per_tor * rnics_per_host
-    if not three_tier:
-        switches = [Switch(f"S{i + 1}") for i in range(n_spines)]
-        for ti, t in enumerate(tors):
-            for si, s in enumerate(switches):
-                links.append(Link(t.name, s.name, f"Ethernet{down + si + 1}", f"Ethernet{ti + 1}"))
-    else:
-        per_plane = n_cores // n_spines
-        cores = [Switch(f"X{i + 1}", "core") for i in range(n_cores)]
-        for p in range(n_pods):
-            aggs = [Switch(f"P{p}S{j + 1}", "agg", p) for j in range(n_spines)]
-            switches += aggs
-            pod_tors = [t for t in tors if t.pod == p]
-            for ti, t in enumerate(pod_tors):
-                for j, a in enumerate(aggs):
-                    links.append(Link(t.name, a.name, f"Ethernet{down + j + 1}", f"Ethernet{ti + 1}"))
-            for j, a in enumerate(aggs):
-                for c in range(per_plane):
-                    core = cores[j * per_plane + c]
-                    links.append(Link(a.name, core.name, f"Ethernet{len(pod_tors) + c + 1}", f"Ethernet{p + 1}"))
-        switches += cores
-    return _build(f"clos-{seed}", tors, switches, host_rnics, links, port_shuffle=rng)
-
-
-# ---- LLDP ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LldpNeighbor:
-    """One LLDP neighbour seen on a local interface: the switch (chassis) and its port."""
-
-    local_ifname: str
-    chassis: str
-    port_id: str
-    port_descr: str = ""
-
-
-def _as_items(obj: object) -> Iterable[tuple[str, dict]]:
-    """lldpctl's JSON gives a dict keyed by name, or a list of such dicts when there are several."""
-    if isinstance(obj, dict):
-        yield from obj.items()
-    elif isinstance(obj, list):
-        for o in obj:
-            yield from _as_items(o)
-
-
-def parse_lldpctl_json(text: str) -> list[LldpNeighbor]:
-    """Parse the output of ``lldpctl -f json`` (lldpd) into neighbours.
-
-    lldpd writes ``{"lldp": {"interface": {...}}}``, where ``interface`` is one mapping
-    ``{ifname: {...}}`` or a list of them (several interfaces), ``chassis`` maps the
-    switch's system name to its details, and ``port.id`` is ``{"type": "ifname",
-    "value": "Ethernet12"}``. The port name is ``port.id.value`` when its type is
-    ``ifname``, else ``port.descr``, else the id value.
-
-    Raises:
-        ValueError: the text is not JSON or has no ``lldp`` object.
-    """
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"lldpctl output is not JSON ({e}); run `lldpctl -f json`") from None
-    if not isinstance(data, dict) or "lldp" not in data:
-        raise ValueError("lldpctl JSON has no 'lldp' key; run `lldpctl -f json` (lldpd >= 0.9)")
-    lldp = data["lldp"] or {}
-    out = []
-    for ifname, body in _as_items(lldp.get("interface") or {}):
-        chassis_name = ""
-        for cname, cbody in _as_items(body.get("chassis") or {}):
-            # A chassis without a system name is keyed by nothing: {"id": {...}}.
-            chassis_name = cname if cname != "id" else str((cbody or {}).get("value", ""))
-            break
-        port = body.get("port") or {}
-        pid = port.get("id") or {}
-        pid_type = pid.get("type", "") if isinstance(pid, dict) else ""
-        pid_value = pid.get("value", "") if isinstance(pid, dict) else str(pid)
-        descr = str(port.get("descr", "") or "")
-        name = pid_value if pid_type == "ifname" else (descr or pid_value)
-        out.append(LldpNeighbor(ifname, chassis_name, str(name), descr))
-    return out
-
-
-def apply_lldp(inv: Inventory, host: str, neighbors: list[LldpNeighbor]) -> Inventory:
-    """Fill ``tor_port`` of ``host``'s RNICs from its LLDP neighbours (matched by netdev).
-
-    Returns a new, validated inventory. Interfaces that are not RNICs are ignored.
-
-    Raises:
-        InventoryError: a neighbour names a switch other than the RNIC's ToR (miscabled,
-            or a stale inventory), or the host is unknown.
-    """
-    if host not in inv.hosts:
-        raise InventoryError(inv.source, [f"LLDP import: no host {host!r}; add it under hosts first"])
-    by_netdev = {inv.rnics[r].netdev: inv.rnics[r] for r in inv.hosts[host].rnics}
-    rnics = dict(inv.rnics)
-    problems = []
-    for nb in neighbors:
-        r = by_netdev.get(nb.local_ifname)
-        if r is None:
-            continue
-        if nb.chassis != r.tor:
-            problems.append(
-                f"hosts[{host}].rnics[{r.id}].tor: inventory says ToR {r.tor!r} but LLDP on {nb.local_ifname} "
-                f"sees {nb.chassis!r} port {nb.port_id}; fix the cabling or the inventory"
-            )
-            continue
-        rnics[r.id] = replace(r, tor_port=nb.port_id)
-    if problems:
-        raise InventoryError(inv.source, problems)
-    return replace(inv, rnics=rnics).validate()
-
-
-def apply_switch_lldp(inv: Inventory, switch: str, neighbors: list[LldpNeighbor]) -> Inventory:
-    """Fill ports from a ToR's or switch's own LLDP table (``lldpctl -f json`` on SONiC/Cumulus).
-
-    A neighbour that is a host fills the ``tor_port`` of the RNIC whose netdev it names
-    (the local port is the ToR port); a neighbour that is a ToR or switch fills both port
-    names of the link between them. Other neighbours (management network) are ignored.
-
-    Raises:
-        InventoryError: the switch is unknown, an RNIC is cabled to another ToR than the
-            inventory says, or two switches are cabled but the inventory has no such link.
-    """
-    if switch not in inv.tors and switch not in inv.switches:
-        raise InventoryError(inv.source, [f"LLDP import: no ToR or switch {switch!r}; add it first"])
-    rnics = dict(inv.rnics)
-    links = list(inv.links)
-    problems = []
-    seen: dict[str, str] = {}  # RNIC id -> port, as this switch sees it
-    for nb in neighbors:
-        if nb.chassis in inv.hosts:
-            match = [inv.rnics[r] for r in inv.hosts[nb.chassis].rnics if inv.rnics[r].netdev == nb.port_id]
-            if not match:
-                continue
-            r = match[0]
-            if r.tor != switch:
-                problems.append(
-                    f"hosts[{r.host}].rnics[{r.id}].tor: inventory says ToR {r.tor!r} but {switch} sees it "
-                    f"on {nb.local_ifname}; fix the cabling or the inventory"
-                )
-                continue
-            rnics[r.id] = replace(r, tor_port=nb.local_ifname)
-            seen[r.id] = nb.local_ifname
-        elif nb.chassis in inv.tors or nb.chassis in inv.switches:
-            for i, ln in enumerate(links):
-                if (ln.a, ln.b) == (switch, nb.chassis):
-                    links[i] = replace(ln, a_port=nb.local_ifname, b_port=nb.port_id)
-                    break
-                if (ln.a, ln.b) == (nb.chassis, switch):
-                    links[i] = replace(ln, a_port=nb.port_id, b_port=nb.local_ifname)
-                    break
-            else:
-                problems.append(
-                    f"links: {switch} {nb.local_ifname} is cabled to {nb.chassis} {nb.port_id} but the inventory "
-                    "has no such link; add it under links"
-                )
-    if problems:
-        raise InventoryError(inv.source, problems)
-    # The switch's own table is authoritative for its ports: an RNIC it did not see that still
-    # claims one of them has a stale port, now unknown.
-    for r in list(rnics.values()):
-        if r.tor == switch and r.id not in seen and r.tor_port in seen.values():
-            rnics[r.id] = replace(r, tor_port="")
-    return replace(inv, rnics=rnics, links=links).validate()

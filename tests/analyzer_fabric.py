@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pyarrow as pa
 
+from producers.sim import fabrics
 from schemas.arrow_pa import table_from_columns
+from schemas.inventory import Inventory
 
 S = 1_000_000_000
 BASE_RTT_NS = 6_000
@@ -39,25 +41,20 @@ class Fabric:
         return sorted(r for r, h in self.rnic_host.items() if h == host)
 
 
+def from_inventory(inv: Inventory) -> Fabric:
+    """The two-tier fabric of an inventory (its switches are the spines)."""
+    rnics = inv.rnics.values()
+    return Fabric(list(inv.tors), list(inv.switches), {r.id: r.host for r in rnics}, {r.id: r.tor for r in rnics})
+
+
 def clos(n_tors: int = 3, n_spines: int = 4, hosts_per_tor: int = 2, rnics_per_host: int = 2) -> Fabric:
-    """A Clos fabric named like Panel 1 (ToR 'A', RNIC 'A1', host 'H1', switch 'S1')."""
-    tors = [chr(ord("A") + i) for i in range(n_tors)]
-    spines = [f"S{i + 1}" for i in range(n_spines)]
-    rnic_host, rnic_tor = {}, {}
-    h = 0
-    for t in tors:
-        for _ in range(hosts_per_tor):
-            h += 1
-            for _ in range(rnics_per_host):
-                r = f"{t}{len([x for x in rnic_tor.values() if x == t]) + 1}"
-                rnic_host[r] = f"H{h}"
-                rnic_tor[r] = t
-    return Fabric(tors, spines, rnic_host, rnic_tor)
+    """A two-tier Clos named like Panel 1 (ToR 'A', RNIC 'A1', host 'H1', switch 'S1'); up to 7 ToRs."""
+    return from_inventory(fabrics.random_clos(0, n_tors, n_spines, hosts_per_tor, rnics_per_host))
 
 
 def panel1() -> Fabric:
     """The digest's Panel 1 fabric."""
-    return clos()
+    return from_inventory(fabrics.panel1())
 
 
 @dataclass

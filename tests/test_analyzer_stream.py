@@ -9,7 +9,7 @@ sim = pytest.importorskip("producers.sim")
 from analyzer_sim import T0  # noqa: E402
 
 from bench.sim_reducer import SimPipeline  # noqa: E402
-from schemas.inventory import panel1  # noqa: E402
+from producers.sim.fabrics import panel1  # noqa: E402
 
 
 def _verdicts(faults, workers):

@@ -8,7 +8,7 @@ import pytest
 
 from bench import accuracy as ba
 from producers.sim import BusyHost, FlappingLink, HostDown, HostRestart, LinkDown, LossyLink, RnicDown
-from schemas.inventory import panel1, random_clos
+from producers.sim.fabrics import panel1, random_clos
 
 T0, S = ba.T0, ba.S
 

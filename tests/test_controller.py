@@ -10,7 +10,7 @@ from collections import Counter
 import pytest
 
 from producers import controller as ctl
-from schemas.inventory import panel1, random_clos
+from producers.sim.fabrics import panel1, random_clos
 from schemas.records import PROBE_V1
 
 H = ctl.HOUR_NS

@@ -8,7 +8,7 @@ import pytest
 from fabricscope.cmd_pipeline import lab_available
 from fabricscope.demo import run_demo
 from fabricscope.settings import Settings
-from schemas.inventory import panel1
+from producers.sim.fabrics import panel1
 from sinks.clickhouse import ChdbStore
 
 pytestmark = [pytest.mark.lab, pytest.mark.kafka, pytest.mark.slow]

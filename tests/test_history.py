@@ -111,7 +111,7 @@ def test_inventory_command_loads_rnic_tors(tmp_path):
     import subprocess
     import sys
 
-    from schemas.inventory import panel1
+    from producers.sim.fabrics import panel1
 
     inv = panel1()
     inv.dump(tmp_path / "cluster.yaml")

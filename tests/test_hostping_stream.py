@@ -19,8 +19,8 @@ from schemas.host_topology import (
     topology_to_dict,
 )
 from schemas.intrahost import figure2_topology
+from schemas.verdicts import verdict_id
 from streams.hostping.hostping_stream import HostpingStream
-from streams.pingmesh.analyzer import verdict_id
 
 START = 1_800_000_000_000_000_000  # a multiple of 20 s
 ROUND = 30_000_000_000

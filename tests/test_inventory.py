@@ -7,9 +7,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from schemas import inventory as inv_mod
+from producers.sim.fabrics import panel1, random_clos
+from schemas import lldp
 from schemas.eq1 import p_miss, tuples_needed
-from schemas.inventory import InventoryError, apply_lldp, load, panel1, parse_lldpctl_json, random_clos
+from schemas.inventory import InventoryError
+from schemas.inventory_yaml import load
+from schemas.lldp import apply_lldp, parse_lldpctl_json
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -132,7 +135,7 @@ def test_lldp_single_interface_is_a_mapping():
         '{"lldp": {"interface": {"eth0": {"chassis": {"B": {}}, '
         '"port": {"id": {"type": "ifname", "value": "Ethernet3"}}}}}}'
     )
-    assert parse_lldpctl_json(text) == [inv_mod.LldpNeighbor("eth0", "B", "Ethernet3", "")]
+    assert parse_lldpctl_json(text) == [lldp.LldpNeighbor("eth0", "B", "Ethernet3", "")]
     with pytest.raises(ValueError, match="lldpctl -f json"):
         parse_lldpctl_json("not json")
 
@@ -145,7 +148,7 @@ def test_apply_lldp_fills_ports_and_catches_miscabling():
     assert out.rnics["A4"].tor_port == "Ethernet28"
     assert out.port_of("A3") == "A:Ethernet7"
     assert out.rnics["A1"] == inv.rnics["A1"]
-    wrong = [inv_mod.LldpNeighbor("eth0", "B", "Ethernet9")]
+    wrong = [lldp.LldpNeighbor("eth0", "B", "Ethernet9")]
     with pytest.raises(InventoryError, match="inventory says ToR 'A' but LLDP on eth0 sees 'B'"):
         apply_lldp(inv, "H2", wrong)
 
@@ -166,7 +169,7 @@ def test_eq1_is_the_smallest_k():
 def test_tor_lldp_fills_rnic_ports_and_uplink_ports():
     inv = panel1()
     nbs = parse_lldpctl_json((FIXTURES / "lldp" / "torA_lldpctl.json").read_text())
-    out = inv_mod.apply_switch_lldp(inv, "A", nbs)
+    out = lldp.apply_switch_lldp(inv, "A", nbs)
     assert out.port_of("A1") == "A:Ethernet0"
     assert out.port_of("A2") == "A:Ethernet4"
     (ln,) = [x for x in out.links if (x.a, x.b) == ("A", "S3")]
@@ -174,9 +177,9 @@ def test_tor_lldp_fills_rnic_ports_and_uplink_ports():
     assert out.rnics["A3"] == inv.rnics["A3"]
     assert out.port_of("A4") == "A:?"  # its old port Ethernet4 is A2's now: stale, so unknown
     with pytest.raises(InventoryError, match="inventory says ToR 'A' but B sees it on Ethernet0"):
-        inv_mod.apply_switch_lldp(inv, "B", nbs[:1])
+        lldp.apply_switch_lldp(inv, "B", nbs[:1])
     with pytest.raises(InventoryError, match="has no such link"):
-        inv_mod.apply_switch_lldp(inv, "A", [inv_mod.LldpNeighbor("Ethernet9", "B", "Ethernet9")])
+        lldp.apply_switch_lldp(inv, "A", [lldp.LldpNeighbor("Ethernet9", "B", "Ethernet9")])
 
 
 def test_cli_inventory_check_names_the_problem(tmp_path):

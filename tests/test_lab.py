@@ -352,7 +352,7 @@ def test_agents_traces_put_a_dead_link_on_every_failing_tuple(fab: lab.Fabric) -
     import pyarrow.ipc as ipc
 
     from fabricscope.cmd_lab import build_lab_pinglists
-    from schemas.inventory import from_dict
+    from schemas.inventory_yaml import from_dict
 
     d: Path = fab.dir  # type: ignore[attr-defined]
     spool = d / "spool"

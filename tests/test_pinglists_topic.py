@@ -9,9 +9,9 @@ from confluent_kafka import Consumer
 from producers.controller import Registry, build_pinglists, pinglist_for_host
 from producers.controller_publish import pinglist_columns, publish_pinglists
 from producers.kafka_producer import AgentProducer
+from producers.sim.fabrics import panel1
 from schemas.arrow_pa import table_from_columns
 from schemas.codec import decode
-from schemas.inventory import panel1
 
 
 def _lists():

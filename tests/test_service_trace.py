@@ -22,7 +22,7 @@ from producers.service_trace.events import (
     parse_lines,
 )
 from producers.service_trace.tracer import BPF_SOURCE, TracerUnavailable, run_tracer
-from schemas.inventory import panel1
+from producers.sim.fabrics import panel1
 
 # Host H1 (RNICs A1 = eth0, A2 = eth1) runs a job whose ranks talk to B2 (10.0.2.2) and C1 (10.0.3.1).
 LOG = "\n".join(

@@ -20,7 +20,7 @@ from producers.sim import (
     Simulator,
     to_pylists,
 )
-from schemas.inventory import panel1, random_clos
+from producers.sim.fabrics import panel1, random_clos
 
 T0 = 1_800_000_000_000_000_000  # an epoch-aligned start, ns
 S = 1_000_000_000

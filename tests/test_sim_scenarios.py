@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from producers.sim import LinkDown, Simulator
+from producers.sim.fabrics import panel1, random_clos
 from producers.sim.scenarios import SCENARIOS, panel1_job_connections, scenario_faults
 from producers.sim.stream import encoded_uploads
-from schemas.inventory import panel1, random_clos
 
 T0 = 1_800_000_000_000_000_000
 S = 1_000_000_000

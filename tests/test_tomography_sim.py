@@ -10,7 +10,7 @@ import pytest
 sim = pytest.importorskip("producers.sim")
 from analyzer_sim import T0, S, right, run  # noqa: E402
 
-from schemas.inventory import panel1, random_clos  # noqa: E402
+from producers.sim.fabrics import panel1, random_clos  # noqa: E402
 
 PANEL1_FAULTS = [
     (sim.LinkDown(a="A", b="S3"), ("switch", "A->S3")),

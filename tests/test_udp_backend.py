@@ -13,10 +13,10 @@ from infra.lab import nft
 from infra.lab.netns import LabError
 from infra.lab.topology import LabSpec, plan
 from producers import kernel_ts
+from producers.probe_protocol import TokenBucket
 from producers.udp_agent import Agent
-from producers.udp_prober import TokenBucket
 from producers.udp_wire import ACK2, PAYLOAD_BYTES, PROBE, Packet, decode
-from schemas.inventory import from_dict
+from schemas.inventory_yaml import from_dict
 
 
 def test_packets_are_50_bytes_and_round_trip() -> None:

@@ -150,7 +150,7 @@ class Fabric:
         return names
 
     def inventory_dict(self, name: str = "lab") -> dict[str, object]:
-        """The lab as a cluster inventory in the YAML shape of :func:`schemas.inventory.from_dict`.
+        """The lab as a cluster inventory in the YAML shape of :func:`schemas.inventory_yaml.from_dict`.
 
         RNIC ``netdev`` is the host interface (``A1``), ``tor_port`` the ToR interface
         facing it (also ``A1``); switch links carry both interface names as ports.

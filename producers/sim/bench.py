@@ -12,8 +12,8 @@ import argparse
 import time
 
 from producers.sim.engine import Simulator
+from producers.sim.fabrics import random_clos
 from producers.sim.faults import LinkDown
-from schemas.inventory import random_clos
 
 
 def bench(n_rnics: int = 10_000, batches: int = 2, seed: int = 0, trace: str = "on_change") -> dict:

@@ -1,14 +1,15 @@
 """A seeded Clos-fabric simulator that produces R-Pingmesh agent uploads (the ``sim`` backend).
 
-The model (DESIGN.md "Probe backends"; issue 4):
+The model (DESIGN.md "Probe backends"), one module per concern:
 
-* **Routing.** Shortest up-down paths between ToRs; at every ToR and switch ECMP picks a
-  next hop by hashing the 5-tuple with that node's own seed, so a 5-tuple always takes one
-  path (stickiness) and the forward and reverse directions (the reverse 5-tuple swaps the
-  addresses) hash independently. A fault does not reroute: a dead link blackholes what
-  hashes onto it, as the issue's measured lab does for static routes.
-* **Probes.** Every pinglist entry fires at its ``rate_pps`` with a seeded phase; each 5 s
-  upload batch is computed at once with numpy (no per-probe event loop).
+* **Routing** (:mod:`producers.sim.topology`). Shortest up-down paths between ToRs; at every
+  ToR and switch ECMP picks a next hop by hashing the 5-tuple with that node's own seed, so a
+  5-tuple always takes one path and the forward and reverse directions hash independently.
+  A fault does not reroute: a dead link blackholes what hashes onto it, as static routes do
+  in the measured lab.
+* **Probes** (:mod:`producers.sim.plan`, this module). Every pinglist entry fires at its
+  ``rate_pps`` with a seeded phase; each 5 s upload batch is computed at once with numpy (no
+  per-probe event loop).
 * **Clocks.** ``t1``/``t6`` are on the prober host clock (epoch ns, NTP-skewed by up to
   ±1 ms per host); ``t2``/``t5`` on the prober RNIC clock and ``t3``/``t4`` on the responder
   RNIC clock, each running ahead of the epoch by its own 17 min to 30 days. Only
@@ -18,7 +19,7 @@ The model (DESIGN.md "Probe backends"; issue 4):
   ``t4−t3`` lognormal with median 4 µs; prober delay ``(t6−t1)−(t5−t2)`` median ~5 µs.
 * **Timeouts.** A probe or ACK that is dropped, or that completes more than 500 ms after
   ``t1``, is a ``timeout`` with ``t3``..``t6`` null; ``t2`` is present unless the prober's
-  own RNIC is down.
+  own RNIC is down. Faults act as :mod:`producers.sim.fault_effects` says.
 * **Paths.** Each agent uploads ``path.v1`` rows: the prober traces the forward 5-tuple
   (``direction="forward"``), the responder the reverse one of the ACK (``"reverse"``:
   ``src_rnic`` = responder, ``dst_rnic`` = prober, ports as in the probe). ``hops`` is the
@@ -30,87 +31,52 @@ Ground truth (:meth:`Simulator.truth`) is for scoring only; the analyzer never r
 
 from __future__ import annotations
 
-import ipaddress
-import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from producers import controller as ctl
+from producers.sim.fault_effects import FaultEffects, Restart, active, remaining
 from producers.sim.faults import (
     LINK_FAULTS,
     BusyHost,
     Fault,
     FlappingLink,
-    HostDown,
-    HostRestart,
     LatencyLink,
     LinkDown,
     LossyLink,
     PartialTupleLoss,
     RnicDown,
 )
-from schemas.inventory import Inventory, link_name
+from producers.sim.hashing import mix64, stable_seed, tuple_key
+from producers.sim.plan import PINGLIST_CODES, Plan, even_inter_tor, hop_strings, make_plan
+from producers.sim.topology import Topology
+from schemas.inventory import Inventory
+
+__all__ = ["BATCH_NS", "PINGLIST_CODES", "TIMEOUT_NS", "Simulator", "to_pylists", "tuple_key"]
 
 BATCH_NS = 5_000_000_000
 TIMEOUT_NS = 500_000_000
-PINGLIST_CODES = ("tor_mesh", "inter_tor", "service")
 
 _STATUS = np.array(["ok", "timeout"], dtype=object)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
 
 
-def _mix64(x: np.ndarray) -> np.ndarray:
-    """splitmix64 finaliser over a uint64 array (wrapping arithmetic)."""
-    x = x.astype(np.uint64, copy=True)
-    x ^= x >> np.uint64(30)
-    x *= _M1
-    x ^= x >> np.uint64(27)
-    x *= _M2
-    x ^= x >> np.uint64(31)
-    return x
+def clock_offsets(seed: int, n_hosts: int, n_rnics: int) -> tuple[np.ndarray, np.ndarray]:
+    """Seeded clock offsets (ns): each host's NTP error (±1 ms) and each RNIC clock's lead on the epoch.
 
-
-def tuple_key(src_ip: np.ndarray, dst_ip: np.ndarray, sport: np.ndarray, dport: np.ndarray) -> np.ndarray:
-    """A 64-bit hash key of UDP 5-tuples (IPv4 addresses as uint32, protocol 17)."""
-    a = (src_ip.astype(np.uint64) << np.uint64(32)) | dst_ip.astype(np.uint64)
-    b = (sport.astype(np.uint64) << np.uint64(16)) | dport.astype(np.uint64) | np.uint64(17 << 40)
-    return _mix64(_mix64(a) ^ b)
-
-
-def _stable_seed(*parts: object) -> int:
-    return zlib.crc32("/".join(map(str, parts)).encode())
-
-
-@dataclass
-class _Plan:
-    """Per-entry arrays of one set of pinglists, with both traced paths."""
-
-    entries: list[dict]
-    src: np.ndarray  # RNIC index
-    dst: np.ndarray
-    src_host: np.ndarray  # host index
-    dst_host: np.ndarray
-    rate: np.ndarray
-    phase: np.ndarray
-    tuple_key: np.ndarray
-    fwd: np.ndarray  # (E, L) global node ids, -1 padded
-    rev: np.ndarray
-    fwd_links: np.ndarray  # links per direction
-    rev_links: np.ndarray
-    cols: dict[str, np.ndarray]  # per-entry probe.v1 columns that are copied as-is
-    fwd_hops: np.ndarray | None = None  # object: comma-joined hop names (lazy)
-    rev_hops: np.ndarray | None = None
-    cross: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    RNIC clocks are free-running device clocks: epoch ns plus 17 min to 30 days.
+    """
+    rng = np.random.default_rng(stable_seed(seed, "clocks"))
+    host_off = rng.integers(-1_000_000, 1_000_000, n_hosts)
+    rnic_off = rng.integers(1000, 30 * 86400, n_rnics) * 10**9 + rng.integers(0, 10**9, n_rnics)
+    return host_off, rnic_off
 
 
 class Simulator:
     """Seeded Clos fabric producing 5 s agent uploads with injected faults.
 
     Args:
-        inventory: the fabric (e.g. :func:`schemas.inventory.panel1`).
+        inventory: the fabric (e.g. :func:`producers.sim.fabrics.panel1`).
         seed: seeds ECMP hash seeds, phases, QPNs, clocks and every random draw.
         faults: faults from :mod:`producers.sim.faults`.
         pinglists: fixed pinglists (``{"tor_mesh": [...], ...}``, entries as built by
@@ -123,6 +89,10 @@ class Simulator:
         trace: ``"every_batch"`` (every probed tuple's paths in every upload) or
             ``"on_change"`` (a tuple's paths when first probed and whenever it timed out).
         background_loss: per-link drop probability of a healthy link (default 0).
+
+    Raises:
+        ValueError: a bad ``inter_tor`` or ``trace`` mode, or a fault naming an unknown
+            node or an uncabled pair.
 
     Call :meth:`upload_batches` for consecutive 5 s intervals in time order (the per-agent
     ``seq`` continues across calls).
@@ -154,187 +124,43 @@ class Simulator:
         self._inter_tor_mode = inter_tor
         self._per_switch = per_switch
         self._fixed = pinglists
-        self._build_topology()
+        self.topo = Topology(inventory, seed)
+        self.rnic_names, self.hosts, self.rnic_id, self.host_id = (
+            self.topo.rnic_names,
+            self.topo.hosts,
+            self.topo.rnic_id,
+            self.topo.host_id,
+        )
+        self._host_off, self._rnic_off = clock_offsets(seed, len(self.hosts), len(self.rnic_names))
         self.registry = ctl.Registry.from_inventory(inventory, seed=seed)
-        self._check_faults()
-        self._restarts = self._restart_schedule()
+        self.effects = FaultEffects(self.topo, self.faults, seed)
         self._qpn_base = np.array([self.registry.qpn(r) for r in self.rnic_names], dtype=np.int64)
         self._seq = np.zeros(len(self.hosts), dtype=np.uint64)
         self._traced_mask = np.zeros(0, dtype=bool)
         self._plan_key: object = None
-        self._plan: _Plan | None = None
+        self._plan: Plan | None = None
 
-    # ---- topology and routing ----------------------------------------------------
-    def _build_topology(self) -> None:
-        inv = self.inv
-        self.rnic_names = list(inv.rnics)
-        self.hosts = list(inv.hosts)
-        self.tor_names = list(inv.tors)
-        self.switch_names = [*inv.tors, *inv.switches]  # switch space: ToRs first
-        self.node_names = np.array([*self.rnic_names, *self.switch_names], dtype=object)
-        self.node_id = {n: i for i, n in enumerate(self.node_names)}
-        self.rnic_id = {n: i for i, n in enumerate(self.rnic_names)}
-        self.host_id = {h: i for i, h in enumerate(self.hosts)}
-        nr, ns, nt = len(self.rnic_names), len(self.switch_names), len(self.tor_names)
-        self._nr = nr
-        self.rnic_host = np.array([self.host_id[inv.rnics[r].host] for r in self.rnic_names])
-        self.rnic_tor = np.array([self.tor_names.index(inv.rnics[r].tor) for r in self.rnic_names])
-        self._rnic_ips = np.array([inv.rnics[r].ip for r in self.rnic_names], dtype=object)
-        self._rnic_names_arr = np.array(self.rnic_names, dtype=object)
-        self.rnic_ip = np.array([int(ipaddress.IPv4Address(inv.rnics[r].ip)) for r in self.rnic_names], np.uint32)
-        sw_id = {n: i for i, n in enumerate(self.switch_names)}
-        adj = np.zeros((ns, ns), dtype=bool)
-        for ln in inv.links:
-            adj[sw_id[ln.a], sw_id[ln.b]] = adj[sw_id[ln.b], sw_id[ln.a]] = True
-        is_tor = np.zeros(ns, dtype=bool)
-        is_tor[:nt] = True
-        # dist[d, u]: hops from switch u to ToR d, never transiting another ToR.
-        big = np.iinfo(np.int32).max // 2
-        dist = np.full((nt, ns), big, dtype=np.int32)
-        dist[np.arange(nt), np.arange(nt)] = 0
-        frontier = np.zeros((nt, ns), dtype=bool)
-        frontier[np.arange(nt), np.arange(nt)] = True
-        level = 0
-        while frontier.any():
-            level += 1
-            reached = (frontier.astype(np.int32) @ adj.astype(np.int32)) > 0
-            new = reached & (dist == big)
-            dist[new] = level
-            frontier = new & ~is_tor[None, :]
-        nbrs = [np.flatnonzero(adj[u]) for u in range(ns)]
-        masks = []
-        for u in range(ns):
-            nb = nbrs[u]
-            dv = dist[:, nb]
-            ok = (dv == dist[:, u : u + 1] - 1) & ((~is_tor[nb])[None, :] | (nb[None, :] == np.arange(nt)[:, None]))
-            masks.append(ok)
-        fan = max(1, max(int(m.sum(1).max()) if m.size else 0 for m in masks))
-        self._nh = np.full((ns, nt, fan), -1, dtype=np.int32)
-        self._cnt = np.zeros((ns, nt), dtype=np.int64)
-        for u in range(ns):
-            ok = masks[u]
-            if ok.size == 0:
-                continue
-            order = np.argsort(~ok, axis=1, kind="stable")[:, :fan]
-            self._nh[u, :, : order.shape[1]] = np.where(np.take_along_axis(ok, order, 1), nbrs[u][order], -1)
-            self._cnt[u] = ok.sum(1)
-        self._max_depth = int(dist[dist < big].max()) + 1 if nt else 1
-        self._node_seed = np.array([_stable_seed(self.seed, "ecmp", n) for n in self.switch_names], dtype=np.uint64)
-        rng = np.random.default_rng(_stable_seed(self.seed, "clocks"))
-        self._host_off = rng.integers(-1_000_000, 1_000_000, len(self.hosts))
-        # RNIC clock = epoch ns + a per-device offset of 17 min to 30 days (free-running device clocks).
-        self._rnic_off = rng.integers(1000, 30 * 86400, nr) * 10**9 + rng.integers(0, 10**9, nr)
-
+    # ---- routing ------------------------------------------------------------------------
     def route(self, src_rnic: np.ndarray, dst_rnic: np.ndarray, key: np.ndarray) -> np.ndarray:
-        """Hop matrix (global node ids, -1 padded) of 5-tuples hashed with ``key``.
-
-        Each row is ``src RNIC, its ToR, ..., dst ToR, dst RNIC``.
-        """
-        m = len(src_rnic)
-        nr = self._nr
-        cur = self.rnic_tor[src_rnic].astype(np.int64)
-        dt = self.rnic_tor[dst_rnic].astype(np.int64)
-        cols = [src_rnic.astype(np.int64), cur + nr]
-        for _ in range(2 * self._max_depth + 2):
-            active = cur != dt
-            if not active.any():
-                break
-            c = np.maximum(self._cnt[cur, dt], 1)
-            h = _mix64(key ^ self._node_seed[cur])
-            choice = (h % c.astype(np.uint64)).astype(np.int64)
-            nxt = self._nh[cur, dt, choice].astype(np.int64)
-            cols.append(np.where(active, nxt + nr, -1))
-            cur = np.where(active, nxt, cur)
-        hops = np.full((m, len(cols) + 1), -1, dtype=np.int64)
-        stacked = np.stack(cols, axis=1)
-        hops[:, : len(cols)] = stacked
-        length = (stacked >= 0).sum(1)
-        hops[np.arange(m), length] = dst_rnic
-        return hops
+        """Hop matrix of 5-tuples hashed with ``key`` (see :meth:`Topology.route`)."""
+        return self.topo.route(src_rnic, dst_rnic, key)
 
     def path(self, src_rnic: str, dst_rnic: str, src_port: int, dst_port: int = 4791) -> list[str]:
         """The forward path (hop names) of one 5-tuple."""
-        s, d = self.rnic_id[src_rnic], self.rnic_id[dst_rnic]
-        key = tuple_key(self.rnic_ip[[s]], self.rnic_ip[[d]], np.array([src_port]), np.array([dst_port]))
-        row = self.route(np.array([s]), np.array([d]), key)[0]
-        return [str(self.node_names[i]) for i in row if i >= 0]
+        return self.topo.path(src_rnic, dst_rnic, src_port, dst_port)
 
     def find_flow_label(self, src_rnic: str, dst_rnic: str, via: str, start: int = 0) -> int:
         """The smallest flow label ``>= start`` whose forward path from ``src_rnic`` crosses node ``via``.
 
-        Handy to place a job's connection on a chosen switch (the digest's job H1 + H3).
-
         Raises:
             ValueError: no flow label among 2^20 reaches ``via``.
         """
-        target = self.node_id[via]
-        s, d = self.rnic_id[src_rnic], self.rnic_id[dst_rnic]
-        for lo in range(start, 1 << 20, 4096):
-            fl = np.arange(lo, min(lo + 4096, 1 << 20))
-            sport = np.array([ctl.udp_sport_from_flow_label(int(f)) for f in fl])
-            n = len(fl)
-            key = tuple_key(np.full(n, self.rnic_ip[s]), np.full(n, self.rnic_ip[d]), sport, np.full(n, 4791))
-            hops = self.route(np.full(n, s), np.full(n, d), key)
-            hit = np.flatnonzero((hops == target).any(1))
-            if hit.size:
-                return int(fl[hit[0]])
-        raise ValueError(f"no flow label from {src_rnic} to {dst_rnic} crosses {via}")
+        return self.topo.find_flow_label(src_rnic, dst_rnic, via, start)
 
-    # ---- pinglists -------------------------------------------------------------------
+    # ---- pinglists -----------------------------------------------------------------------
     def even_inter_tor(self, per_switch: int = 2, now_ns: int = 0) -> list[dict]:
-        """Inter-ToR entries spread evenly: for each ordered ToR pair, ``per_switch`` tuples
-        through each top switch, forward and reverse paths through the same switch.
-
-        This is the digest's Panel 1 set-up ("two per switch for each ordered pair of
-        ToRs"): on Panel 1, a dead A–S3 then fails exactly 8 tuples. Sources and
-        destinations rotate over the RNICs of the two ToRs. Rate: 10 probes/s per entry.
-        The search is per ordered ToR pair (quadratic in ToRs): meant for small fabrics.
-        """
-        rng = np.random.default_rng(_stable_seed(self.seed, "even", now_ns))
-        out: list[dict] = []
-        under = {t: [self.rnic_id[r] for r in self.inv.rnics_under_tor(t)] for t in self.tor_names}
-        for x in self.tor_names:
-            for y in self.tor_names:
-                if x == y or not under[x] or not under[y]:
-                    continue
-                xs, ys = np.array(under[x]), np.array(under[y])
-                got: dict[int, int] = {}
-                tops = None
-                j0 = 0
-                for _ in range(64):
-                    n = 512
-                    j = np.arange(j0, j0 + n)
-                    j0 += n
-                    s = xs[j % len(xs)]
-                    d = ys[(j // len(xs)) % len(ys)]
-                    fl = rng.integers(0, 1 << 20, n)
-                    sport = ((fl & 0x3FFF) ^ ((fl & 0xFC000) >> 14)) | 0xC000
-                    dport = np.full(n, 4791)
-                    f = self.route(s, d, tuple_key(self.rnic_ip[s], self.rnic_ip[d], sport, dport))
-                    r = self.route(d, s, tuple_key(self.rnic_ip[d], self.rnic_ip[s], sport, dport))
-                    apex_f = f[np.arange(n), (f >= 0).sum(1) // 2]
-                    apex_r = r[np.arange(n), (r >= 0).sum(1) // 2]
-                    if tops is None:
-                        tops = set(np.unique(apex_f).tolist()) | set(np.unique(apex_r).tolist())
-                    for i in np.flatnonzero(apex_f == apex_r):
-                        a = int(apex_f[i])
-                        if got.get(a, 0) < per_switch:
-                            got[a] = got.get(a, 0) + 1
-                            out.append(
-                                ctl._entry(
-                                    "inter_tor",
-                                    self.inv,
-                                    self.registry,
-                                    self.rnic_names[int(s[i])],
-                                    self.rnic_names[int(d[i])],
-                                    int(fl[i]),
-                                    10.0,
-                                    ctl.DEFAULT_TC,
-                                )
-                            )
-                    if tops and all(got.get(t, 0) >= per_switch for t in tops):
-                        break
-        return out
+        """Inter-ToR entries, ``per_switch`` per top switch and ordered ToR pair (see :func:`plan.even_inter_tor`)."""
+        return even_inter_tor(self.topo, self.registry, self.seed, per_switch, now_ns)
 
     def pinglists(self, now_ns: int = 0) -> dict[str, list[dict]]:
         """The pinglists in force at ``now_ns``."""
@@ -355,148 +181,26 @@ class Simulator:
         self._connections = list(connections)
         self._plan_key = None
 
-    def _plan_for(self, now_ns: int) -> _Plan:
+    def _plan_for(self, now_ns: int) -> Plan:
         key = "fixed" if self._fixed is not None or self._inter_tor_mode == "even" else now_ns // ctl.HOUR_NS
         if key != self._plan_key:
             lists = self.pinglists(now_ns)
-            self._plan = self._make_plan([e for name in PINGLIST_CODES for e in lists.get(name, [])])
+            self._plan = make_plan(self.topo, [e for name in PINGLIST_CODES for e in lists.get(name, [])], self.seed)
             self._plan_key = key
             self._traced_mask = np.zeros(0, dtype=bool)
         assert self._plan is not None
         return self._plan
 
-    def _make_plan(self, entries: list[dict]) -> _Plan:
-        e = len(entries)
-        src = np.array([self.rnic_id[x["prober_rnic"]] for x in entries], dtype=np.int64)
-        dst = np.array([self.rnic_id[x["responder_rnic"]] for x in entries], dtype=np.int64)
-        sport = np.array([x["src_port"] for x in entries], dtype=np.uint16)
-        dport = np.array([x["dst_port"] for x in entries], dtype=np.uint16)
-        rng = np.random.default_rng(_stable_seed(self.seed, "phase", e))
-        fkey = tuple_key(self.rnic_ip[src], self.rnic_ip[dst], sport, dport)
-        rkey = tuple_key(self.rnic_ip[dst], self.rnic_ip[src], sport, dport)
-        fwd = self.route(src, dst, fkey) if e else np.zeros((0, 2), np.int64)
-        rev = self.route(dst, src, rkey) if e else np.zeros((0, 2), np.int64)
-        names = np.array(self.rnic_names, dtype=object)
-        ips = np.array([self.inv.rnics[r].ip for r in self.rnic_names], dtype=object)
-        hosts = np.array(self.hosts, dtype=object)
-        cols = {
-            "pinglist": np.array([x["pinglist"] for x in entries], dtype=object),
-            "prober_host": hosts[self.rnic_host[src]],
-            "prober_rnic": names[src],
-            "responder_host": hosts[self.rnic_host[dst]],
-            "responder_rnic": names[dst],
-            "src_ip": ips[src],
-            "dst_ip": ips[dst],
-            "src_port": sport,
-            "dst_port": dport,
-            "flow_label": np.array([x["flow_label"] for x in entries], dtype=np.uint32),
-            "traffic_class": np.array([x["traffic_class"] for x in entries], dtype=np.uint8),
-            "priority": np.array([x["priority"] for x in entries], dtype=np.uint8),
-            "gid_index": np.array([x["gid_index"] for x in entries], dtype=np.uint16),
-            "job_id": np.array([x.get("job_id") for x in entries], dtype=object),
-        }
-        return _Plan(
-            entries=entries,
-            src=src,
-            dst=dst,
-            src_host=self.rnic_host[src],
-            dst_host=self.rnic_host[dst],
-            rate=np.array([x["rate_pps"] for x in entries], dtype=np.float64),
-            phase=rng.random(e),
-            tuple_key=fkey,
-            fwd=fwd,
-            rev=rev,
-            fwd_links=(fwd >= 0).sum(1) - 1,
-            rev_links=(rev >= 0).sum(1) - 1,
-            cols=cols,
-        )
-
-    def _hop_strings(self, plan: _Plan) -> tuple[np.ndarray, np.ndarray]:
-        if plan.fwd_hops is None:
-            names = self.node_names
-
-            def join(h: np.ndarray) -> np.ndarray:
-                out = np.empty(len(h), dtype=object)
-                out[:] = [",".join(names[row[row >= 0]]) for row in h]
-                return out
-
-            plan.fwd_hops, plan.rev_hops = join(plan.fwd), join(plan.rev)
-        assert plan.rev_hops is not None
-        return plan.fwd_hops, plan.rev_hops
-
-    # ---- faults ----------------------------------------------------------------------
-    def _check_faults(self) -> None:
-        known = set(self.node_id)
-        for f in self.faults:
-            if isinstance(f, LINK_FAULTS):
-                for end in (f.a, f.b):
-                    if end not in known:
-                        raise ValueError(f"{type(f).__name__}: unknown node {end!r}; use inventory node names")
-                if f.b not in self._neighbours(f.a):
-                    raise ValueError(f"{type(f).__name__}: {f.a!r} and {f.b!r} are not linked in the inventory")
-            elif isinstance(f, RnicDown) and f.rnic not in self.rnic_id:
-                raise ValueError(f"RnicDown: unknown RNIC {f.rnic!r}")
-            elif isinstance(f, HostDown | HostRestart | BusyHost) and f.host not in self.host_id:
-                raise ValueError(f"{type(f).__name__}: unknown host {f.host!r}")
-
-    def _neighbours(self, node: str) -> set[str]:
-        if node in self.inv.rnics:
-            return {self.inv.rnics[node].tor}
-        out = {r.id for r in self.inv.rnics.values() if r.tor == node}
-        out |= {ln.b for ln in self.inv.links if ln.a == node} | {ln.a for ln in self.inv.links if ln.b == node}
-        return out
-
-    def _crossing(self, plan: _Plan, fi: int) -> tuple[np.ndarray, np.ndarray]:
-        if fi not in plan.cross:
-            f = self.faults[fi]
-            u, v = self.node_id[f.a], self.node_id[f.b]
-
-            def cross(h: np.ndarray) -> np.ndarray:
-                a, b = h[:, :-1], h[:, 1:]
-                return (((a == u) & (b == v)) | ((a == v) & (b == u))).any(1)
-
-            plan.cross[fi] = (cross(plan.fwd), cross(plan.rev))
-        return plan.cross[fi]
-
-    @staticmethod
-    def _active(f: Fault, t: np.ndarray) -> np.ndarray:
-        act = (t >= f.start) & (t < f.end)
-        if isinstance(f, FlappingLink):
-            period = int(f.period_s * 1e9)
-            base = f.start if f.start_ns is not None else 0
-            act &= ((t - base) % period) < int(f.down_s * 1e9)
-        return act
-
-    def _host_silent(self, t: np.ndarray, host: np.ndarray) -> np.ndarray:
-        """True where ``host`` (index array) is down or restarting at time ``t``."""
-        out = np.zeros(len(t), dtype=bool)
-        for f in self.faults:
-            if isinstance(f, HostDown):
-                out |= (host == self.host_id[f.host]) & self._active(f, t)
-            elif isinstance(f, HostRestart):
-                end = f.start + int(f.downtime_s * 1e9)
-                out |= (host == self.host_id[f.host]) & (t >= f.start) & (t < end)
-        return out
-
-    def _restart_schedule(self) -> dict[int, list[tuple[int, int, int]]]:
-        """rnic index -> [(effective_ns, known_by_probers_ns, new_qpn)] sorted."""
-        sched: dict[int, list[tuple[int, int, int]]] = {}
-        for fi, f in enumerate(self.faults):
-            if not isinstance(f, HostRestart):
-                continue
-            eff = f.start + int(f.downtime_s * 1e9)
-            known = eff + int(f.refresh_s * 1e9)
-            for r in self.inv.rnics_of_host(f.host):
-                qpn = _stable_seed(self.seed, "qpn", fi, r) % 0xFFFF00 + 0x100
-                sched.setdefault(self.rnic_id[r], []).append((eff, known, qpn))
-        for v in sched.values():
-            v.sort()
-        return sched
+    # ---- QPNs and ground truth --------------------------------------------------------
+    @property
+    def restarts(self) -> dict[int, list[Restart]]:
+        """RNIC index -> ``[(effective_ns, known_by_probers_ns, new_qpn)]`` of its host's restarts, sorted."""
+        return self.effects.restarts
 
     def qpn_at(self, rnic: str, at_ns: int) -> int:
         """The QPN ``rnic``'s probing QP has at ``at_ns`` (changes when its host restarts)."""
         qpn = self.registry.qpn(rnic)
-        for eff, _known, new in self._restarts.get(self.rnic_id[rnic], []):
+        for eff, _known, new in self.restarts.get(self.rnic_id[rnic], []):
             if eff <= at_ns:
                 qpn = new
         return qpn
@@ -508,67 +212,8 @@ class Simulator:
         return cols
 
     def truth(self) -> list[dict]:
-        """Ground-truth labels of the injected faults (for scoring; the analyzer never reads them).
-
-        Each is ``{kind, location, start_ns, end_ns, fault}``; ``kind`` is the verdict the
-        analyzer should reach and ``location`` its location (RNIC id, host, or link
-        ``"lower->upper"``). ``start_ns``/``end_ns`` are None when unbounded.
-        """
-        out = []
-        for f in self.faults:
-            end = f.end_ns
-            if isinstance(f, LINK_FAULTS):
-                a, b = (f.a, f.b) if self._tier(f.a) <= self._tier(f.b) else (f.b, f.a)
-                rnic_cable = a in self.rnic_id
-                if isinstance(f, LatencyLink):
-                    kind = "rnic_latency" if rnic_cable else "switch_latency"
-                else:
-                    kind = "rnic" if rnic_cable else "switch"
-                loc = a if rnic_cable else link_name(a, b)
-            elif isinstance(f, RnicDown):
-                kind, loc = "rnic", f.rnic
-            elif isinstance(f, HostDown):
-                kind, loc = "host_down", f.host
-            elif isinstance(f, HostRestart):
-                kind, loc = "stale_qpn", f.host
-                end = f.start + int((f.downtime_s + f.refresh_s) * 1e9)
-            else:
-                kind, loc = "busy_host", f.host
-            out.append({"kind": kind, "location": loc, "start_ns": f.start_ns, "end_ns": end, "fault": f.fault})
-        return out
-
-    def _tier(self, node: str) -> int:
-        if node in self.rnic_id:
-            return 0
-        if node in self.inv.tors:
-            return 1
-        return 2 + ("spine", "agg", "core").index(self.inv.switches[node].tier)
-
-    def _stalls(self, fi: int, f: BusyHost, lo_ns: int, hi_ns: int) -> tuple[np.ndarray, np.ndarray]:
-        """Stall episodes (starts, running max of ends) of a busy host overlapping [lo, hi).
-
-        One stall per period of ``1 / stall_hz`` seconds, placed at a seeded random offset in
-        its period, so the share of time stalled is steady from window to window.
-        """
-        period = int(1e9 / f.stall_hz)
-        stall = int(f.stall_s * 1e9)
-        first = (max(lo_ns - stall, f.start) - period) // period
-        last = min(hi_ns, f.end) // period + 1
-        starts = []
-        for k in range(int(first), int(last) + 1):
-            rng = np.random.default_rng(_stable_seed(self.seed, "stall", fi, k))
-            starts.append(k * period + int(rng.integers(0, max(period - stall, 1))))
-        s = np.array(sorted(x for x in starts if f.start <= x < f.end), dtype=np.int64)
-        e = np.maximum.accumulate(s + stall) if s.size else s
-        return s, e
-
-    @staticmethod
-    def _remaining(t: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-        if starts.size == 0:
-            return np.zeros(len(t), dtype=np.int64)
-        i = np.searchsorted(starts, t, side="right") - 1
-        rem = np.where(i >= 0, ends[np.maximum(i, 0)] - t, 0)
-        return np.maximum(rem, 0)
+        """Ground-truth labels of the injected faults (see :meth:`FaultEffects.truth`)."""
+        return self.effects.truth()
 
     # ---- one upload interval -----------------------------------------------------------
     def upload_batches(self, start_ns: int, seconds: float = 5.0) -> list[tuple[str, dict, dict]]:
@@ -584,6 +229,7 @@ class Simulator:
         """
         t0, t1 = int(start_ns), int(start_ns + seconds * 1e9)
         plan = self._plan_for(t0)
+        fx = self.effects
         rng = np.random.default_rng([self.seed & 0xFFFFFFFF, (t0 // BATCH_NS) & 0xFFFFFFFF, 7])
         # -- schedule: entry e fires at (n + phase_e) / rate_e seconds for integer n.
         t0s, t1s = t0 / 1e9, t1 / 1e9
@@ -596,7 +242,7 @@ class Simulator:
         T1 = np.clip(T1, t0, t1 - 1)
         ph = plan.src_host[e]
         # the prober's host must be alive to post probes and to upload them
-        alive = ~self._host_silent(T1, ph)
+        alive = ~fx.host_silent(T1, ph)
         e, T1, ph = e[alive], T1[alive], ph[alive]
         m = len(e)
         src, dst = plan.src[e], plan.dst[e]
@@ -616,9 +262,9 @@ class Simulator:
             lost_r |= rng.random(m) >= (1 - self.background_loss) ** rl
         for fi, f in enumerate(self.faults):
             if isinstance(f, LINK_FAULTS):
-                cf, cr = self._crossing(plan, fi)
+                cf, cr = fx.crossing(plan, fi)
                 cf, cr = cf[e], cr[e]
-                act = self._active(f, T1)
+                act = active(f, T1)
                 if isinstance(f, LinkDown | FlappingLink):
                     lost_f |= act & cf
                     lost_r |= act & cr
@@ -626,8 +272,8 @@ class Simulator:
                     lost_f |= act & cf & (rng.random(m) < f.rate)
                     lost_r |= act & cr & (rng.random(m) < f.rate)
                 elif isinstance(f, PartialTupleLoss):
-                    salt = np.uint64(_stable_seed(self.seed, "partial", fi))
-                    sel = _mix64(plan.tuple_key[e] ^ salt) % np.uint64(10**6) < np.uint64(int(f.fraction * 10**6))
+                    salt = np.uint64(stable_seed(self.seed, "partial", fi))
+                    sel = mix64(plan.tuple_key[e] ^ salt) % np.uint64(10**6) < np.uint64(int(f.fraction * 10**6))
                     lost_f |= act & cf & sel
                     lost_r |= act & cr & sel
                 elif isinstance(f, LatencyLink):
@@ -637,30 +283,30 @@ class Simulator:
                     rev += np.where(hit_r, rng.exponential(f.extra_us * 1e3, m), 0.0)
             elif isinstance(f, RnicDown):
                 r = self.rnic_id[f.rnic]
-                act = self._active(f, T1)
+                act = active(f, T1)
                 no_t2 |= act & (src == r)
                 lost_f |= act & ((src == r) | (dst == r))
             elif isinstance(f, BusyHost):
                 h = self.host_id[f.host]
-                act = self._active(f, T1)
-                starts, ends = self._stalls(fi, f, t0, t1 + TIMEOUT_NS)
+                act = active(f, T1)
+                starts, ends = fx.stalls(fi, f, t0, t1 + TIMEOUT_NS)
                 on_r, on_p = act & (rh == h), act & (ph == h)
                 if on_r.any():
                     extra = rng.lognormal(np.log(f.delay_us * 1e3), 0.5, int(on_r.sum()))
                     t3 = T1[on_r] + (post + fwd)[on_r].astype(np.int64)
-                    resp[on_r] += extra + self._remaining(t3, starts, ends)
+                    resp[on_r] += extra + remaining(t3, starts, ends)
                 if on_p.any():
                     k = int(on_p.sum())
                     post[on_p] += rng.lognormal(np.log(f.delay_us * 1e3 / 4), 0.5, k)
                     t5 = T1[on_p] + (post + fwd + resp + rev)[on_p].astype(np.int64)
-                    poll[on_p] += rng.lognormal(np.log(f.delay_us * 1e3), 0.5, k) + self._remaining(t5, starts, ends)
+                    poll[on_p] += rng.lognormal(np.log(f.delay_us * 1e3), 0.5, k) + remaining(t5, starts, ends)
         # responder host down or restarting: nothing answers
-        lost_f |= self._host_silent(T1, rh)
+        lost_f |= fx.host_silent(T1, rh)
         # QPN the prober addresses vs. the responder's current one
         qpn_base = self._qpn_base
         carried = qpn_base[dst]
         current = carried.copy()
-        for r, sched in self._restarts.items():
+        for r, sched in self.restarts.items():
             on = dst == r
             if not on.any():
                 continue
@@ -699,7 +345,7 @@ class Simulator:
         probe_all["qpn"] = carried.astype(np.uint32)
         probe_all["ts_source"] = np.broadcast_to(np.array(["hardware"], dtype=object), (m,))
         probe_all["status"] = status
-        fwd_hops, rev_hops = self._hop_strings(plan)
+        fwd_hops, rev_hops = hop_strings(plan, self.topo.node_names)
         n_entries = len(plan.entries)
         probed_mask = np.bincount(e, minlength=n_entries) > 0
         if self.trace == "on_change":
@@ -716,8 +362,8 @@ class Simulator:
         fw_b = np.searchsorted(plan.src_host[fw_sorted], hb)
         rv_b = np.searchsorted(plan.dst_host[rv_sorted], hb)
         bounds = np.searchsorted(ph, hb)
-        dead_f, dead_r = self._dead_paths(plan, t1)
-        silent = self._host_silent(np.full(len(self.hosts), t1), np.arange(len(self.hosts)))
+        dead_f, dead_r = fx.dead_paths(plan, t1)
+        silent = fx.host_silent(np.full(len(self.hosts), t1), np.arange(len(self.hosts)))
         out = []
         for h in np.flatnonzero(~silent).tolist():
             a, b = int(bounds[h]), int(bounds[h + 1])
@@ -742,7 +388,7 @@ class Simulator:
 
     def _paths_for(
         self,
-        plan: _Plan,
+        plan: Plan,
         h: int,
         fw: np.ndarray,
         rv: np.ndarray,
@@ -754,7 +400,7 @@ class Simulator:
         """``path.v1`` columns host ``h`` uploads: forward traces of ``fw``, reverse of ``rv``."""
         fwd_hops, rev_hops = hop_strings
         dead_f, dead_r = dead
-        ips, names = self._rnic_ips, self._rnic_names_arr
+        ips, names = self.topo.rnic_ips, self.topo.rnic_names_arr
         n = len(fw) + len(rv)
         s = np.concatenate([plan.src[fw], plan.dst[rv]])
         d = np.concatenate([plan.dst[fw], plan.src[rv]])
@@ -774,25 +420,6 @@ class Simulator:
             "complete": ~np.concatenate([dead_f[fw], dead_r[rv]]),
         }
         return _ordered(cols, _PATH_FIELDS)
-
-    def _dead_paths(self, plan: _Plan, t_ns: int) -> tuple[np.ndarray, np.ndarray]:
-        """Entries whose forward / reverse trace at ``t_ns`` would stop at a dead hop."""
-        nf = len(plan.entries)
-        dead_f = np.zeros(nf, dtype=bool)
-        dead_r = np.zeros(nf, dtype=bool)
-        t = np.array([t_ns])
-        for fi, f in enumerate(self.faults):
-            if isinstance(f, LinkDown | FlappingLink) and self._active(f, t)[0]:
-                cf, cr = self._crossing(plan, fi)
-                dead_f |= cf
-                dead_r |= cr
-            elif isinstance(f, RnicDown) and self._active(f, t)[0]:
-                r = self.rnic_id[f.rnic]
-                dead_f |= (plan.src == r) | (plan.dst == r)
-                dead_r |= (plan.src == r) | (plan.dst == r)
-        silent = self._host_silent(np.full(nf, t_ns), plan.dst_host)
-        dead_f |= silent
-        return dead_f, dead_r
 
 
 def _ordered(cols: dict, names: list[str]) -> dict:

@@ -20,7 +20,7 @@ def registry_updates(sim: Simulator, start_ns: int, end_ns: int) -> dict[str, li
     cols = sim.registry.to_columns("controller", end_ns)
     keep = []
     for i, r in enumerate(cols["rnic"]):
-        for eff, _known, _q in sim._restarts.get(sim.rnic_id[r], []):
+        for eff, _known, _q in sim.restarts.get(sim.rnic_id[r], []):
             if start_ns <= eff < end_ns:
                 keep.append(i)
                 break

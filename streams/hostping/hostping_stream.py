@@ -32,10 +32,9 @@ import pyarrow.compute as pc
 
 from schemas.arrow_pa import arrow_schema
 from schemas.host_topology import HostTopologyError, parse_record
+from schemas.verdicts import WINDOW_NS, verdict_id
 from streams.hostping.hostlink_batch import HostLinkProcessor
 from streams.hostping.hostpatterns import Verdict
-from streams.pingmesh.analyzer import verdict_id
-from streams.pingmesh.windows import WINDOW_NS
 
 log = logging.getLogger("fabricscope.hostping")
 

@@ -34,8 +34,9 @@ import numpy as np
 import pyarrow as pa
 
 from schemas.arrow_pa import empty_table, table_from_columns
+from schemas.verdicts import verdict_id
 from streams.pingmesh.blame import COVERAGE_SCHEMA
-from streams.pingmesh.context import VERDICT, AnalyzerState, WindowContext, verdict_id
+from streams.pingmesh.context import VERDICT, AnalyzerState, WindowContext
 from streams.pingmesh.hosts import host_down_step, host_step
 from streams.pingmesh.impact import CoverageConfig, JobThreshold, breaches, coverage_row, footprints, grade
 from streams.pingmesh.latency import LatencyConfig, latency_step

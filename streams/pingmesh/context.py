@@ -14,7 +14,6 @@ competing explanation), never a constant.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 
@@ -22,7 +21,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.verdicts import verdict_id
 from streams.pingmesh.partial import WindowPartial
+
+__all__ = ["AnalyzerState", "Claim", "WindowContext", "verdict_id"]
 
 VERDICT = "verdict.v1"
 
@@ -46,13 +48,6 @@ class AnalyzerState:
     recent: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     job_flows: dict[str, set[str]] = field(default_factory=dict)
     rnic_host: dict[str, str] = field(default_factory=dict)
-
-
-def verdict_id(window_start_ns: int, kind: str, location: str, job_id: str | None,
-               revision_of: str | None) -> str:
-    """Deterministic id of a verdict (16 hex digits of SHA-1), equal across replays."""
-    key = f"{window_start_ns}|{kind}|{location}|{job_id or ''}|{revision_of or ''}"
-    return hashlib.sha1(key.encode()).hexdigest()[:16]
 
 
 def isin(t: pa.Table, col: str, values: set[str]) -> np.ndarray:

@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-WINDOW_NS = 20_000_000_000
-"""Analysis period of R-Pingmesh §5: 20 s, in ns."""
+from schemas.verdicts import WINDOW_NS as WINDOW_NS  # defined once for both analyzers; re-exported here
+
 GRACE_NS = 10_000_000_000
 """How far past a window's end the newest upload must be before the window closes anyway (ns)."""
 LIVENESS_NS = 20_000_000_000

@@ -7,12 +7,13 @@
     window.partials ──reducer (one owner)──▶ verdicts ──▶ (sink) `verdicts`, chatops
         registry, jobs.metrics ──(mirror)──▶      └───▶ coverage ──▶ (sink) `coverage`
 
+    loopback.raw ──hostlink──▶ host_links, verdicts     (Hostping: :mod:`streams.runtime.hostping_agents`)
+
 Analytics live in plain modules (:mod:`streams.runtime.probe_batch`, :mod:`streams.pingmesh.reducer`,
-:mod:`streams.pingmesh.analyzer`); this file is plumbing only. Configuration comes from the
-environment: ``KAFKA_BOOTSTRAP`` (default 127.0.0.1:9092), ``FABRICSCOPE_TOPIC_PREFIX``
-(default empty), ``FABRICSCOPE_JOB_THRESHOLDS`` (JSON ``{"job": {"value": 100.0,
-"higher_is_worse": false}}``) and the Kafka security variables of
-:mod:`fabricscope.settings`.
+:mod:`streams.pingmesh.analyzer`); this file is plumbing only. Its configuration is the
+:class:`~streams.runtime.config.RuntimeConfig` the worker was started with
+(:func:`streams.runtime.worker.run_worker`): Kafka servers and security, the topic prefix,
+job thresholds and the partition idle time.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import asyncio
 import json
 import logging
 import os
-import sys
 import time
 
 import faust
@@ -29,11 +29,12 @@ import pyarrow as pa
 
 from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
-from streams.pingmesh.impact import JobThreshold
 from streams.pingmesh.links import PathIndex
 from streams.pingmesh.reducer import UploadMark, WindowReducer, batch_partials
 from streams.pingmesh.windows import WINDOW_NS
+from streams.runtime import hostping_agents
 from streams.runtime import metrics as M
+from streams.runtime.config import current
 from streams.runtime.deadletter import whole_message
 from streams.runtime.kafka_env import faust_credentials
 from streams.runtime.probe_batch import process_probe_message
@@ -41,20 +42,15 @@ from streams.runtime.topic_mirror import TopicMirror
 
 log = logging.getLogger("fabricscope.app")
 
-BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-PREFIX = os.environ.get("FABRICSCOPE_TOPIC_PREFIX", "")
-
-
-def _security() -> dict[str, str]:
-    from fabricscope.settings import load  # noqa: PLC0415 - settings are the CLI's; read once here
-
-    return load().kafka_client_config()
-
+CONFIG = current()
+BOOTSTRAP = CONFIG.bootstrap
+PREFIX = CONFIG.topic_prefix
+SECURITY = dict(CONFIG.kafka_client)  # librdkafka settings of the side readers (holds the SASL password)
 
 app = faust.App(
     f"{PREFIX}fabricscope",
     broker=[f"kafka://{b}" for b in BOOTSTRAP.split(",")],
-    broker_credentials=faust_credentials(_security()),  # SASL/TLS: the same variables as every other client
+    broker_credentials=faust_credentials(SECURITY),  # SASL/TLS: the same variables as every other client
     value_serializer="raw",
     key_serializer="raw",
     web_enabled=False,
@@ -67,7 +63,7 @@ app = faust.App(
     producer_max_request_size=T.MAX_MESSAGE_BYTES,
     consumer_max_fetch_size=T.MAX_MESSAGE_BYTES,
     store="memory://",
-    datadir=os.path.join(os.environ.get("FABRICSCOPE_VAR", "var"), "faust"),
+    datadir=os.path.join(CONFIG.var_dir, "faust"),
 )
 
 
@@ -94,7 +90,7 @@ def _path_index() -> tuple[PathIndex, TopicMirror]:
     global _paths, _paths_mirror
     if _paths is None:
         _paths = PathIndex()
-        _paths_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.PATHS_TRACED, PREFIX), _paths.update, _security())
+        _paths_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.PATHS_TRACED, PREFIX), _paths.update, SECURITY)
     return _paths, _paths_mirror
 
 
@@ -110,7 +106,7 @@ def _registry_rnics() -> TopicMirror:
             if "rnic" in t.column_names:
                 _rnics.update(r for r in t["rnic"].to_pylist() if r)
 
-        _rnics_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.REGISTRY, PREFIX), add, _security())
+        _rnics_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.REGISTRY, PREFIX), add, SECURITY)
     return _rnics_mirror
 
 
@@ -119,11 +115,9 @@ def _window_reducer() -> tuple[WindowReducer, list[TopicMirror]]:
     if _reducer is None:
         raw = T.topic_name(T.PROBES_RAW, PREFIX)
         n_parts = len(_partitions_of(raw))
-        _reducer = WindowReducer(partitions=n_parts,
-                                 idle_s=float(os.environ.get("FABRICSCOPE_PARTITION_IDLE_S", "30")))
-        for name, spec in json.loads(os.environ.get("FABRICSCOPE_JOB_THRESHOLDS", "{}")).items():
-            _reducer.thresholds[name] = JobThreshold(float(spec["value"]), bool(spec.get("higher_is_worse", False)))
-        sec = _security()
+        _reducer = WindowReducer(partitions=n_parts, idle_s=CONFIG.partition_idle_s)
+        _reducer.thresholds.update(CONFIG.job_thresholds)
+        sec = SECURITY
         _reducer_mirrors.extend([
             TopicMirror(BOOTSTRAP, T.topic_name(T.REGISTRY, PREFIX), _reducer.on_registry, sec),
             TopicMirror(BOOTSTRAP, T.topic_name(T.JOB_METRICS, PREFIX), _reducer.on_job_metrics, sec),
@@ -134,7 +128,7 @@ def _window_reducer() -> tuple[WindowReducer, list[TopicMirror]]:
 def _partitions_of(topic: str) -> dict:
     from confluent_kafka.admin import AdminClient
 
-    md = AdminClient({"bootstrap.servers": BOOTSTRAP, **_security()}).list_topics(topic, timeout=10)
+    md = AdminClient({"bootstrap.servers": BOOTSTRAP, **SECURITY}).list_topics(topic, timeout=10)
     return md.topics[topic].partitions
 
 
@@ -255,8 +249,4 @@ def _as_coverage(t: pa.Table) -> pa.Table:
     return pa.Table.from_arrays([t[name] for name in schema.names], schema=schema)
 
 
-def run_worker(loglevel: str = "warn") -> None:
-    """Run one Faust worker of this app in the foreground (more workers share the partitions)."""
-    sys.argv = ["fabricscope-worker", "worker", "-l", loglevel, "--without-web"]
-    app.main()
-from streams.runtime import hostping_agents  # noqa: E402,F401  (Hostping: loopback.raw -> host_links, verdicts)
+hostping_agents.register(app, _topic, deadletter=deadletter, verdicts=verdicts, config=CONFIG, security=SECURITY)

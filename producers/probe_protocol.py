@@ -1,0 +1,152 @@
+"""The probe protocol both probe backends share (R-Pingmesh §4.2.1): probes in flight, the
+500 ms timeout, the responder's admission rule and the ``probe.v1`` row of a finished probe.
+
+The udp backend (:mod:`producers.udp_prober`, kernel socket timestamps) and the verbs
+backend (:mod:`producers.verbs_prober`, RNIC completion timestamps) differ only in how
+packets travel and where t2..t5 come from; what a probe is, when it times out, whom a
+responder answers and what row it yields are defined here once.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Any
+
+TIMEOUT_NS = 500_000_000  # R-Pingmesh §4: a reply later than 500 ms is a timeout
+
+
+@dataclass
+class TokenBucket:
+    """Per-source rate limit of the responder: ``rate`` packets/s, ``burst`` packets."""
+
+    rate: float
+    burst: float
+    tokens: float = 0.0
+    last: float = 0.0
+
+    def take(self, now: float) -> bool:
+        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate) if self.last else self.burst
+        self.last = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+@dataclass
+class PendingProbe:
+    """A probe in flight: its pinglist entry, timestamps so far and deadline (monotonic ns)."""
+
+    entry: dict[str, Any]
+    seq: int
+    t1: int
+    deadline: int
+    hardware: bool
+    t2: int | None = None
+    t3: int | None = None
+    t4: int | None = None
+    t5: int | None = None
+    t6: int | None = None
+    responder_hw: bool | None = None
+
+
+def pop_expired(deadlines: list[tuple[int, int]], pending: dict[int, PendingProbe], now_ns: int) -> list[PendingProbe]:
+    """Pop every deadline heap entry at or before ``now_ns`` (monotonic ns); return the probes still pending.
+
+    ``deadlines`` is a heap of ``(deadline, seq)`` beside ``pending`` (see :class:`InFlight`).
+    """
+    out = []
+    while deadlines and deadlines[0][0] <= now_ns:
+        _, seq = heapq.heappop(deadlines)
+        p = pending.get(seq)
+        if p is not None:
+            out.append(p)
+    return out
+
+
+def probe_row(agent_id: str, host: str, p: PendingProbe) -> dict[str, Any]:
+    """The ``probe.v1`` row of a finished probe (status ``ok`` when ACK1 came in time).
+
+    t3/t4 are kept only with ACK1 (an ACK2 alone proves nothing about the probe's
+    round trip). ``ts_source`` is ``hardware`` only when both ends used NIC clocks,
+    so hardware and software readings never meet in one row.
+    """
+    ok = p.t5 is not None
+    e = p.entry
+    return {
+        "agent_id": agent_id,
+        "seq": p.seq,
+        "pinglist": e.get("pinglist", "tor_mesh"),
+        "prober_host": e.get("prober_host", host),
+        "prober_rnic": e["prober_rnic"],
+        "responder_host": e.get("responder_host", ""),
+        "responder_rnic": e.get("responder_rnic", ""),
+        "src_ip": e["src_ip"],
+        "dst_ip": e["dst_ip"],
+        "src_port": e["src_port"],
+        "dst_port": e["dst_port"],
+        "flow_label": int(e.get("flow_label") or 0),
+        "traffic_class": int(e.get("traffic_class") or 0),
+        "priority": int(e.get("priority") or 0),
+        "qpn": int(e.get("qpn") or 0),
+        "gid_index": int(e.get("gid_index") or 0),
+        "job_id": e.get("job_id"),
+        "t1": p.t1,
+        "t2": p.t2,
+        "t3": p.t3 if ok else None,
+        "t4": p.t4 if ok else None,
+        "t5": p.t5,
+        "t6": p.t6,
+        "ts_source": "hardware" if p.hardware and bool(p.responder_hw) else "software",
+        "status": "ok" if ok else "timeout",
+    }
+
+
+class InFlight:
+    """A prober's probes in flight: ``pending`` by seq, and a ``(deadline, seq)`` heap beside it.
+
+    ``pending`` may be cleared or popped from outside (a finished probe); its heap entry
+    is then skipped when it falls due.
+    """
+
+    def __init__(self, pending: dict[int, PendingProbe] | None = None) -> None:
+        self.pending: dict[int, PendingProbe] = {} if pending is None else pending
+        self._deadlines: list[tuple[int, int]] = []
+
+    def add(self, p: PendingProbe) -> None:
+        """Track ``p`` until it finishes or its deadline passes."""
+        self.pending[p.seq] = p
+        heapq.heappush(self._deadlines, (p.deadline, p.seq))
+
+    def pop_expired(self, now_ns: int) -> list[PendingProbe]:
+        """The probes still pending whose deadline is at or before ``now_ns`` (monotonic ns)."""
+        return pop_expired(self._deadlines, self.pending, now_ns)
+
+
+@dataclass
+class Admission:
+    """Whom a responder answers: registered sources only, each at most ``rate_limit`` packets/s.
+
+    A probe from an unregistered source, or beyond its source's token bucket (burst =
+    ``rate_limit`` packets), is dropped and counted in ``counters`` under
+    ``dropped_unregistered`` / ``dropped_rate``.
+    """
+
+    allowed: set[str]
+    rate_limit: float
+    counters: dict[str, int]
+    buckets: dict[str, TokenBucket] = field(default_factory=dict)
+
+    def admit(self, src: str, now: float) -> bool:
+        """Whether to answer a packet from ``src`` (address or GID) at ``now`` (monotonic seconds)."""
+        if src not in self.allowed:
+            self.counters["dropped_unregistered"] += 1
+            return False
+        b = self.buckets.get(src)
+        if b is None:
+            b = self.buckets[src] = TokenBucket(self.rate_limit, self.rate_limit)
+        if not b.take(now):
+            self.counters["dropped_rate"] += 1
+            return False
+        return True

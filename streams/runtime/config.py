@@ -1,0 +1,113 @@
+"""The stream runtime's configuration, handed in by whoever starts a worker.
+
+The CLI (``fabricscope worker``) reads its validated settings and passes a
+:class:`RuntimeConfig` to :func:`streams.runtime.worker.run_worker`; the runtime never
+reads the CLI's settings module itself. :mod:`streams.runtime.app` declares its topics
+when imported, so the configuration is set (:func:`configure`) before that import.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from streams.pingmesh.impact import JobThreshold
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    """What a stream worker needs to know.
+
+    Attributes:
+        bootstrap: Kafka bootstrap servers, ``host:port[,...]``.
+        topic_prefix: prefix of every topic name (and of the Faust app id).
+        kafka_client: librdkafka security settings (``security.protocol``, ``sasl.*``,
+            ``ssl.ca.location``); holds the SASL password, so never logged.
+        var_dir: local state directory (Faust's data lives in ``<var_dir>/faust``).
+        job_thresholds: job id -> the job's metric threshold (impact grading).
+        partition_idle_s: seconds after which an idle partition stops holding the watermark.
+        hostping_impact: impact class of Hostping verdicts (``P0``..``P3``).
+        hostping_bus_lookback_s: how far back (s) a starting worker reads bus readings.
+    """
+
+    bootstrap: str = "127.0.0.1:9092"
+    topic_prefix: str = ""
+    kafka_client: Mapping[str, str] = field(default_factory=dict, repr=False)
+    var_dir: str = "var"
+    job_thresholds: Mapping[str, JobThreshold] = field(default_factory=dict)
+    partition_idle_s: float = 30.0
+    hostping_impact: str = "P2"
+    hostping_bus_lookback_s: float = 600.0
+
+    @classmethod
+    def from_env(
+        cls,
+        bootstrap: str,
+        topic_prefix: str,
+        kafka_client: Mapping[str, str],
+        var_dir: str,
+        environ: Mapping[str, str] = os.environ,
+    ) -> RuntimeConfig:
+        """The configuration with the stream-only tunables read from ``environ``.
+
+        ``FABRICSCOPE_JOB_THRESHOLDS`` (JSON ``{"job": {"value": 100.0, "higher_is_worse":
+        false}}``), ``FABRICSCOPE_PARTITION_IDLE_S`` (default 30), ``FABRICSCOPE_HOSTPING_IMPACT``
+        (default P2) and ``FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S`` (default 600).
+
+        Raises:
+            ValueError: a variable is not valid JSON or not a number (the message names it).
+        """
+        try:
+            spec = json.loads(environ.get("FABRICSCOPE_JOB_THRESHOLDS", "{}"))
+            thresholds = {
+                name: JobThreshold(float(s["value"]), bool(s.get("higher_is_worse", False))) for name, s in spec.items()
+            }
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(
+                f"FABRICSCOPE_JOB_THRESHOLDS: {e}; expected JSON like "
+                '{"job": {"value": 100.0, "higher_is_worse": false}}'
+            ) from None
+        return cls(
+            bootstrap=bootstrap,
+            topic_prefix=topic_prefix,
+            kafka_client=dict(kafka_client),
+            var_dir=var_dir,
+            job_thresholds=thresholds,
+            partition_idle_s=_number(environ, "FABRICSCOPE_PARTITION_IDLE_S", "30"),
+            hostping_impact=environ.get("FABRICSCOPE_HOSTPING_IMPACT", "P2"),
+            hostping_bus_lookback_s=_number(environ, "FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S", "600"),
+        )
+
+
+def _number(environ: Mapping[str, str], name: str, default: str) -> float:
+    raw = environ.get(name, default)
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
+
+
+_current: RuntimeConfig | None = None
+
+
+def configure(config: RuntimeConfig) -> None:
+    """Set the configuration the runtime's modules read when imported."""
+    global _current
+    _current = config
+
+
+def current() -> RuntimeConfig:
+    """The configuration set by :func:`configure`.
+
+    Raises:
+        RuntimeError: nothing was configured (start workers with ``fabricscope worker``, or
+            call :func:`configure` before importing :mod:`streams.runtime.app`).
+    """
+    if _current is None:
+        raise RuntimeError(
+            "the stream runtime is not configured: start it with `fabricscope worker`, or call "
+            "streams.runtime.config.configure(RuntimeConfig(...)) before importing streams.runtime.app"
+        )
+    return _current
