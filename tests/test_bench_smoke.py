@@ -59,15 +59,30 @@ def test_panel1_dead_link_report_counts_exactly():
     assert not rep.wrong and not rep.missed and not rep.abstentions
 
 
-def test_a_two_pod_core_link_fault_is_a_right_abstention_not_a_claim():
+def _two_pod_core_link():
     inv = random_clos(3, 8, 2, 4, 2, n_pods=2, n_cores=4)
     link = next(f"{ln.a}->{ln.b}" for ln in sorted(inv.links, key=lambda ln: (ln.a, ln.b)) if ln.b.startswith("X"))
+    return inv, link
+
+
+def test_a_lossy_two_pod_core_link_is_a_right_abstention_not_a_claim():
+    # every path over agg-core link P0S1-X1 also crosses X1-P1S1, and a lossy link answers traces
+    inv, link = _two_pod_core_link()
     a, b = link.split("->")
-    r = ba.run_scenario(ba.Scenario(0, "2 pods", inv, [LinkDown(a, b)], 40), seed=5)
+    r = ba.run_scenario(ba.Scenario(0, "2 pods", inv, [LossyLink(a, b, rate=0.3)], 40), seed=5)
     rep = ba.score([r], seed=5, wall_s=0.0)
     assert len(rep.abstentions) == 2 and rep.window_recall == {}
     assert all(link in x["verdict"].split("|") for x in rep.abstentions)
     assert not rep.wrong
+
+
+def test_a_dead_two_pod_core_link_is_named_because_traces_stop_at_it():
+    # traces from pod 0 stop at P0S1 and traces from pod 1 reach X1: X1-P1S1 answers, P0S1-X1 does not
+    inv, link = _two_pod_core_link()
+    a, b = link.split("->")
+    r = ba.run_scenario(ba.Scenario(0, "2 pods", inv, [LinkDown(a, b)], 40), seed=5)
+    claims = [{(v["kind"], v["location"]) for v in rows if v["kind"] != "undetermined"} for _, rows in r.windows]
+    assert claims == [{("switch", link)}, {("switch", link)}]
 
 
 def test_reliability_table_and_ece_are_computed_from_the_claims():

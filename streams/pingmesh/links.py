@@ -10,6 +10,14 @@ RNIC (``A1->A``, ``A->S3``, ``B->S3``). The first and last link of a path are
 *access links* (an RNIC, its cable, its ToR port): R-Pingmesh cannot tell these
 apart and calls them RNIC problems.
 
+An *incomplete* trace (``complete`` false: a hop stopped answering) ends at the last
+hop that answered. The index prefers a tuple's newest complete trace (a silent fault
+does not reroute; the dead hop is on the known path). With no complete trace known,
+the tail is resolved from the complete traces of other tuples when it is unique (a
+spine's only link down to the destination's ToR, a ToR's link to the destination
+RNIC); otherwise the path is ``X,*``: the pseudo-link ``X->*`` ("the next hop after X
+did not answer"), which the vote reports as ``undetermined``, never as a link.
+
 Probes find their paths by 5-tuple: the forward trace has the probe's
 ``(src_ip, dst_ip, src_port, dst_port)``; the ACK path is the responder's trace
 of the reverse 5-tuple: addresses swapped, ports as in the probe (the simulator's
@@ -25,6 +33,8 @@ import pyarrow.compute as pc
 
 LINK_SEP = "->"
 KEY = ("src_ip", "dst_ip", "src_port", "dst_port")
+NO_ANSWER = "*"
+"""Hop name that ends an incomplete trace whose next hop is unknown (``X,*``: link ``X->*``)."""
 
 
 def explode_links(hops: pa.Array | pa.ChunkedArray) -> pa.Table:
@@ -59,10 +69,13 @@ def explode_links(hops: pa.Array | pa.ChunkedArray) -> pa.Table:
     up = p + 1 <= mid
     lower = np.where(up, a, b)
     upper = np.where(up, b, a)
+    dark = (a == NO_ANSWER) | (b == NO_ANSWER)
+    lower = np.where(dark, np.where(a == NO_ANSWER, b, a), lower)
+    upper = np.where(dark, NO_ANSWER, upper)
     link = pc.binary_join_element_wise(pa.array(lower, pa.string()), pa.array(upper, pa.string()), LINK_SEP)
     first = p == 0
     last = p == plen - 2
-    access = np.where(first, a, np.where(last, b, None))
+    access = np.where(dark, None, np.where(first, a, np.where(last, b, None)))
     return pa.table(
         {
             "path": pa.array(parent[i_idx], pa.int64()),
@@ -76,17 +89,13 @@ def latest_paths(paths: pa.Table) -> pa.Table:
     """The newest trace per (direction, 5-tuple) of a ``path.v1`` table.
 
     Returns:
-        Table with ``direction``, the four 5-tuple columns and ``hops``; incomplete
-        traces are kept (a hop that did not answer is still the best path known).
+        Table with ``direction``, the four 5-tuple columns and ``hops``, as :class:`PathIndex`
+        keeps them (complete traces first; incomplete tails resolved or ``X,*``).
     """
     cols = ["direction", *KEY]
     if paths.num_rows == 0:
         return paths.select([*cols, "hops"])
-    t = paths.sort_by([("trace_ns", "descending"), ("hops", "ascending")])
-    idx = t.select(cols).append_column("_i", pa.array(np.arange(t.num_rows))).group_by(cols).aggregate(
-        [("_i", "min")]
-    )
-    return t.take(idx["_i_min"]).select([*cols, "hops"])
+    return PathIndex(paths).latest  # type: ignore[return-value]
 
 
 class PathIndex:
@@ -99,20 +108,102 @@ class PathIndex:
     def __init__(self, paths: pa.Table | None = None) -> None:
         self._raw: pa.Table | None = None
         self.latest: pa.Table | None = None
+        self._ends = _TraceEnds()
         if paths is not None:
             self.update(paths)
 
     def update(self, paths: pa.Table) -> None:
-        """Fold a ``path.v1`` batch in (newer ``trace_ns`` wins per direction and 5-tuple)."""
+        """Fold a ``path.v1`` batch in: per direction and 5-tuple the newest complete trace wins,
+        else the newest incomplete one (its tail resolved as the module docstring says)."""
         if paths.num_rows == 0:
             return
-        cols = ["direction", *KEY, "hops", "trace_ns"]
-        both = paths.select(cols) if self._raw is None else pa.concat_tables([self._raw, paths.select(cols)])
-        t = both.sort_by([("trace_ns", "descending"), ("hops", "ascending")])
+        cols = ["direction", *KEY, "hops", "trace_ns", "complete"]
+        new = paths.select(cols) if "complete" in paths.column_names else paths.select(cols[:-1]).append_column(
+            "complete", pa.array(np.ones(paths.num_rows, bool)))
+        new = new.append_column("trace", new["hops"])  # the hops as traced (``hops`` may be resolved)
+        both = new if self._raw is None else pa.concat_tables([self._raw, new], promote_options="permissive")
+        t = both.sort_by([("complete", "descending"), ("trace_ns", "descending"), ("trace", "ascending")])
         idx = t.select(cols[:5]).append_column("_i", pa.array(np.arange(t.num_rows))).group_by(
             cols[:5]).aggregate([("_i", "min")])
+        self._ends.learn(new.filter(new["complete"]))
         self._raw = t.take(idx["_i_min"])
+        if not pc.all(self._raw["complete"]).as_py():
+            self._raw = _resolve_incomplete(self._raw, self._ends)
         self.latest = self._raw.select(cols[:6])
+
+
+class _TraceEnds:
+    """What complete traces tell about the fabric: RNIC → ToR, address → RNIC, and the ways down:
+    for each switch on a descending part of a path, the hops from it down to the ToR.
+    Learnt per batch over the distinct values only (vectorised)."""
+
+    def __init__(self) -> None:
+        self.tor_of: dict[str, str] = {}
+        self.ip_rnic: dict[str, str] = {}
+        self.desc: dict[tuple[str, str], tuple[str, ...]] = {}  # (switch, ToR) -> hops below it to the ToR
+        self.below: dict[str, set[str]] = {}  # switch -> nodes seen right below it
+
+    def descent(self, node: str, tor: str, prev: str | None = None) -> tuple[str, ...] | None:
+        """The hops from ``node`` down to ``tor`` (``tor`` included), if the traces tell them: seen, or
+        seen from every sibling of ``node`` (a switch whose children include all of ``node``'s: the
+        spines of a two-tier Clos, the cores above one aggregation plane) and the same from each.
+        ``prev``, the hop before ``node`` on the trace, counts as a child of ``node`` when it is
+        some switch's child and ``node`` is not its child (the trace was still climbing)."""
+        if (node, tor) in self.desc:
+            return self.desc[(node, tor)]
+        mine = set(self.below.get(node, ()))
+        if prev is not None and node not in self.below.get(prev, ()) and \
+                any(prev in kids for kids in self.below.values()):
+            mine.add(prev)
+        if not mine:
+            return None
+        ways = {self.desc[(u, tor)] for u, kids in self.below.items()
+                if u != node and mine <= kids and (u, tor) in self.desc}
+        return ways.pop() if len(ways) == 1 else None
+
+    def learn(self, done: pa.Table) -> None:
+        if done.num_rows == 0:
+            return
+        for h in pc.unique(pc.fill_null(done["trace"], "")).to_pylist():
+            p = h.split(",")
+            n = len(p)
+            if n < 3:
+                continue
+            self.tor_of[p[0]] = p[1]
+            self.tor_of[p[-1]] = p[-2]
+            for j in range((n - 1) // 2, n - 2):
+                self.desc.setdefault((p[j], p[-2]), tuple(p[j + 1:-1]))
+                self.below.setdefault(p[j], set()).add(p[j + 1])
+        g = done.group_by(["src_ip", "dst_ip", "trace"]).aggregate([])
+        for s_ip, d_ip, h in zip(g["src_ip"].to_pylist(), g["dst_ip"].to_pylist(), g["trace"].to_pylist(),
+                                 strict=True):
+            if s_ip not in self.ip_rnic or d_ip not in self.ip_rnic:
+                p = (h or "").split(",")
+                self.ip_rnic.setdefault(s_ip, p[0])
+                self.ip_rnic.setdefault(d_ip, p[-1])
+
+
+def _resolve_incomplete(t: pa.Table, ends: _TraceEnds) -> pa.Table:
+    """Complete the tails of incomplete traces from the complete ones where the next hop is unique."""
+    tor_of, ip_rnic = ends.tor_of, ends.ip_rnic
+    mask = pc.invert(t["complete"])
+    sub = t.filter(mask)
+    out = []
+    for tr, d_ip in zip(sub["trace"].to_pylist(), sub["dst_ip"].to_pylist(), strict=True):
+        hops = [x for x in (tr or "").split(",") if x and x != NO_ANSWER]
+        dst = ip_rnic.get(d_ip)
+        tor = tor_of.get(dst) if dst else None
+        last = hops[-1] if hops else None
+        if not hops or last == dst:
+            out.append(",".join(hops))
+        elif last == tor:
+            out.append(",".join([*hops, dst]))
+        elif tor is not None and len(hops) >= 2 and (way := ends.descent(last, tor, hops[-2])) is not None:
+            out.append(",".join([*hops, *way, dst]))
+        else:
+            out.append(f"{last},{NO_ANSWER}")
+    hops_col = pc.replace_with_mask(t["hops"].combine_chunks(), mask.combine_chunks(), pa.array(out, pa.string()))
+    return t.set_column(t.schema.get_field_index("hops"), "hops", hops_col)
 
 
 def attach_paths(probes: pa.Table, paths: pa.Table | PathIndex | None) -> pa.Table:

@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from streams.pingmesh.context import WindowContext, log_poisson_tail, significance
-from streams.pingmesh.links import probe_links
+from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_links
 from streams.pingmesh.partial import link_counts
 
 
@@ -120,8 +120,9 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     total = int(n_g.sum())
     if failing.num_rows == 0:
         return CoverResult([], 0, 0, 0)
-    pl = probe_links(failing["fwd_hops"], failing["rev_hops"])
+    pl = _expand_dark(probe_links(failing["fwd_hops"], failing["rev_hops"]), crossing)
     rows = pl["row"].to_numpy().astype(np.int64)
+    w = pl["w"].to_numpy() if "w" in pl.column_names else np.ones(len(rows))
     traced = np.zeros(len(n_g), dtype=bool)
     traced[rows] = True
     untraced = int(n_g[~traced].sum())
@@ -129,14 +130,15 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     access = {lk: a for lk, a in zip(pl["link"].to_pylist(), pl["access_rnic"].to_pylist(), strict=True)}
     cmap = dict(zip(crossing["link"].to_pylist(), crossing["n"].to_pylist(), strict=True))
     cross = np.array([cmap.get(lk, 0) for lk in links], dtype=np.float64)
-    failed_all = np.bincount(l_idx, weights=n_g[rows], minlength=len(links))
+    failed_all = np.bincount(l_idx, weights=n_g[rows] * w, minlength=len(links))
     cross = np.maximum(cross, failed_all)
     left = np.where(traced, n_g, 0).astype(np.float64)
     out: list[Suspect] = []
     taken = np.zeros(len(links), dtype=bool)
     n_tests = max(len(cmap), len(links), 1)
+
     while True:
-        votes = np.bincount(l_idx, weights=left[rows], minlength=len(links))
+        votes = np.bincount(l_idx, weights=left[rows] * w, minlength=len(links))
         ratio = np.where(cross > 0, votes / np.maximum(cross, 1), 0.0)
         ok = (votes >= cfg.min_votes) & (ratio >= cfg.min_ratio) & ~taken
         log_p = np.zeros(len(links))
@@ -166,7 +168,7 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         # margin: the best competing link among those sharing at least half of i's unexplained failures
         in_i = np.zeros(len(n_g), dtype=bool)
         in_i[list(rows_i)] = True
-        share = np.bincount(l_idx, weights=in_i[rows] * left[rows], minlength=len(links))
+        share = np.bincount(l_idx, weights=in_i[rows] * left[rows] * w, minlength=len(links))
         comp = (share >= 0.5 * votes[i]) & ok
         comp[i] = False
         for t in ties:
@@ -184,6 +186,43 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             taken[np.searchsorted(links, t)] = True
         left[list(rows_i)] = 0.0
     return CoverResult(out, int(left.sum()), untraced, total)
+
+
+def _expand_dark(pl: pa.Table, crossing: pa.Table) -> pa.Table:
+    """Replace each pseudo-link ``X->*`` (a trace that stopped after X with no known next hop) by the
+    links that could be that next hop: X's links upward (X as the lower end) when any are known,
+    else its links downward. A failing probe votes once for each (ECMP left the choice open);
+    with no candidate known the pseudo-link stays (the vote reports it ``undetermined``)."""
+    links = pl["link"].to_pylist()
+    suffix = LINK_SEP + NO_ANSWER
+    if not any(lk.endswith(suffix) for lk in links):
+        return pl
+    up: dict[str, list[str]] = {}
+    down: dict[str, list[str]] = {}
+    for lk in {*crossing["link"].to_pylist(), *links}:
+        if lk.endswith(suffix):
+            continue
+        lo, hi = lk.split(LINK_SEP, 1)
+        up.setdefault(lo, []).append(lk)
+        down.setdefault(hi, []).append(lk)
+    access = dict(zip(links, pl["access_rnic"].to_pylist(), strict=True))
+    out_row, out_link, out_acc, out_w = [], [], [], []
+    for r, lk in zip(pl["row"].to_pylist(), links, strict=True):
+        if lk.endswith(suffix):
+            node = lk[: -len(suffix)]
+            cands = sorted(up.get(node) or down.get(node) or [lk])
+        else:
+            cands = [lk]
+        for c in cands:
+            out_row.append(r)
+            out_link.append(c)
+            out_acc.append(access.get(c))
+            out_w.append(1.0 / len(cands))
+    t = pa.table({"row": pa.array(out_row, pa.int64()), "link": pa.array(out_link, pa.string()),
+                  "access_rnic": pa.array(out_acc, pa.string()), "w": pa.array(out_w, pa.float64())})
+    g = t.group_by(["row", "link"]).aggregate([("access_rnic", "max"), ("w", "max")])
+    return g.rename_columns(["row", "link", "access_rnic", "w"]).sort_by([("row", "ascending"),
+                                                                          ("link", "ascending")])
 
 
 def _confidence(votes: float, evidence: float, rel_second: float, cfg: VoteConfig) -> float:
@@ -217,7 +256,11 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
     ctx.vote_crossing = crossing
     for s in cover.suspects:
         ev = {"votes": s.votes, "failed": s.failed, "crossing": s.crossing, "ratio": round(s.ratio, 6)}
-        if s.tied_with:
+        if s.link.endswith(LINK_SEP + NO_ANSWER):
+            ctx.emit("undetermined", s.link, s.ratio, 0.0, s.failed, s.crossing,
+                     {**ev, "link_confidence": s.confidence, "tied_with": list(s.tied_with),
+                      "why": "traces stop at this hop and no complete trace tells the next link"})
+        elif s.tied_with:
             ctx.emit("undetermined", "|".join([s.link, *s.tied_with]), s.ratio, 0.0, s.failed, s.crossing,
                      {**ev, "link_confidence": s.confidence, "why": "links explain the same failures equally"})
         elif s.access_rnic is not None:
