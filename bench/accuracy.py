@@ -470,24 +470,40 @@ def hostping_patterns(seeds: tuple[int, ...] = (1, 2, 3)) -> tuple[int, int, lis
 def run(n_scenarios: int = 30, seed: int = 1, big_every: int = BIG_EVERY, seconds: int = 80,
         progress: Callable[[ScenarioResult], None] | None = None,
         background_loss: tuple[float, float] | None = BACKGROUND_LOSS, huge: int = 0,
-        seeds: tuple[int, ...] | None = None) -> AccuracyReport:
+        seeds: tuple[int, ...] | None = None, jobs: int = 1) -> AccuracyReport:
     """Draw and run ``n_scenarios`` scenarios per seed (``seeds``, default ``(seed,)``), plus ``huge``
-    scenarios on the 10,240-RNIC fabric per seed; score them all; run the Hostping patterns."""
+    scenarios on the 10,240-RNIC fabric per seed, in ``jobs`` processes; score them all; run the
+    Hostping patterns. Results do not depend on ``jobs`` (each scenario is seeded on its own)."""
     t = time.perf_counter()
-    results = []
+    work = []
     for sd in seeds or (seed,):
         drawn = [draw_scenario(i, sd, big_every, seconds) for i in range(n_scenarios)]
         drawn += [draw_scenario(n_scenarios + j, sd, big_every, seconds, size=HUGE) for j in range(huge)]
-        for sc in drawn:
-            r = run_scenario(sc, sd * 1000 + sc.index, background_loss)
-            results.append(r)
+        work += [(sc, sd * 1000 + sc.index, background_loss) for sc in drawn]
+    results = []
+    if jobs > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as ex:
+            for r in ex.map(_run_one, work):
+                results.append(r)
+                if progress:
+                    progress(r)
+    else:
+        for w in work:
+            results.append(_run_one(w))
             if progress:
-                progress(r)
+                progress(results[-1])
     rep = score(results, seeds[0] if seeds else seed, time.perf_counter() - t)
     rep.seeds = tuple(seeds or (seed,))
     ok, tried, wrong = hostping_patterns()
     rep.hostping, rep.hostping_wrong = (ok, tried), wrong
     return rep
+
+
+def _run_one(w: tuple[Scenario, int, tuple[float, float] | None]) -> ScenarioResult:
+    return run_scenario(*w)
 
 
 def _pct(x: tuple[int, int]) -> str:

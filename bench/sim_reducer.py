@@ -73,9 +73,9 @@ class SimPipeline:
         if reg["rnic"]:
             self.reducer.on_registry(table_from_columns("registry.v1", reg))
         batches = self.sim.upload_batches(t0_ns)
-        for _, _, path_cols in batches:
-            if len(path_cols["hops"]):
-                self.paths.update(table_from_columns("path.v1", path_cols))
+        traced = [table_from_columns("path.v1", c) for _, _, c in batches if len(c["hops"])]
+        if traced:  # the round's traces at once (the index re-sorts per update)
+            self.paths.update(pa.concat_tables(traced))
         per_part: dict[int, list[pa.Table]] = {}
         idle: list[tuple[int, str]] = []
         for i, (agent, probe_cols, _) in enumerate(batches):
