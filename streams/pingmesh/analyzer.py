@@ -99,7 +99,6 @@ def analyze_window(
     job_metrics: pa.Table | None = None,
     thresholds: Mapping[str, JobThreshold] | None = None,
     config: AnalyzerConfig = AnalyzerConfig(),
-    reference_ns: Mapping[str, int] | None = None,
 ) -> WindowResult:
     """Explain every timeout and tail of one closed window; update ``state``.
 
@@ -113,23 +112,16 @@ def analyze_window(
         job_metrics: ``job_id``, ``sample_ns``, ``value`` rows covering the window, or None.
         thresholds: per-job threshold of the metric (P0 vs P1).
         config: thresholds of every step.
-        reference_ns: per host, the newest upload of any agent of its source partition (ns), to
-            measure an agent's silence against; default: the newest upload seen at all.
 
     Returns:
         :class:`WindowResult` with ``verdict.v1`` rows sorted by (kind, location, job, revision_of).
     """
     cfg = config
-    ws = partial.window_start_ns
-    we = ws + cfg.window_ns
     uploads = dict(host_last_upload)
     for h, u in zip(partial.uploads["host"].to_pylist(), partial.uploads["upload_ns"].to_pylist(), strict=True):
         uploads[h] = max(uploads.get(h, u), u)
-    if reference_ns is None:
-        newest = max(uploads.values(), default=we)
-        reference_ns = {h: newest for h in uploads}
     state.rnic_host.update(rnic_hosts(partial.pairs))
-    ctx = WindowContext(partial, cfg.window_ns, uploads, dict(reference_ns), state.rnic_host, state)
+    ctx = WindowContext(partial, cfg.window_ns, uploads, state.rnic_host, state)
     background = background_rate(partial.pairs, cfg.triage)
 
     down = host_down_step(ctx, cfg.triage, background)                          # 1

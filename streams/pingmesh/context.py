@@ -119,8 +119,6 @@ class WindowContext:
         partial: the merged counts of the window.
         window_ns: window length (ns).
         uploads: newest upload (ns, prober host clock) per host, the window's own uploads included.
-        reference_ns: per host, the newest upload of any agent seen with it (its partition's
-            newest): silence is measured against it, so a lagging replay never looks silent.
         rnic_host: RNIC → host.
         state: carried between windows; steps mutate it.
         claims: the verdict rows emitted so far, in order.
@@ -132,7 +130,6 @@ class WindowContext:
     partial: WindowPartial
     window_ns: int
     uploads: dict[str, int]
-    reference_ns: dict[str, int]
     rnic_host: dict[str, str]
     state: AnalyzerState
     claims: list[Claim] = field(default_factory=list)

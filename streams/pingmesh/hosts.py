@@ -50,9 +50,11 @@ def host_down_step(ctx: WindowContext, cfg: TriageConfig, background: float) -> 
     """Step 1: hosts whose agent went silent; returns them and takes their probes.
 
     A target is down when its agent has been silent for more than ``host_down_ns`` at the
-    window end (the paper's rule), or when it stopped uploading inside the window (silent for
-    at least ``host_silent_ns`` against the newest upload seen with it) while the probes to
-    its RNICs time out (at least ``min_failed`` of them, on most of its RNICs).
+    window end (the paper's rule), or when it stopped uploading inside the window: at the
+    upload due 5 s after the window's end (the one carrying its last 5 s), it has been silent
+    for at least ``host_silent_ns`` (two uploads missed), while the probes to its RNICs time
+    out (at least ``min_failed`` of them, on most of its RNICs). Event time only: the same
+    verdict whenever the window closes and whatever arrived by then.
 
     Confidence: missed uploads (each a tenth of the odds that a live agent merely lags) times the
     significance of the timeouts to its RNICs against the background loss.
@@ -61,13 +63,13 @@ def host_down_step(ctx: WindowContext, cfg: TriageConfig, background: float) -> 
     targets = set(pairs["responder_host"].to_pylist())
     down = down_hosts(ctx.we, ctx.uploads, targets, cfg)
     quiet: dict[str, int] = {}
+    due = ctx.we + UPLOAD_NS
     for h in targets - down:
         last = ctx.uploads.get(h)
-        ref = ctx.reference_ns.get(h)
-        if last is None or ref is None or last >= ctx.we:
+        if last is None or last >= ctx.we:
             continue
-        if ref - last >= cfg.host_silent_ns:
-            quiet[h] = ref - last
+        if due - last >= cfg.host_silent_ns:
+            quiet[h] = due - last
     if quiet:
         sums = sums_by(pairs, isin(pairs, "responder_host", set(quiet)), "responder_rnic")
         for h in sorted(quiet):
@@ -82,9 +84,8 @@ def host_down_step(ctx: WindowContext, cfg: TriageConfig, background: float) -> 
     n_hosts = max(len(targets), 1)
     for h in sorted(down):
         failed, total = host_sums.get(h, (0, 0))
-        silent = min(ctx.reference_ns.get(h, ctx.we) - ctx.uploads.get(h, -(2**62)), 2**62)
-        silent = max(silent, ctx.we - ctx.uploads.get(h, -(2**62)))
-        missed = min(silent, 2**62) / UPLOAD_NS
+        silent = min(ctx.we - ctx.uploads.get(h, -(2**62)), 2**62)  # at the window's end (the paper's)
+        missed = min(due - ctx.uploads.get(h, -(2**62)), 2**62) / UPLOAD_NS
         conf = (1.0 - 0.1 ** max(missed, 0.0)) * (_probe_evidence(failed, total, background, n_hosts)
                                                   if total else saturating(missed, 2.0))
         ev = {"silent_ns": int(min(silent, 2**62)), "timeouts": failed,
