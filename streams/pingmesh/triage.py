@@ -376,8 +376,11 @@ def rnic_step(ctx: WindowContext, findings: list[RnicFinding], host_rnics: set[s
     n_rnics = max(len(ctx.rnic_host), 1)
     pairs = ctx.partial.pairs
     suspects = {f.rnic for f in findings} | host_rnics
-    # the host's other RNICs, judged on probes from probers that are not suspects themselves
-    sums = sums_by(pairs, ~ctx.taken_pairs() & ~isin(pairs, "prober_rnic", suspects), "responder_rnic")
+    # the host's other RNICs, judged as the rule judges RNICs: ToR-mesh probes from probers that are
+    # not suspects themselves (inter-ToR probes also cross switch links, faulty or not)
+    tm = (pc.equal(pairs["pinglist"], "tor_mesh").to_numpy(zero_copy_only=False)
+          if pairs.num_rows else np.zeros(0, bool))
+    sums = sums_by(pairs, tm & ~ctx.taken_pairs() & ~isin(pairs, "prober_rnic", suspects), "responder_rnic")
     for f in findings:
         flagged.add(f.rnic)
         h = ctx.rnic_host.get(f.rnic)
