@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 from rich.padding import Padding
 
+from producers.hostping.collectors import COLLECTORS
 from producers.hostping.diagnose import diagnose_paths
 
 _STYLE = {"info": "dim", "warning": "yellow", "error": "red", "critical": "bold red"}
@@ -20,8 +21,9 @@ _STYLE = {"info": "dim", "warning": "yellow", "error": "red", "critical": "bold 
 def diagnose(
     files: list[Path] = typer.Argument(
         ...,
-        help="Captured outputs (lspci -vvv, sysfs tail/grep, ethtool -S, hw_counters, dmesg, NCCL logs, "
-        "nccl-tests pair tables) or a sysfs root directory.",
+        help="Captured outputs or a sysfs root directory; read by: "
+        + ", ".join(c.NAME for c in COLLECTORS)
+        + " (README: 'Diagnose: inputs it reads'). Files given together are correlated.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print findings as a JSON list."),
 ) -> None:

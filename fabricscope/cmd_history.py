@@ -5,47 +5,20 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pyarrow as pa
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from fabricscope.settings import Settings, load
+from fabricscope.settings import load
 
 console = Console(stderr=True)
 
 
-def execute(s: Settings, sql: str) -> pa.Table:
-    """Run a statement that may write: through the running sink's endpoint when one owns the
-    embedded store, else on the store opened here (server or embedded)."""
-    from sinks.clickhouse import migrate, open_store
-    from sinks.query_endpoint import find_endpoint, query_remote
-
-    if not s.clickhouse_dsn():
-        url = find_endpoint(s.store_path)
-        if url:
-            return query_remote(url, sql)
-    store = open_store(s.store_path, s.clickhouse_dsn())
-    try:
-        migrate(store)
-        if sql.lstrip().upper().startswith("INSERT"):
-            store.command(sql)
-            return pa.table({})
-        return store.query_arrow(sql)
-    finally:
-        store.close()
-
-
 def _feedback(verdict_id: str, decision: str, note: str, operator: str) -> None:
-    from sinks.clickhouse import StoreError
-    from sinks.history import NO_VERDICT_HINT, check_feedback, feedback_sql, verdict_exists_sql
+    from fabricscope.store_access import record_feedback
 
-    s = load()
     try:
-        check_feedback(verdict_id, decision)
-        if not execute(s, verdict_exists_sql(verdict_id))["n"][0].as_py():
-            raise StoreError(f"no verdict {verdict_id!r} in the store; {NO_VERDICT_HINT}")
-        execute(s, feedback_sql(verdict_id, decision, note, operator))
+        record_feedback(load(), verdict_id, decision, note, operator)
     except Exception as err:
         console.print(f"[red]feedback not recorded:[/red] {err}")
         raise typer.Exit(1) from None
@@ -89,15 +62,11 @@ def register(app: typer.Typer) -> None:
     @history_app.command("inventory")
     def inventory(path: Path = typer.Argument(..., help="cluster inventory YAML (schemas/inventory.py)")) -> None:
         """Load RNIC -> host, ToR from an inventory file, so new probes roll up per ToR pair."""
-        import time
-
+        from fabricscope.store_access import load_inventory
         from schemas.inventory_yaml import load as load_inventory_file
-        from sinks.history import quote
 
         inv = load_inventory_file(path)
-        now = time.time_ns()
-        values = ", ".join(f"({quote(r.id)}, {quote(r.host)}, {quote(r.tor)}, {now})" for r in inv.rnics.values())
-        execute(load(), f"INSERT INTO rnic_inventory (rnic, host, tor, updated_ns) VALUES {values}")
+        load_inventory(load(), [(r.id, r.host, r.tor) for r in inv.rnics.values()])
         console.print(f"{len(inv.rnics)} RNICs loaded from {path}")
 
     report_app = typer.Typer(help="Reports over the history.")

@@ -16,6 +16,7 @@ import signal
 import time
 import typing
 from collections.abc import Callable
+from pathlib import Path
 
 import typer
 from rich.console import Console
@@ -126,7 +127,9 @@ def _with_hostping(original: Callable[..., object]) -> Callable[..., object]:
 
 
 def register(app: typer.Typer) -> None:
-    """Extend the registered ``source`` command with ``hostping-sim`` (or add ``source`` if there is none)."""
+    """Extend the registered ``source`` command with ``hostping-sim`` (or add ``source`` if there is none),
+    and add ``fabricscope hostping agent``."""
+    register_agent(app)
     found = False
     for info in app.registered_commands:  # registering twice (tests) adds a second `source`: wrap each once
         if info.name == "source" or (info.name is None and getattr(info.callback, "__name__", "") == "source"):
@@ -143,3 +146,106 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"unknown source {kind!r}; available: {KIND}", param_hint="KIND")
 
     app.command("source")(_with_hostping(source))
+
+
+def _capacities(specs: list[str]) -> dict[str, float]:
+    out = {}
+    for spec in specs:
+        link, sep, val = spec.rpartition("=")
+        try:
+            gbps = float(val)
+        except ValueError:
+            gbps = -1.0
+        if not sep or "->" not in link or gbps <= 0:
+            raise typer.BadParameter(f"{spec!r}: expected LINK=GBPS with LINK like cpu0->mem0 and GBPS > 0",
+                                     param_hint="--bus-capacity")
+        out[link] = gbps
+    return out
+
+
+def run_agent(s: Settings, cfg: object, once: bool, as_json: bool, duration: float) -> None:
+    """``fabricscope hostping agent``: ``--once`` prints one cycle; otherwise publish until SIGTERM/SIGINT
+    (or ``duration`` seconds)."""
+    import json
+
+    from producers.hostping.agent import AgentConfig, HostAgent
+
+    assert isinstance(cfg, AgentConfig)
+    try:
+        agent = HostAgent(cfg)
+    except (FileNotFoundError, ValueError) as err:
+        console.print(f"[red]hostping agent:[/red] {err}")
+        raise typer.Exit(2) from None
+    try:
+        if agent.loopback_reason:
+            console.print(f"hostping agent on {agent.disc.host}: {agent.loopback_reason}")
+        if once:
+            out = agent.once()
+            if as_json:
+                print(json.dumps(out, indent=1, default=str))
+            else:
+                d = out["discovery"]
+                console.print(f"{agent.disc.host}: {len(d['pci_functions'])} PCI functions, "  # type: ignore[index]
+                              f"{len(d['rnics'])} RNICs, {len(d['gpus_nvml'])} GPUs (NVML), "  # type: ignore[index]
+                              f"{len(out['publish']['hostmetrics.raw'])} monitor rows; --json for all of it")  # type: ignore[index]
+            return
+        from producers.kafka_producer import AgentProducer
+        from schemas.topics import ALL_TOPICS, topic_name
+
+        names = {t.name: topic_name(t, s.fabricscope_topic_prefix) for t in ALL_TOPICS}
+        producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+        stopping = False
+
+        def _stop(*_: object) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGTERM, _stop)
+        signal.signal(signal.SIGINT, _stop)
+        t_end = time.monotonic() + duration if duration else None
+        cycles = agent.run(lambda topic, schema, key, payload: producer.publish(names[topic], payload, schema,
+                                                                               key=key),
+                           lambda: stopping or (t_end is not None and time.monotonic() >= t_end))
+        left = producer.flush()
+        console.print(f"hostping agent: {cycles} monitor cycles published for {agent.disc.host}")
+        if left:
+            console.print(f"[red]{left} messages not delivered to {s.kafka_bootstrap}[/red]")
+            raise typer.Exit(1)
+    finally:
+        agent.close()
+
+
+def register_agent(app: typer.Typer) -> None:
+    """Add ``fabricscope hostping agent``."""
+    hp = typer.Typer(help="Hostping on a real host: the host agent (discovery, hardware monitor, loopback).")
+    app.add_typer(hp, name="hostping")
+
+    @hp.command("agent")
+    def agent(
+        sysfs: str = typer.Option("/sys", "--path.sysfs", help="sysfs root (a captured tree works too)"),
+        procfs: str = typer.Option("/proc", "--path.procfs", help="procfs root"),
+        host: str = typer.Option(None, "--host", help="host name (default: the kernel's)"),
+        once: bool = typer.Option(False, "--once", help="read one cycle, print it, publish nothing"),
+        as_json: bool = typer.Option(False, "--json", help="with --once: everything one cycle would publish"),
+        interval: float = typer.Option(1.0, help="hardware monitor period (s)"),
+        status_interval: float = typer.Option(300.0, help="host status period (s): idle/busy by RNIC throughput"),
+        bus_capacity: list[str] = typer.Option([], "--bus-capacity",
+                                               help="LINK=GBPS capacity of a memory channel or UPI link for "
+                                                    "bus_util, e.g. cpu0->mem0=1228; repeatable"),
+        baseline: str = typer.Option(None, "--baseline", help="healthy bandwidth matrix JSON {rnics, endpoints, "
+                                                              "gbps}; default: the first idle round"),
+        nvml: bool = typer.Option(True, help="read GPUs through NVML where present"),
+        use_ethtool: bool = typer.Option(True, "--ethtool/--no-ethtool", help="read `ethtool -S` counters"),
+        use_loopback: bool = typer.Option(True, "--loopback/--no-loopback", help="run loopback rounds (RNIC)"),
+        duration: float = typer.Option(0, help="stop after this many seconds (0 = until SIGTERM)"),
+    ) -> None:
+        """Discover this host, publish its inventory and topology once, monitor it every second."""
+        from producers.hostping.agent import AgentConfig
+
+        if interval <= 0 or status_interval <= 0:
+            raise typer.BadParameter("must be > 0", param_hint="--interval/--status-interval")
+        cfg = AgentConfig(sysfs=Path(sysfs), procfs=Path(procfs), host=host, interval_s=interval,
+                          status_interval_s=status_interval, bus_capacity_gbps=_capacities(bus_capacity),
+                          use_nvml=nvml, use_ethtool=use_ethtool, use_loopback=use_loopback,
+                          baseline_file=Path(baseline) if baseline else None)
+        run_agent(load(), cfg, once, as_json, duration)

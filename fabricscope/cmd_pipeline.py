@@ -172,10 +172,11 @@ def run_sink(s: Settings) -> None:
     """The store writer process: migrate, serve queries, consume result topics until SIGTERM/SIGINT."""
     from sinks.clickhouse import migrate, open_store
     from sinks.kafka_sink import StoreWriter
-    from sinks.query_endpoint import endpoint_file, serve
+    from sinks.query_endpoint import serve, stop_serving
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sink %(levelname)s %(message)s")
-    store = open_store(s.store_path, s.clickhouse_dsn())
+    os.umask(0o077)  # the store's files, the token and the endpoint file: the owner's only
+    store = open_store(s.store_path, s.clickhouse_dsn(), s.query_limits())
     migrate(store)
     server = serve(store, s.store_path) if not s.clickhouse_dsn() else None
     stopping = False
@@ -192,8 +193,7 @@ def run_sink(s: Settings) -> None:
     finally:
         writer.close()
         if server:
-            server.shutdown()
-            endpoint_file(s.store_path).unlink(missing_ok=True)
+            stop_serving(server, s.store_path)
         store.close()
 
 
@@ -294,6 +294,8 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
                                directory=s.fabricscope_var / "lab", kafka_config=s.kafka_client_config() or None)
     else:
         children.append(subprocess.Popen([*exe, "source", source]))
+    # Hostping on this host: inventory, topology and the 1 s monitor; loopback only where there is an RNIC.
+    children.append(subprocess.Popen([*exe, "hostping", "agent"]))
     console.print(f"[green]fabricscope up[/green]: source={source}, workers={workers}; Ctrl-C stops"
                   + ("; inject faults with `fabricscope lab fault ...`" if lab else ""))
     t0 = time.time()

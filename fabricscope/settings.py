@@ -8,12 +8,15 @@ value fails at start with the variable's name and the fix.
 from __future__ import annotations
 
 import difflib
+import os
 import sys
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from sinks.readonly_sql import QueryLimits
 
 ENV_FILE = ".env"
 
@@ -36,6 +39,14 @@ class Settings(BaseSettings):
     clickhouse_url: SecretStr | None = Field(None, description="http://user:pw@host:8123/db; unset = embedded chdb")
     fabricscope_var: Path = Field(Path("var"), description="local state: Kafka data, embedded store, lab state")
     fabricscope_topic_prefix: str = ""
+    # Limits of every user query (`fabricscope query`, saved queries, the sink's endpoint); past one
+    # the query stops with the engine's error. Defaults: the documented queries take 0.1-1.3 s and
+    # return at most ~81 k rows over a day of a 1,000-RNIC cluster (README, History).
+    fabricscope_query_max_execution_time_s: float = Field(60.0, gt=0, description="seconds per query")
+    fabricscope_query_max_result_rows: int = Field(1_000_000, gt=0, description="rows per result")
+    fabricscope_query_max_result_bytes: int = Field(256 * 1024 * 1024, gt=0, description="bytes per result")
+    fabricscope_query_max_threads: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), gt=0,
+                                               description="threads per query: half the cores, the rest insert")
 
     @property
     def store_path(self) -> Path:
@@ -54,6 +65,11 @@ class Settings(BaseSettings):
         if self.kafka_ssl_cafile:
             conf["ssl.ca.location"] = str(self.kafka_ssl_cafile)
         return conf
+
+    def query_limits(self) -> QueryLimits:
+        """The limits user queries run under."""
+        return QueryLimits(self.fabricscope_query_max_execution_time_s, self.fabricscope_query_max_result_rows,
+                           self.fabricscope_query_max_result_bytes, self.fabricscope_query_max_threads)
 
     def clickhouse_dsn(self) -> str | None:
         """The server URL, or None for the embedded store."""

@@ -1,25 +1,65 @@
-"""Open the store the way the user's situation needs: server, running sink, or embedded directly."""
+"""Open the store the way the user's situation needs: server, running sink, or embedded directly.
+
+User SQL always runs read-only (:meth:`sinks.clickhouse.Store.query_readonly`); the two
+commands that write use typed operations (:func:`record_feedback`, :func:`load_inventory`),
+through the running sink's endpoint when one owns the embedded store.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 import pyarrow as pa
 
 from fabricscope.settings import Settings
 
+T = TypeVar("T")
 
-def run_query(s: Settings, sql: str) -> pa.Table:
-    """Run ``sql``: on the server when ``CLICKHOUSE_URL`` is set, through a running sink's
-    endpoint when one owns the embedded store, else by opening the embedded store here."""
+
+def _on_store(s: Settings, remote: Callable, local: Callable[..., T]) -> T:  # noqa: ANN401
+    """``remote(endpoint)`` when a running sink owns the embedded store, else ``local(store)`` on the
+    store opened here (server or embedded, migrated)."""
     from sinks.clickhouse import migrate, open_store
-    from sinks.query_endpoint import find_endpoint, query_remote
+    from sinks.query_endpoint import find_endpoint
 
     if not s.clickhouse_dsn():
-        url = find_endpoint(s.store_path)
-        if url:
-            return query_remote(url, sql)
-    store = open_store(s.store_path, s.clickhouse_dsn())
+        endpoint = find_endpoint(s.store_path)
+        if endpoint:
+            return remote(endpoint)
+    store = open_store(s.store_path, s.clickhouse_dsn(), s.query_limits())
     try:
         migrate(store)
-        return store.query_arrow(sql)
+        return local(store)
     finally:
         store.close()
+
+
+def run_query(s: Settings, sql: str) -> pa.Table:
+    """Run a user's ``sql`` read-only, under the configured limits: on the server when
+    ``CLICKHOUSE_URL`` is set, through a running sink's endpoint when one owns the embedded store,
+    else by opening the embedded store here.
+
+    Raises:
+        sinks.readonly_sql.QueryRefused: the SQL would write, change a setting or reach outside the store.
+        sinks.clickhouse.StoreError: the engine's error (syntax, a limit exceeded, ...).
+    """
+    # The client waits past the engine's own limit, so the engine's message is what the user sees.
+    timeout = s.fabricscope_query_max_execution_time_s + 30
+    return _on_store(s, lambda e: e.query(sql, timeout), lambda store: store.query_readonly(sql))
+
+
+def record_feedback(s: Settings, verdict_id: str, decision: str, note: str = "", operator: str = "") -> None:
+    """:func:`sinks.history.record_feedback` on the store (through the running sink when there is one)."""
+    from sinks import history
+
+    _on_store(s, lambda e: e.record_feedback(verdict_id, decision, note, operator),
+              lambda store: history.record_feedback(store, verdict_id, decision, note, operator))
+
+
+def load_inventory(s: Settings, rnics: Iterable[tuple[str, str, str]]) -> int:
+    """:func:`sinks.history.load_inventory` on the store; returns the RNICs written."""
+    from sinks import history
+
+    rows = list(rnics)
+    return _on_store(s, lambda e: e.load_inventory(rows), lambda store: history.load_inventory(store, rows))

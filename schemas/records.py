@@ -203,6 +203,45 @@ HOSTMETRIC_V1 = RecordSchema(
     ),
 )
 
+# hostmetric.v1 plus the reading's source, so a reader can tell a perf uncore counter from an NVML
+# throughput or a sysfs link file (Hostping §3.4: vendor-independent bus monitor, sources named).
+HOSTMETRIC_V2 = RecordSchema(
+    "hostmetric",
+    2,
+    HOSTMETRIC_V1.fields
+    + (
+        Field("source", "string",
+              doc="where the value was read: sysfs:<file>, perf:<pmu>/<event>, nvml:<call>, ethtool -S, derived"),
+    ),
+)
+
+# One PCI function as the host agent found it under /sys/bus/pci/devices (the inventory behind the
+# intra-host topology); a host's whole set is one batch on the compacted ``hosts.inventory`` topic.
+PCI_FUNCTION_V1 = RecordSchema(
+    "pci_function",
+    1,
+    _UPLOAD
+    + (
+        Field("host", "string"),
+        Field("bdf", "string", doc="domain:bus:device.function, lower case (0000:3b:00.0)"),
+        Field("class_code", "string", doc="PCI class code as sysfs prints it (0x020000)"),
+        Field("kind", "string", doc="gpu | rnic | nic | bridge | nvme | other: from the class and RDMA presence"),
+        Field("vendor_id", "string", doc="0x15b3 (Mellanox), 0x10de (NVIDIA), ..."),
+        Field("device_id", "string"),
+        Field("driver", "string", doc="bound kernel driver, '' if none"),
+        Field("numa_node", "int32", doc="-1 when the platform reports none"),
+        Field("parent_bdf", "string", doc="upstream bridge (switch or root port), '' at the root complex"),
+        Field("path_to_root", "string", doc="comma-separated BDFs from the root port down to the parent"),
+        Field("current_link_speed_gtps", "float64", nullable=True, doc="null: no link files (virtual function)"),
+        Field("current_link_width", "int32", nullable=True),
+        Field("max_link_speed_gtps", "float64", nullable=True),
+        Field("max_link_width", "int32", nullable=True),
+        Field("netdevs", "string", doc="comma-separated network interfaces of the function"),
+        Field("rdma_devices", "string", doc="comma-separated RDMA devices (mlx5_0)"),
+        Field("aer", "bool", doc="the function exposes aer_dev_* counters"),
+    ),
+)
+
 HOST_LINK_V1 = RecordSchema(
     "host_link",
     1,
@@ -210,7 +249,8 @@ HOST_LINK_V1 = RecordSchema(
         Field("host", "string"),
         Field("link", "string", doc="intra-host link 'a->b' (PCIe, memory channel, UPI)"),
         Field("state", "string", doc="normal | abnormal | gray | flapping"),
-        Field("cause", "string", doc="failure | congestion | config | ''"),
+        Field("cause", "string",
+              doc="failure | congestion | config | unknown (no bus counters on this host) | ''"),
         Field("round_ns", "int64"),
         Field("evidence", "string", doc="JSON"),
     ),
@@ -299,6 +339,8 @@ SCHEMAS: dict[str, RecordSchema] = {
         JOBMETRIC_V1,
         LOOPBACK_V1,
         HOSTMETRIC_V1,
+        HOSTMETRIC_V2,
+        PCI_FUNCTION_V1,
         HOST_LINK_V1,
         REGISTRY_V1,
         PINGLIST_V1,

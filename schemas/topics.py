@@ -36,7 +36,10 @@ PROBES_ENRICHED = Topic(
 )
 PATHS_TRACED = Topic("paths.traced", 4, "agent_id", "path.v1", _RETAIN_7D, "forward and ACK path traces")
 LOOPBACK_RAW = Topic("loopback.raw", 1, "host", "loopback.v1", _RETAIN_7D, "Hostping loopback results")
-HOSTMETRICS_RAW = Topic("hostmetrics.raw", 1, "host", "hostmetric.v1", _RETAIN_7D, "hardware monitor samples")
+HOSTMETRICS_RAW = Topic(
+    "hostmetrics.raw", 1, "host", "hostmetric.v2", _RETAIN_7D,
+    "hardware monitor samples (v2 names each reading's source; the sim source still sends v1)",
+)
 REGISTRY = Topic("registry", 1, "rnic", "registry.v1", _COMPACTED, "RNIC registry: GID, QPN per RNIC")
 PINGLISTS = Topic("pinglists", 1, "agent_id", "pinglist.v1", _COMPACTED, "controller pinglists per agent")
 WINDOW_PARTIALS = Topic(
@@ -58,6 +61,10 @@ HOSTS_TOPOLOGY = Topic(
     "hosts.topology", 1, "host", "host_topology.v1", _COMPACTED,
     "Hostping: each host's intra-host topology and healthy loopback baseline (last per host wins)",
 )
+HOSTS_INVENTORY = Topic(
+    "hosts.inventory", 1, "host", "pci_function.v1", _COMPACTED,
+    "Hostping: every PCI function each host agent found (one batch per host, last per host wins)",
+)
 DEADLETTER = Topic("deadletter", 1, "source_topic", "deadletter.v1", {"retention.ms": str(30 * _DAY_MS)})
 
 ALL_TOPICS: tuple[Topic, ...] = (
@@ -77,6 +84,7 @@ ALL_TOPICS: tuple[Topic, ...] = (
     GROUND_TRUTH,
     DEADLETTER,
     HOSTS_TOPOLOGY,
+    HOSTS_INVENTORY,
 )
 
 

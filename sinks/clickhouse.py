@@ -9,26 +9,36 @@ rollups exact too).
 chdb allows one process per store path (a second gets ``Cannot lock file``);
 the process that owns the store serves queries on a local endpoint
 (:mod:`sinks.query_endpoint`).
+
+Two kinds of SQL reach a store. The project's own statements (migrations, inserts,
+the typed writes of :mod:`sinks.history`) go through ``command``/``query_arrow``/
+``insert_arrow``. A user's text goes through ``query_readonly`` only: checked by
+:class:`sinks.readonly_sql.ReadonlyGuard` and run with ``readonly = 1`` and the
+:class:`sinks.readonly_sql.QueryLimits`, on its own connection(s), so a long query
+never holds the lock the inserts take.
 """
 
 from __future__ import annotations
 
+import os
+import queue
 import re
 import threading
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import pyarrow as pa
 
 from schemas.migrations import LEDGER_DDL, migrations
+from sinks.readonly_sql import QueryLimits, ReadonlyGuard
+from sinks.store_errors import StoreError
+
+__all__ = ["ChdbStore", "QueryLimits", "ServerStore", "Store", "StoreError", "migrate", "open_store",
+           "private_dir", "table_columns"]
 
 _TOKEN_OK = re.compile(r"^[A-Za-z0-9_.:/\-]{1,200}$")
 INSERT_SETTINGS = {"deduplicate_blocks_in_dependent_materialized_views": 1}
-
-
-class StoreError(RuntimeError):
-    """The store refused a statement or could not be opened; the message says which and why."""
 
 
 class Store(Protocol):
@@ -38,13 +48,34 @@ class Store(Protocol):
         """Run a statement that returns nothing."""
 
     def query_arrow(self, sql: str) -> pa.Table:
-        """Run a query and return its result as a pyarrow table."""
+        """Run one of the project's own queries and return its result as a pyarrow table."""
+
+    def query_readonly(self, sql: str) -> pa.Table:
+        """Run a user's SQL read-only under the store's limits.
+
+        Raises:
+            sinks.readonly_sql.QueryRefused: it would write, change a setting or reach outside the store.
+            StoreError: the engine's error (syntax, a limit exceeded, an unknown table).
+        """
 
     def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
         """Insert ``data`` into ``table``; a repeated ``dedup_token`` is ignored by the engine."""
 
     def close(self) -> None:
         """Release the store."""
+
+
+def private_dir(path: str | Path) -> Path:
+    """Create ``path`` (and missing parents) readable by its owner only (0700); tighten an existing
+    ``path`` we own too (older versions created it world-readable). Parents that existed are left alone."""
+    p = Path(path)
+    for d in reversed([p, *p.parents]):
+        if not d.exists():
+            d.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(d, 0o700)  # mkdir's mode is cut by the umask
+    if p.stat().st_uid == os.geteuid():
+        os.chmod(p, 0o700)
+    return p
 
 
 def _check_token(token: str) -> str:
@@ -61,11 +92,11 @@ class ChdbStore:
             the message says to use ``fabricscope query`` through the running sink.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, limits: QueryLimits | None = None, readers: int = 4) -> None:
         from chdb import session
 
-        self.path = Path(path)
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.path = private_dir(path)
+        self.limits = limits or QueryLimits()
         try:
             self._session = session.Session(str(self.path))
         except Exception as err:  # chdb raises a bare RuntimeError on a locked store
@@ -73,8 +104,48 @@ class ChdbStore:
                 f"cannot open the embedded store {self.path}: {err}. Another process (the pipeline's sink) "
                 "owns it; query through it, or stop it first."
             ) from None
-        # chdb sessions are not safe for concurrent use (the sink thread and the query endpoint).
+        # One session for the project's own statements (inserts, migrations), serialised here;
+        # user queries use up to ``readers`` read-only sessions of their own (chdb runs sessions
+        # concurrently), so a long query never holds this lock.
         self._lock = threading.Lock()
+        self._readers: queue.LifoQueue[Any] = queue.LifoQueue()
+        for _ in range(readers):
+            self._readers.put(None)  # opened on first use
+        self._all_readers: list[Any] = []
+        self.guard = ReadonlyGuard(self._reader_text)
+
+    def _open_reader(self) -> Any:
+        from chdb import session
+
+        s = session.Session(str(self.path))
+        # Limits first: once readonly = 1 is set, no setting of this session can change again.
+        s.query("SET " + ", ".join(f"{k} = {_setting_literal(v)}" for k, v in self.limits.settings().items()
+                                   if k != "readonly"))
+        s.query("SET readonly = 1")
+        self._all_readers.append(s)
+        return s
+
+    def _on_reader(self, sql: str, fmt: str) -> Any:
+        s = self._readers.get()
+        try:
+            if s is None:
+                s = self._open_reader()
+            return s.query(sql, fmt)
+        except Exception as err:
+            # chdb leaks a failed query's partial output into the session's next result: drop it.
+            if s is not None:
+                self._all_readers.remove(s)
+                s.close()
+                s = None
+            raise StoreError(f"{err}\nquery: {sql[:300]}") from None
+        finally:
+            self._readers.put(s)
+
+    def _reader_text(self, sql: str) -> str:
+        return self._on_reader(sql, "TabSeparatedRaw").bytes().decode()
+
+    def query_readonly(self, sql: str) -> pa.Table:
+        return self._on_reader(self.guard.check(sql), "ArrowTable")
 
     def command(self, sql: str) -> None:
         with self._lock:
@@ -103,6 +174,8 @@ class ChdbStore:
 
     def close(self) -> None:
         with self._lock:
+            for s in self._all_readers:
+                s.close()
             self._session.close()
 
 
@@ -112,13 +185,28 @@ class ServerStore:
     Credentials come from the URL (from the environment or a file); they are never logged.
     """
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, limits: QueryLimits | None = None) -> None:
         import clickhouse_connect
 
+        self.limits = limits or QueryLimits()
         try:
             self._client = clickhouse_connect.get_client(dsn=url)
         except Exception as err:
             raise StoreError(f"cannot reach the ClickHouse server at CLICKHOUSE_URL: {type(err).__name__}") from None
+        self.guard = ReadonlyGuard(self._readonly_text)
+
+    def _readonly_text(self, sql: str) -> str:
+        try:
+            return self._client.raw_query(sql, settings=self.limits.settings(), fmt="TabSeparatedRaw").decode()
+        except Exception as err:
+            raise StoreError(f"{err}\nquery: {sql[:300]}") from None
+
+    def query_readonly(self, sql: str) -> pa.Table:
+        checked = self.guard.check(sql)
+        try:
+            return self._client.query_arrow(checked, settings=self.limits.settings())
+        except Exception as err:
+            raise StoreError(f"{err}\nquery: {sql[:300]}") from None
 
     def command(self, sql: str) -> None:
         try:
@@ -147,9 +235,14 @@ class ServerStore:
         self._client.close()
 
 
-def open_store(path: str | Path, url: str | None = None) -> Store:
-    """A server store when ``url`` is set, else the embedded store at ``path``."""
-    return ServerStore(url) if url else ChdbStore(path)
+def _setting_literal(v: object) -> str:
+    return f"'{v}'" if isinstance(v, str) else str(v)
+
+
+def open_store(path: str | Path, url: str | None = None, limits: QueryLimits | None = None) -> Store:
+    """A server store when ``url`` is set, else the embedded store at ``path``; user queries on it
+    run under ``limits`` (default :class:`QueryLimits`)."""
+    return ServerStore(url, limits) if url else ChdbStore(path, limits)
 
 
 def migrate(store: Store) -> list[str]:

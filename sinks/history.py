@@ -14,6 +14,7 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from sinks.clickhouse import Store, StoreError
+from sinks.readonly_sql import sql_string as quote
 
 DECISIONS = ("confirm", "reject")
 _VERDICT_ID = re.compile(r"^[A-Za-z0-9_.:/\-]{1,200}$")
@@ -41,11 +42,6 @@ def load_inventory(store: Store, rnics: Iterable[tuple[str, str, str]], updated_
     )
     store.insert_arrow("rnic_inventory", data)
     return len(rows)
-
-
-def quote(text: str) -> str:
-    """``text`` as a ClickHouse string literal (backslash and quote escaped)."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def check_feedback(verdict_id: str, decision: str) -> None:

@@ -31,6 +31,9 @@ TABLE_OF: dict[str, str] = {
     T.DEADLETTER.name: "deadletters",
     T.HOST_LINKS.name: "host_links",
     T.COVERAGE.name: "coverage",
+    T.HOSTS_INVENTORY.name: "pci_functions",
+    T.HOSTMETRICS_RAW.name: "host_metrics",
+    T.LOOPBACK_RAW.name: "loopback",
 }
 
 

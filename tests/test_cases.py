@@ -113,6 +113,113 @@ def test_case_14_aer_escalation_and_xid79_is_gpu_link_failure():
     assert ev["aer_uncorrected"] == {"Surprise Down Error": 1}
 
 
+def test_case_16_width_x2_of_x4_on_both_gx10_functions_not_the_reference_host():
+    found = problems("case_16")
+    assert [(f.kind, f.location) for f in found] == [
+        ("pcie_downgrade", "0002:01:00.0"),
+        ("pcie_downgrade", "0002:01:00.1"),
+    ]
+    for f in found:
+        ev = f.evidence
+        assert ev["downgraded"] == ["width"]  # speed 32 GT/s is fine
+        assert (ev["current_width"], ev["max_width"]) == (2, 4)
+        assert ev["same_link_functions"] == ["0002:01:00.0", "0002:01:00.1"]
+        assert ev["section"] == "Observed on ASUS GX10"
+        assert ev["limiting_hop"].startswith("upstream port")
+        assert "replace the card or cable" not in f.explanation  # the platform, not the card
+
+
+def test_case_18_local_access_violation_and_flushes_is_probable_mtu_mismatch_config():
+    found = problems("case_18")
+    assert [(f.kind, f.location, f.cause) for f in found] == [("mtu_mismatch", "host-a/mlx5_0<->10.0.0.2", "config")]
+    ev = found[0].evidence
+    assert ev["probable"] is True
+    assert ev["secondary_flushes"] == 1  # status 5 / vendor 249 tied to the primary, not a finding
+    assert "active_mtu" in ev["compare_on_both_ends"]
+    assert ev["async_events"] == ["local access violation work queue error"]
+
+
+def test_case_19_modify_qp_enodev_is_hca_selection_on_mlx5_3():
+    found = problems("case_19")
+    assert [(f.kind, f.location, f.cause) for f in found] == [("hca_selection", "host-a/mlx5_3", "config")]
+    assert found[0].evidence["call"] == "ibv_modify_qp"
+    assert found[0].evidence["selected_hcas"] == ["mlx5_3"]
+    assert not NETWORK_KINDS & {f.kind for f in found}
+
+
+def test_case_21_gdr_disabled_on_every_hca_is_host_config_not_one_rnic():
+    found = problems("case_21")
+    assert [(f.kind, f.location, f.cause) for f in found] == [("gdr_disabled", "host-a", "config")]
+    assert found[0].evidence["disabled_hcas"] == ["mlx5_0", "mlx5_1", "mlx5_2"]
+    assert "nvidia-peermem" in found[0].explanation
+
+
+def test_case_22_fallen_off_bus_without_xid_is_critical_gpu_loss():
+    found = problems("case_22")
+    assert [(f.kind, f.location, f.severity) for f in found] == [("gpu_pcie_link_failure", "0000:b3:00.0", "critical")]
+    assert found[0].evidence["equivalent_xid"] == 79
+
+
+def test_case_24_both_gids_on_host_a_is_intra_host_nic_pair_not_remote_peer():
+    found = problems("case_24")
+    assert [(f.kind, f.location) for f in found] == [
+        ("intra_host_path", "host-a:fd00::3:ff22<->fd00::3:ff1f"),
+        ("intra_host_path", "host-a:fd00::3:ff21<->fd00::3:ff20"),
+    ]
+    first, second = found
+    assert first.evidence["local_netdev"] == "net1"
+    assert second.evidence["remote_netdev"] == "net4"
+    assert first.evidence["status"] == 12 and first.evidence["vendor_err"] == 129
+    assert first.evidence["count"] == 2
+    assert "NCCL_NET_DISABLE_INTRA=1" in first.explanation
+    assert "undetermined" not in {f.kind for f in found}  # not "host-a <-> remote peer"
+
+
+def test_case_25_crc_on_all_lanes_and_power_budget_event_are_one_port_fault():
+    found = problems("case_25")
+    assert [(f.kind, f.location) for f in found] == [("transceiver", "eth5 (0000:81:00.0 module 0)")]
+    ev = found[0].evidence
+    assert ev["phy"]["pattern"] == "all_lanes_equal"
+    assert ev["phy"]["uncorrectable"]["rx_crc_errors_phy"] == 13147323
+    assert ev["module_event"]["events"] == ["Cable error, Power budget exceeded"]
+
+
+#: Every field case and its stated right diagnosis: (kind, location) of each problem, in order.
+RIGHT_DIAGNOSIS = {
+    "case_03": [("rnic", "host-b")],
+    "case_04": [("host_down", "10.0.0.7, host-a.<cluster-domain>, rank 9")],
+    "case_05": [("slow_host", "host-A"), ("undetermined", "host-E,host-F")],
+    "case_07": [("acs_redirect", "device at line 12")],
+    "case_10": [("lossy_roce", "enp178s0f0 (mlx5_0/port1)")],
+    "case_11": [("pcie_downgrade", "device at line 9")],
+    "case_12": [],
+    "case_13": [("pcie_downgrade", "0000:01:00.0")],
+    "case_14": [("gpu_pcie_link_failure", "0000:00:02.0->0000:02:00.0")],
+    "case_16": [("pcie_downgrade", "0002:01:00.0"), ("pcie_downgrade", "0002:01:00.1")],
+    "case_18": [("mtu_mismatch", "host-a/mlx5_0<->10.0.0.2")],
+    "case_19": [("hca_selection", "host-a/mlx5_3")],
+    "case_21": [("gdr_disabled", "host-a")],
+    "case_22": [("gpu_pcie_link_failure", "0000:b3:00.0")],
+    "case_24": [
+        ("intra_host_path", "host-a:fd00::3:ff22<->fd00::3:ff1f"),
+        ("intra_host_path", "host-a:fd00::3:ff21<->fd00::3:ff20"),
+    ],
+    "case_25": [("transceiver", "eth5 (0000:81:00.0 module 0)")],
+}
+
+
+@pytest.mark.parametrize("prefix", sorted(RIGHT_DIAGNOSIS))
+def test_every_case_gets_its_right_diagnosis(prefix):
+    assert [(f.kind, f.location) for f in problems(prefix)] == RIGHT_DIAGNOSIS[prefix]
+
+
+def test_every_case_file_has_a_stated_diagnosis_here():
+    files = sorted(CASES.glob("case_*.txt"))
+    if not files:
+        pytest.skip(f"no field cases under {CASES}")
+    assert sorted(f.name[:7] for f in files) == sorted(RIGHT_DIAGNOSIS)
+
+
 def test_cli_json_over_all_cases():
     app = typer.Typer()
     cmd_diagnose.register(app)
@@ -148,7 +255,8 @@ def _summary() -> list[dict[str, str]]:
             "severity": f.severity,
             "cause": f.cause,
         }
-        for f in diagnose_paths(files)
+        for case_file in files  # each case is its own incident: files given together are one incident
+        for f in diagnose_paths([case_file])
     ]
 
 

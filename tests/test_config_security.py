@@ -170,6 +170,9 @@ def test_the_whole_pipeline_runs_on_a_sasl_broker_and_never_logs_the_password(ka
     try:
         props = broker.var / "kafka" / "server.properties"
         assert oct(props.stat().st_mode & 0o777) == "0o600"
+        # PrivateBroker made var/kafka with the default umask; kafka.sh start tightened it, made data/ 0700.
+        for d in (broker.var / "kafka", broker.var / "kafka" / "data"):
+            assert oct(d.stat().st_mode & 0o777) == "0o700", d
         conf = Settings(**{k.lower(): v for k, v in SASL.items()}).kafka_client_config()
         assert not broker.answers()  # plaintext clients are refused
         create_topics(broker.bootstrap, "s.", conf)

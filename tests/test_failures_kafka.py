@@ -305,9 +305,10 @@ def test_agent_buffer_is_bounded_drops_the_oldest_waiting_and_never_blocks(tmp_p
 
 
 def test_store_refusing_inserts_for_a_while_then_back(pipeline_env, tmp_path):
-    """The store refuses every insert for ~6 s (a rollup target detached, as a server under DDL or out of
-    disk would): the sink retries the same insert with the same token, commits nothing meanwhile, then
-    catches up; every row once in probes and in every rollup."""
+    """The store refuses every insert for ~6 s (the data directory of `probes` is not writable, as on a
+    failed or full disk): the sink retries the same insert with the same token, commits nothing meanwhile,
+    then catches up; every row once in probes and in every rollup. (The endpoint is read-only, so the
+    test breaks the directory from outside rather than detaching a table through it.)"""
     from sinks.query_endpoint import find_endpoint, query_remote
 
     env, procs = pipeline_env
@@ -324,13 +325,18 @@ def test_store_refusing_inserts_for_a_while_then_back(pipeline_env, tmp_path):
     for k in range(1, ROUNDS):
         fleet.round_(k)
         if k == fail_at:
-            query_remote(url, "DETACH TABLE probes_1m")
-            before = store_counts(store)
+            data = Path(query_remote(url, "SELECT data_paths[1] AS p FROM system.tables WHERE name = 'probes' "
+                                          "AND database = currentDatabase()")["p"][0].as_py().rstrip("/"))
+            data.rename(data.with_name(data.name + ".away"))
+            data.write_text("")  # a file where the part directories go: every insert fails (ENOTDIR)
+            # count() comes from the parts' metadata in memory; reading their columns would fail now.
+            before = query_remote(url, "SELECT count() AS n FROM probes")["n"][0].as_py()
             for j in range(3):
                 fleet.round_(ROUNDS + 3 * k + j)
                 time.sleep(2)
-            during = store_counts(store)
-            query_remote(url, "ATTACH TABLE probes_1m")
+            during = query_remote(url, "SELECT count() AS n FROM probes")["n"][0].as_py()
+            data.unlink()
+            data.with_name(data.name + ".away").rename(data)
         time.sleep(rng.uniform(0.05, 0.3))
     assert fleet.producer.flush(30) == 0
     assert during == before, f"rows were written while the store refused: {before} -> {during}"

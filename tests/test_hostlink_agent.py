@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from producers.hostping import loopback, nvml, simhost, sysfs, topology
+from producers.hostping.loopback_verbs import VerbsBackend
 from producers.hostping.nvml import GpuLink
 from schemas.intrahost import figure2_topology
 from schemas.records import LOOPBACK_V1
@@ -93,4 +94,4 @@ def test_loopback_eq2_eq3_recover_sim_host_latency_and_bandwidth():
 
 def test_verbs_backend_fails_clearly_without_rdma_device(tmp_path):
     with pytest.raises(loopback.LoopbackUnavailable, match="no RDMA device"):
-        loopback.VerbsBackend(tmp_path)
+        VerbsBackend(tmp_path)

@@ -62,8 +62,9 @@ def test_sim_hosts_give_abnormal_and_flapping_links_and_named_verdicts(pipeline_
 
     links = wait_for(lambda: (t := _query(store, "SELECT host, link, state, cause, round_ns, evidence "
                                                  "FROM host_links ORDER BY host, link, round_ns")) is not None
-                     and len({r["round_ns"] for r in t.to_pylist() if r["host"] == FLAP_HOST}) == 3 and t.to_pylist(),
-                     timeout=60, what="3 rounds of the flapping host")
+                     and all(len({r["round_ns"] for r in t.to_pylist() if r["host"] == h}) == 3
+                             for h in (RNIC_HOST, FLAP_HOST, UPI_HOST)) and t.to_pylist(),
+                     timeout=60, what="3 rounds of every sim host")
     state = {(r["host"], r["link"], (r["round_ns"] - START_NS) // ROUND_NS): r for r in links}
 
     # RNIC PCIe link failure: every path of rnic2 is abnormal in every round; nothing else is
@@ -111,6 +112,17 @@ def test_sim_hosts_give_abnormal_and_flapping_links_and_named_verdicts(pipeline_
         assert (r["state"], r["cause"]) == ("abnormal", "congestion")
     upi = json.loads(next(v["evidence"] for v in verdicts if v["kind"] == "upi_overload"))
     assert (upi["utilisation"], upi["cause"]) == (0.95, "congestion")
+
+    # the raw rounds and bus readings are stored too: 3 idle rounds x 40 paths for two hosts, 3 busy rounds
+    # x 16 for the UPI host, and the ghost's 40; one bus_util row per link, host and round (v1: no source)
+    n_links = sum(len(sim_host(p, "h").bus_util()) for p in ("rnic_pcie_link_failure", "memory_channel_flapping",
+                                                             "upi_overload"))
+    wait_for(lambda: (_query(store, "SELECT count() AS n FROM loopback") or {"n": [0]})["n"][0].as_py() == 328,
+             timeout=60, what="328 loopback rows")
+    bus = wait_for(lambda: (t := _query(store, "SELECT count() AS n, any(source) AS s FROM host_metrics "
+                                               "WHERE metric = 'bus_util'")) is not None
+                   and t.to_pylist()[0]["n"] == 3 * n_links and t.to_pylist(), timeout=60, what="every bus reading")
+    assert bus[0]["s"] == ""
 
     dead = _rows(store, "SELECT source_topic, reason FROM deadletters", 1, "the ghost host's dead letter")
     assert dead[0]["source_topic"].endswith("loopback.raw")

@@ -114,14 +114,19 @@ def test_healthy_host_has_only_normal_links_and_no_verdict():
     assert results[-1].host_links.num_rows == 19
 
 
-def test_bus_readings_tell_upi_overload_from_upi_failure():
+def test_bus_readings_tell_upi_overload_and_without_them_the_cause_is_unknown():
     _, with_bus = run(["upi_overload"])
     _, without = run(["upi_overload"], bus=False)
     assert with_bus[-1].verdicts["kind"].to_pylist() == ["upi_overload"]
     assert json.loads(with_bus[-1].verdicts["evidence"][0].as_py())["utilisation"] == 0.95
-    assert without[-1].verdicts["kind"].to_pylist() == ["upi_failure"]
     links = {r["link"]: r for r in with_bus[-1].host_links.to_pylist()}
     assert (links["cpu0->cpu1"]["state"], links["cpu0->cpu1"]["cause"]) == ("abnormal", "congestion")
+    # no bus counter readable on the host: the degraded UPI link is not called a failure
+    assert without[-1].verdicts["kind"].to_pylist() == ["upi_degraded"]
+    assert json.loads(without[-1].verdicts["evidence"][0].as_py())["cause"] == "unknown (no bus counters on this host)"
+    links = {r["link"]: r for r in without[-1].host_links.to_pylist()}
+    assert (links["cpu0->cpu1"]["state"], links["cpu0->cpu1"]["cause"]) == (
+        "abnormal", "unknown (no bus counters on this host)")
 
 
 def test_flapping_after_three_rounds_and_replay_gives_equal_rows():

@@ -1,10 +1,13 @@
 """Fuzzing the artifact parsers behind ``fabricscope diagnose``: mangled field cases never crash them.
 
-Each input is one of the field cases in ``../shared/cases`` with lines deleted,
+Each input is one of the field cases in ``../shared/cases`` or the real outputs in
+``tests/fixtures/diagnose`` with lines deleted,
 repeated, truncated, their numbers replaced (0, -1, huge) or their words swapped
 for parser keywords. ``diagnose_text`` must return findings (a list), whatever
-it gets. Bounded (1000 inputs, no deadline); prints the count tried. A crashing
-input found here is to be kept under ``tests/fixtures/parser_crashes/`` as a test.
+it gets, and so must every collector of the registry called directly (parse, then
+findings), whether or not its ``detect`` accepts the text. Bounded (1000 inputs, no
+deadline); prints the count tried. A crashing input found here is to be kept under
+``tests/fixtures/parser_crashes/`` as a test.
 """
 
 from __future__ import annotations
@@ -16,15 +19,57 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from producers.hostping.collectors import COLLECTORS
 from producers.hostping.diagnose import diagnose_text
 
 CASES = sorted((Path(__file__).parents[2] / "shared" / "cases").glob("case_*.txt"))
-WORDS = ["", "x", "NaN", "Gen", "GT/s", "Width", "LnkSta:", "Xid", "NCCL WARN", "rx_prio3_pause", "busy"]
-tried = {"n": 0}
+CASES += sorted((Path(__file__).parent / "fixtures" / "diagnose").glob("*.txt"))
+WORDS = [
+    "",
+    "x",
+    "NaN",
+    "Gen",
+    "GT/s",
+    "Width",
+    "LnkSta:",
+    "Xid",
+    "NCCL WARN",
+    "rx_prio3_pause",
+    "busy",
+    "status=",
+    "vendor err",
+    "localGid",
+    "remoteGids",
+    "GID[",
+    "v2",
+    "inet6",
+    "mtu",
+    "synd 0x",
+    "dgid",
+    "Port module event[error]:",
+    "fallen off the bus",
+    "NVRM:",
+    "BW Test",
+    "#bytes",
+    "PIX",
+    "SYS",
+    "pcie.link.gen.current",
+    "Next Boot",
+    "roce_tx_window_en",
+    "Link down",
+    "GDRDMA",
+    "Disabled for HCA",
+]
+tried = {"n": 0, "collectors": set()}
 
-edit = st.tuples(st.integers(0, 5), st.integers(0, 10_000), st.integers(0, 10_000),
-                 st.sampled_from(["0", "-1", "99999999999", "7"]), st.sampled_from(WORDS),
-                 st.text(alphabet="0123456789abcdef:.x-=/ \t()[]%", max_size=40))
+edit = st.tuples(
+    st.integers(0, 5),
+    st.integers(0, 10_000),
+    st.integers(0, 10_000),
+    st.sampled_from(["0", "-1", "99999999999", "7"]),
+    st.sampled_from(WORDS),
+    st.text(alphabet="0123456789abcdef:.x-=/ \t()[]%", max_size=40),
+)
 
 
 def _mangle(text: str, edits: list[tuple[int, int, int, str, str, str]]) -> str:
@@ -55,10 +100,15 @@ def test_mangled_field_cases_never_crash_the_parsers(case, edits):
     tried["n"] += 1
     text = _mangle(CASES[case % len(CASES)].read_text(), edits)
     assert isinstance(diagnose_text(text, "fuzz"), list)
+    for c in COLLECTORS:
+        assert isinstance(c.findings(c.parse(text)), list), c.NAME
+        assert c.detect(text) in (True, False), c.NAME
+        tried["collectors"].add(c.NAME)
 
 
 @pytest.mark.skipif(not CASES, reason="no field cases under ../shared/cases")
 def test_parser_fuzz_count(capsys):
     with capsys.disabled():
-        print(f"\nfuzz artifact parsers: {tried['n']} mangled field cases tried, no crash")
+        print(f"\nfuzz artifact parsers: {tried['n']} mangled inputs x {len(tried['collectors'])} collectors, no crash")
     assert tried["n"] >= 300
+    assert tried["collectors"] == {c.NAME for c in COLLECTORS}

@@ -9,6 +9,7 @@
 # SASL_PLAINTEXT with PLAIN and that one user (tests of the SASL path; the
 # password goes only into server.properties, mode 600, never on a command line).
 set -euo pipefail
+umask 077  # the broker's data, logs and server.properties: readable by their owner only
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 var="${FABRICSCOPE_VAR:-$root/var}/kafka"
@@ -53,6 +54,8 @@ running_pid() {
 
 start() {
   install
+  # Older versions created it world-readable; the owner tightens it on every start.
+  if [ -O "$var" ]; then chmod 700 "$var"; fi
   if answers; then
     # Whoever runs it (this checkout or another), one broker per port is the rule.
     echo "kafka: already running on 127.0.0.1:$port"; return 0

@@ -76,9 +76,17 @@ def read_state(directory: Path) -> dict[str, Any]:
         raise LabError(f"{f} is not valid JSON ({e}); run `fabricscope lab down --force` to sweep") from e
 
 
+def private_dir(directory: Path) -> None:
+    """Create the lab directory readable by its owner only (0700): its state names every process, its
+    agent configs may hold Kafka credentials. An existing one we own is tightened too."""
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if directory.stat().st_uid == os.geteuid():
+        os.chmod(directory, 0o700)
+
+
 def write_state(directory: Path, state: dict[str, Any]) -> None:
     """Write the state file atomically (rename), so a crash leaves the old or the new one."""
-    directory.mkdir(parents=True, exist_ok=True)
+    private_dir(directory)
     tmp = directory / (STATE_FILE + ".tmp")
     tmp.write_text(json.dumps(state, indent=1, sort_keys=True))
     tmp.replace(directory / STATE_FILE)

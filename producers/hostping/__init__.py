@@ -9,17 +9,36 @@ Each reader takes a captured text or a root directory (like node_exporter's
 - :mod:`.sysfs`        captured or live sysfs files (``tail -v``, ``grep ""``, a root dir)
 - :mod:`.sysfs_pcie`   sysfs PCIe link files, walked up to the root port
 - :mod:`.aer_sysfs`    sysfs AER counters (``aer_dev_*``)
-- :mod:`.ethtool`      ``ethtool -S`` per-priority counters
+- :mod:`.ethtool`      ``ethtool -S`` per-priority counters and physical-layer errors
 - :mod:`.hw_counters`  RDMA ``hw_counters`` / ``counters`` and their deltas
 - :mod:`.lossy_roce`   the rule over ethtool + hw_counters (RoCE not on a PFC class)
-- :mod:`.dmesg`        kernel AER lines and NVIDIA Xid events
-- :mod:`.nccl_log`     NCCL WARN lines: async port error, completion errors, socket errors
+- :mod:`.dmesg`        kernel AER, NVIDIA GPU loss/Xid, mlx5 health and port module events, link flaps
+- :mod:`.nccl_log`     NCCL lines: async events, completion statuses, verbs call failures, HCA and GDR state
 - :mod:`.nccl_pairs`   nccl-tests pair tables, voting over hosts
 - :mod:`.rnic_config`  ``mlxreg ROCE_ACCL`` registers (slow start, TX window)
 - :mod:`.monitor`      hardware monitor: counter rates, idle/busy status, loopback triggers
-- :mod:`.diagnose`     every parser above over a set of files
+- :mod:`.collectors`   the one registry of artifact collectors (``detect``/``parse``/``findings``)
+- :mod:`.correlate`    rules across artifacts (GIDs -> hosts, PHY + module events, MTU of both ends)
+- :mod:`.diagnose`     both stages over a set of files (``fabricscope diagnose``)
+- :mod:`.verbs_status` IBV_WC_* statuses, mlx5 vendor syndromes, async events, errno of verbs calls
+- :mod:`.ucx_log`, :mod:`.gid_table`, :mod:`.ip_addr`, :mod:`.perftest`, :mod:`.nvidia_topo`,
+  :mod:`.nvidia_smi_query`, :mod:`.mlxconfig`, :mod:`.sysfs_capture`: one collector per input kind
 - :mod:`.topology`     intra-host PCIe tree from sysfs or hwloc XML, affinitive endpoints
 - :mod:`.nvml`         GPU link generation/width through NVML (fails clearly without a GPU)
 - :mod:`.loopback`     the loopback engine's arithmetic (Eq. 1-3) and its device check
 - :mod:`.simhost`      a simulated host with injectable bottlenecks (bandwidth matrices)
+
+The host agent on a real host (``fabricscope hostping agent``), every reader over ``--path.sysfs``:
+
+- :mod:`.pci_inventory` every PCI function under ``/sys/bus/pci/devices``
+- :mod:`.numa`         NUMA nodes (CPUs, memory)
+- :mod:`.rnics`        RDMA devices: PCI address, netdevs, port rate and state
+- :mod:`.netdev`       ``/sys/class/net/*/statistics`` counters
+- :mod:`.perf_event`   ``perf_event_open(2)`` through ctypes
+- :mod:`.uncore`       uncore PMUs (IMC, UPI, IIO): discovery, event encoding, bus bandwidth
+- :mod:`.discovery`    all of the above, once, plus the topology and NVML's GPUs
+- :mod:`.hwmon`        the 1 s hardware monitor: ``hostmetric.v2`` rows from two readings
+- :mod:`.loopback_verbs` the verbs loopback engine (RC QP connected to itself) over a device protocol
+- :mod:`.agent`        publish once, monitor, host status, loopback triggers
+- :mod:`.gpu_check`    ``scripts/gpu-check``: the readers for 30 s on a GPU host, as JSON
 """

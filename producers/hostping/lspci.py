@@ -10,6 +10,12 @@ control registers of every device. Rules:
 - ATS disabled on a device that has it -> ``ats_disabled``: with an IOMMU every GDR
   packet is translated at the root complex (Hostping #8).
 
+Also the condensed forms people paste, one device per line
+(``0002:01:00.0  LnkCap: Speed 32GT/s, Width x4    LnkSta: Speed 32GT/s, Width x2 (downgraded)``,
+field case 16). A width drop at full speed is named at the hop that limits it: the
+upstream port when the capture shows it wired narrower (``LnkCap`` below the card's), and
+functions of one device that share the link are reported together.
+
 Device blocks start at a header line (``3b:00.0 Ethernet controller: ...``) and
 end at a blank line or at an unindented line that is not a known register line,
 so registers pasted without a header still parse (they get a ``line N`` location).
@@ -23,10 +29,19 @@ from dataclasses import dataclass, field
 from producers.hostping.findings import Finding
 from producers.hostping.pcie_link import LinkReading, assess_link, limited_by_partner
 
+NAME = "lspci"
+READS = "lspci -vvv (LnkCap/LnkCap2/LnkCtl2/LnkSta, ACSCtl, ATSCtl) and condensed one-line BDF LnkCap/LnkSta forms"
+
 _HEADER = re.compile(
     r"^(?P<bdf>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<cls>[^:]+?)(?:\s*\[[0-9a-f]{4}\])?:\s*(?P<desc>.*)$"
 )
 _FIELD = re.compile(r"^\s*(?P<key>LnkCap2|LnkCap|LnkCtl2|LnkSta|ACSCtl|ACSCap|ATSCtl|ATSCap):\s*(?P<val>.*)$")
+_BRIEF = re.compile(
+    r"^\s*(?P<bdf>(?:[0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])\s+(?P<rest>(?:LnkCap|LnkSta)\b.*)$"
+)
+_BRIEF_FIELD = re.compile(
+    r"(?P<key>LnkCap2|LnkCap|LnkCtl2|LnkSta):\s*(?P<val>.*?)(?=\s+(?:LnkCap2|LnkCap|LnkCtl2|LnkSta):|$)"
+)
 _BUS = re.compile(r"^\s+Bus: primary=[0-9a-f]{2}, secondary=(?P<sec>[0-9a-f]{2})")
 _SPEED = re.compile(r"Speed\s+(?P<s>[\d.]+)GT/s(?P<down>\s*\(downgraded\))?")
 _WIDTH = re.compile(r"Width\s+x(?P<w>\d+)(?P<down>\s*\(downgraded\))?")
@@ -50,6 +65,8 @@ class LspciDevice:
     registers: dict[str, str] = field(default_factory=dict)
     register_lines: dict[str, int] = field(default_factory=dict)
     secondary_bus: str = ""  # bridges: "DDDD:BB" of the bus below, from "Bus: primary=.., secondary=.."
+    section: str = ""  # the unindented title line above a condensed line ("Observed on host X")
+    condensed: bool = False  # one-line "BDF LnkCap ... LnkSta ..." form: no bus hierarchy shown
 
 
 def _class_of(cls: str, desc: str) -> str:
@@ -69,8 +86,21 @@ def parse(text: str) -> list[LspciDevice]:
     """Split ``lspci -vvv`` text into device blocks holding the registers this module reads."""
     devices: list[LspciDevice] = []
     cur: LspciDevice | None = None
+    section = ""
     for n, raw in enumerate(text.splitlines(), start=1):
         line = raw.rstrip()
+        brief = _BRIEF.match(line)
+        if brief:
+            bdf = brief["bdf"] if brief["bdf"].count(":") == 2 else "0000:" + brief["bdf"]
+            dev = LspciDevice(bdf.lower(), "unknown", "", n, section=section, condensed=True)
+            for f in _BRIEF_FIELD.finditer(brief["rest"]):
+                dev.registers[f["key"]] = f["val"].strip()
+                dev.register_lines[f["key"]] = n
+            devices.append(dev)
+            cur = None
+            continue
+        if line and not raw[:1].isspace() and not _HEADER.match(line):
+            section = line.strip()[:80]
         h = _HEADER.match(line)
         if h:
             bdf = h["bdf"] if h["bdf"].count(":") == 2 else "0000:" + h["bdf"]
@@ -162,6 +192,64 @@ def _ats(dev: LspciDevice) -> Finding | None:
     )
 
 
+def _parent(devices: list[LspciDevice], dev: LspciDevice) -> tuple[LspciDevice | None, bool]:
+    """The port above ``dev`` and whether that is inferred. Full ``lspci -vvv`` names it (``secondary=``);
+    in condensed lines it is inferred only when exactly one listed device of the same section and PCI
+    domain sits on a lower bus (one root port per domain, as on Grace/GB10 platforms)."""
+    bus = dev.location[:7]
+    named = next((d for d in devices if d.secondary_bus and d.secondary_bus == bus), None)
+    if named is not None or not dev.condensed:
+        return named, False
+    above = [
+        d
+        for d in devices
+        if d.condensed
+        and d.section == dev.section
+        and d.location[:4] == dev.location[:4]
+        and int(d.location[5:7], 16) < int(dev.location[5:7], 16)
+    ]
+    return (above[0], True) if len(above) == 1 else (None, False)
+
+
+def _name_limiting_hop(devices: list[LspciDevice], dev: LspciDevice, f: Finding) -> Finding:
+    """Say which hop limits a width drop: the upstream port when it is wired narrower, and which
+    functions of the same device share the link."""
+    ev = dict(f.evidence)
+    text, cause = f.explanation, f.cause
+    reading = link_reading(dev)
+    if reading is None or "width" not in ev.get("downgraded", []):
+        return f
+    siblings = sorted(
+        d.location
+        for d in devices
+        if d.location[:-1] == dev.location[:-1]
+        and d.section == dev.section
+        and (r := link_reading(d)) is not None
+        and (r.speed_gtps, r.width) == (reading.speed_gtps, reading.width)
+    )
+    if len(siblings) > 1:
+        ev["same_link_functions"] = siblings
+        text += f" All functions of the device ({', '.join(siblings)}) share this link and show the same width."
+    parent, inferred = _parent(devices, dev)
+    pcap = link_reading(parent) if parent else None
+    if parent and pcap and pcap.max_width and reading.width and pcap.max_width <= reading.width:
+        ev["limiting_hop"] = parent.location
+        ev["limiting_hop_inferred"] = inferred
+        cause = "config"
+        text = (
+            f"PCIe link width x{reading.width} below the card's x{reading.max_width}: the upstream port "
+            f"{parent.location}{' (the only port listed above it)' if inferred else ''} is wired "
+            f"x{pcap.max_width} (its LnkCap). A platform/slot limit, not a bad card or cable: use a slot wired "
+            "for the full width."
+        )
+    elif "speed" not in ev["downgraded"]:
+        ev["limiting_hop"] = "upstream port (not in this capture)"
+        text += " The upstream port is not in this capture: compare its LnkCap (`lspci -vvv -s <port>`)."
+    if ev.get("section"):
+        text += f" ({ev['section']})"
+    return Finding(f.kind, f.location, f.severity, text, ev, cause, f.source)
+
+
 def findings(devices: list[LspciDevice]) -> list[Finding]:
     """Every rule of this module over parsed devices.
 
@@ -177,12 +265,25 @@ def findings(devices: list[LspciDevice]) -> list[Finding]:
             reading = limited_by_partner(reading, partners)
             if any((p.speed_gtps, p.width) == (reading.speed_gtps, reading.width) for p in partners):
                 reading = None  # the device below reports this link
-        for f in (assess_link(reading) if reading else None, _acs(dev), _ats(dev)):
+        link = assess_link(reading) if reading else None
+        if link is not None and link.kind == "pcie_downgrade":
+            if dev.section:
+                link = Finding(
+                    link.kind,
+                    link.location,
+                    link.severity,
+                    link.explanation,
+                    dict(link.evidence, section=dev.section),
+                    link.cause,
+                    link.source,
+                )
+            link = _name_limiting_hop(devices, dev, link)
+        for f in (link, _acs(dev), _ats(dev)):
             if f is not None:
                 out.append(f)
     return out
 
 
 def detect(text: str) -> bool:
-    """True when the text holds at least one lspci register line this module reads."""
-    return any(_FIELD.match(line) for line in text.splitlines())
+    """True when the text holds at least one lspci register line (full or condensed) this module reads."""
+    return any(_FIELD.match(line) or _BRIEF.match(line) for line in text.splitlines())

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 from producers.hostping.findings import Finding
 
+NAME = "nccl_pairs"
+READS = "nccl-tests pair tables (hostA,hostB busbw [# note]) from 2-node all_reduce_perf runs"
 ABNORMAL_TH = 0.20
 _PAIR = re.compile(
     r"^\s*(?P<a>[A-Za-z][\w.-]*)\s*(?:,|<->)\s*(?P<b>[A-Za-z][\w.-]*)\s+(?P<bw>\d+(?:\.\d+)?)\s*(?:#\s*(?P<note>.*))?$"

@@ -102,3 +102,155 @@ def assess(g: GpuLink) -> Finding | None:
             under_load=g.util_pct >= BUSY_UTIL_PCT,
         )
     )
+
+
+# --- Tolerant sampling for the host agent's 1 s monitor and scripts/gpu-check --------------------
+#
+# read_gpu_links() is all-or-nothing (one unsupported call fails the whole read), which suits a
+# diagnosis. A monitor must keep going on GPUs or drivers that lack a call (PCIe throughput on
+# some vGPU profiles, Xid events in containers), so each call below is tried alone and an
+# unsupported one is reported by name instead of failing the sample.
+
+#: metric -> (NVML call, unit); the ``source`` of the ``hostmetric.v2`` row is ``nvml:<call>``.
+NVML_METRICS = {
+    "pcie_link_gen": ("nvmlDeviceGetCurrPcieLinkGeneration", "gen"),
+    "pcie_link_max_gen": ("nvmlDeviceGetMaxPcieLinkGeneration", "gen"),
+    "pcie_link_width": ("nvmlDeviceGetCurrPcieLinkWidth", "lanes"),
+    "pcie_link_max_width": ("nvmlDeviceGetMaxPcieLinkWidth", "lanes"),
+    "pcie_replay_counter": ("nvmlDeviceGetPcieReplayCounter", "count"),
+    "pcie_tx_kbps": ("nvmlDeviceGetPcieThroughput", "KB/s"),
+    "pcie_rx_kbps": ("nvmlDeviceGetPcieThroughput", "KB/s"),
+    "gpu_util_pct": ("nvmlDeviceGetUtilizationRates", "%"),
+}
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU's NVML readings at one instant; ``None`` values were not supported (see ``unsupported``)."""
+
+    index: int
+    bdf: str
+    name: str
+    values: dict[str, float | None]
+    unsupported: dict[str, str]
+
+
+def _load() -> object:
+    try:
+        import pynvml
+    except ImportError as e:
+        raise _fail(e) from None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as e:
+        raise _fail(e) from None
+    return pynvml
+
+
+class NvmlSession:
+    """NVML initialised once for a monitor's lifetime; :meth:`sample` reads every GPU, call by call.
+
+    Raises:
+        NvmlUnavailable: at construction, without nvidia-ml-py, the NVML library, a driver or a GPU.
+    """
+
+    def __init__(self) -> None:
+        self.nv = _load()
+        nv = self.nv
+        try:
+            n = nv.nvmlDeviceGetCount()  # type: ignore[attr-defined]
+        except nv.NVMLError as e:  # type: ignore[attr-defined]
+            nv.nvmlShutdown()  # type: ignore[attr-defined]
+            raise _fail(e) from None
+        if n == 0:
+            nv.nvmlShutdown()  # type: ignore[attr-defined]
+            raise NvmlUnavailable("NVML found no GPU on this host")
+        self.handles = [nv.nvmlDeviceGetHandleByIndex(i) for i in range(n)]  # type: ignore[attr-defined]
+        self._events: object | None = None
+        self.xid_error = ""
+
+    def _call(self, fn: str, *args: object) -> tuple[object | None, str]:
+        try:
+            return getattr(self.nv, fn)(*args), ""
+        except self.nv.NVMLError as e:  # type: ignore[attr-defined]
+            return None, f"{type(e).__name__}: {e}"
+        except AttributeError:
+            return None, f"{fn} is not in this nvidia-ml-py"
+
+    def sample(self) -> list[GpuSample]:
+        """Every GPU's :data:`NVML_METRICS`; an unsupported call gives ``None`` and its error by metric."""
+        nv = self.nv
+        out = []
+        for i, h in enumerate(self.handles):
+            pci, _ = self._call("nvmlDeviceGetPciInfo", h)
+            bus = getattr(pci, "busId", b"") if pci is not None else b""
+            bdf = (bus.decode() if isinstance(bus, bytes) else str(bus)).lower()[-12:]
+            name, _ = self._call("nvmlDeviceGetName", h)
+            values: dict[str, float | None] = {}
+            unsupported: dict[str, str] = {}
+            for metric, (fn, _unit) in NVML_METRICS.items():
+                args: tuple[object, ...] = (h,)
+                if metric == "pcie_tx_kbps":
+                    args = (h, getattr(nv, "NVML_PCIE_UTIL_TX_BYTES", 0))
+                elif metric == "pcie_rx_kbps":
+                    args = (h, getattr(nv, "NVML_PCIE_UTIL_RX_BYTES", 1))
+                v, err = self._call(fn, *args)
+                if metric == "gpu_util_pct" and v is not None:
+                    v = getattr(v, "gpu", None)
+                values[metric] = None if v is None else float(v)  # type: ignore[arg-type]
+                if err:
+                    unsupported[metric] = err
+            out.append(GpuSample(i, bdf, name.decode() if isinstance(name, bytes) else str(name or ""), values,
+                                 unsupported))
+        return out
+
+    def xid_events(self) -> list[tuple[int, int]]:
+        """``[(gpu index, xid)]`` since the last call (non-blocking); ``[]`` when Xid events are unsupported
+        (the reason is kept in ``xid_error``, e.g. inside a container without the event device)."""
+        nv = self.nv
+        if self._events is None and not self.xid_error:
+            es, err = self._call("nvmlEventSetCreate")
+            mask = getattr(nv, "nvmlEventTypeXidCriticalError", 0)
+            for h in self.handles if es is not None else []:
+                _, e = self._call("nvmlDeviceRegisterEvents", h, mask, es)
+                err = err or e
+            if es is None or err:
+                self.xid_error = err or "nvmlEventSetCreate failed"
+                return []
+            self._events = es
+        if self._events is None:
+            return []
+        out = []
+        while True:
+            try:
+                data = nv.nvmlEventSetWait_v2(self._events, 0)  # type: ignore[attr-defined]
+            except nv.NVMLError:  # type: ignore[attr-defined]  # NVML_ERROR_TIMEOUT: nothing pending
+                break
+            except AttributeError:
+                self.xid_error = "nvmlEventSetWait_v2 is not in this nvidia-ml-py"
+                break
+            idx = next((i for i, h in enumerate(self.handles) if h == data.device), -1)
+            out.append((idx, int(data.eventData)))
+        return out
+
+    def close(self) -> None:
+        """Free the event set and shut NVML down."""
+        if self._events is not None:
+            self._call("nvmlEventSetFree", self._events)
+            self._events = None
+        self._call("nvmlShutdown")
+
+
+def link_utilisation(s: GpuSample) -> float | None:
+    """The busier direction's PCIe throughput over the current link's Gb/s (0..1), ``None`` when unknown.
+
+    NVML counts PCIe throughput in KB/s over a 20 ms window (``nvmlDeviceGetPcieThroughput``).
+    """
+    from producers.hostping.pcie_link import link_gbps
+
+    gen, width = s.values.get("pcie_link_gen"), s.values.get("pcie_link_width")
+    tx, rx = s.values.get("pcie_tx_kbps"), s.values.get("pcie_rx_kbps")
+    if gen is None or not width or tx is None or rx is None or int(gen) not in GEN_SPEED_GTPS:
+        return None
+    cap = link_gbps(GEN_SPEED_GTPS[int(gen)], int(width))
+    return max(tx, rx) * 1e3 * 8 / 1e9 / cap

@@ -138,5 +138,11 @@ def assess_link(r: LinkReading) -> Finding | None:
     text = "PCIe link trained below capability: " + "; ".join(parts) + "."
     if "width_limit" in evidence:
         text += f" Width x{r.width} equals the capability (slot limit, not a width downgrade)."
-    text += " Reseat/replace the card or cable, check firmware and BIOS link settings."
+    if width_down and not speed_down:
+        text += (
+            " A width-only drop at full speed is most often the slot's electrical width or the upstream port "
+            "(platform wiring, bifurcation): check them before the card."
+        )
+    else:
+        text += " Reseat/replace the card or cable, check firmware and BIOS link settings."
     return Finding("pcie_downgrade", r.location, "error", text, evidence, "failure", line)

@@ -88,9 +88,14 @@ def bus_util_upload(sim: SimHost, agent_id: str, sample_ns: int) -> Upload:
     links = sorted(util)
     n = len(links)
     cols: dict[str, list[object]] = {
-        "agent_id": [agent_id] * n, "upload_ns": [sample_ns] * n, "host": [sim.topo.host] * n,
-        "device": links, "metric": ["bus_util"] * n, "value": [float(util[k]) for k in links],
-        "unit": ["ratio"] * n, "sample_ns": [sample_ns] * n,
+        "agent_id": [agent_id] * n,
+        "upload_ns": [sample_ns] * n,
+        "host": [sim.topo.host] * n,
+        "device": links,
+        "metric": ["bus_util"] * n,
+        "value": [float(util[k]) for k in links],
+        "unit": ["ratio"] * n,
+        "sample_ns": [sample_ns] * n,
     }
     return Upload("hostmetrics.raw", "hostmetric.v1", sim.topo.host, encode_columns("hostmetric.v1", cols))
 
@@ -103,10 +108,19 @@ def loopback_upload(sim: SimHost, pattern: str, agent_id: str, round_no: int, up
         bw = sim.matrix(round_no, mode="busy")
         eps, rnics = sim.endpoints, sim.rnics
         rows = [
-            {"agent_id": agent_id, "upload_ns": upload_ns, "host": sim.topo.host, "rnic": t.rnic,
-             "src_endpoint": t.src, "dst_endpoint": t.dst, "msg_bytes": loopback.LARGE_BYTES,
-             "latency_ns": round(sim.lat_host_us(t.rnic, t.dst) * 1000),
-             "bandwidth_gbps": float(bw[rnics.index(t.rnic), eps.index(t.dst)]), "mode": mode, "status": "ok"}
+            {
+                "agent_id": agent_id,
+                "upload_ns": upload_ns,
+                "host": sim.topo.host,
+                "rnic": t.rnic,
+                "src_endpoint": t.src,
+                "dst_endpoint": t.dst,
+                "msg_bytes": loopback.LARGE_BYTES,
+                "latency_ns": round(sim.lat_host_us(t.rnic, t.dst) * 1000),
+                "bandwidth_gbps": float(bw[rnics.index(t.rnic), eps.index(t.dst)]),
+                "mode": mode,
+                "status": "ok",
+            }
             for t in tests
         ]
     else:

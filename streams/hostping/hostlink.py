@@ -13,7 +13,7 @@ Pure functions over numpy arrays; no Kafka, no Faust. Citations are to Hostping
   an abnormal path whose links are all normal turns its links gray; a link gray in
   ``FLAP_GRAYS`` (3) consecutive rounds is flapping (:func:`algorithm1`);
 - bus monitor (§3.4): a degraded link whose utilisation exceeds ``UTIL_HIGH`` (90 %) is
-  congested, otherwise failed (:func:`bus_cause`).
+  congested, otherwise failed; without a utilisation reading its cause is unknown (:func:`bus_cause`).
 
 The loopback equations and the outstanding-read model (Eq. 1-3, Figure 4) live in
 :mod:`schemas.intrahost` (the agent needs them too) and are re-exported here.
@@ -37,6 +37,8 @@ from schemas.intrahost import (
 __all__ = [
     "ABNORMAL_TH",
     "FLAP_GRAYS",
+    "UNKNOWN_NO_COUNTERS",
+    "UNKNOWN_NO_LINK_COUNTER",
     "UTIL_HIGH",
     "BandwidthMatrix",
     "LinkHistory",
@@ -185,7 +187,20 @@ def algorithm1(
     )
 
 
-def bus_cause(utilisation: float | None, util_high: float = UTIL_HIGH) -> str:
+#: Cause of an abnormal link when the bus monitor has no reading to judge it by (never "failure":
+#: without a utilisation, congestion cannot be ruled out).
+UNKNOWN_NO_COUNTERS = "unknown (no bus counters on this host)"
+UNKNOWN_NO_LINK_COUNTER = "unknown (no bus counter for this link)"
+
+
+def bus_cause(utilisation: float | None, util_high: float = UTIL_HIGH, host_has_counters: bool = True) -> str:
     """Bus monitor (§3.4): ``congestion`` when the link's utilisation (0..1) exceeds ``util_high``,
-    else ``failure`` (also when the utilisation is unknown)."""
-    return "congestion" if utilisation is not None and utilisation > util_high else "failure"
+    ``failure`` when it was read and is below it.
+
+    Without a reading the cause is unknown, never ``failure``: :data:`UNKNOWN_NO_COUNTERS` when the host
+    published no bus utilisation at all (``host_has_counters`` False: no perf uncore, NVML or RNIC
+    counter readable there), else :data:`UNKNOWN_NO_LINK_COUNTER`.
+    """
+    if utilisation is None:
+        return UNKNOWN_NO_LINK_COUNTER if host_has_counters else UNKNOWN_NO_COUNTERS
+    return "congestion" if utilisation > util_high else "failure"

@@ -16,7 +16,8 @@ utilisation per link, and optionally the RNICs' configuration registers. Pattern
   (``rnic_slow_start``, ``rnic_small_tx_window``);
 - abnormal links by type and bus monitor: ``gpu_pcie_link_failure`` (#2),
   ``memory_channel_failure``/``memory_channel_overload`` (#3/#12), ``upi_failure``/
-  ``upi_overload`` (#4/#11), ``cpu_root_port_failure`` (#5: paths through the root port
+  ``upi_overload`` (#4/#11) (``*_degraded`` when the bus monitor has no reading for the link),
+  ``cpu_root_port_failure`` (#5: paths through the root port
   degraded, peer-to-peer paths below it normal);
 - flapping links: ``memory_channel_flapping`` (#6) and likewise ``<type>_flapping``.
 """
@@ -45,6 +46,13 @@ LINK_PATTERNS = {
     ("mem_channel", "congestion"): "memory_channel_overload",
     ("upi", "failure"): "upi_failure",
     ("upi", "congestion"): "upi_overload",
+    # the bus monitor had no utilisation for the link: degraded, cause unknown (failure or congestion)
+    ("rnic_pcie", "unknown"): "rnic_pcie_link_degraded",
+    ("gpu_pcie", "unknown"): "gpu_pcie_link_degraded",
+    ("root_port", "unknown"): "cpu_root_port_degraded",
+    ("switch_pcie", "unknown"): "switch_pcie_link_degraded",
+    ("mem_channel", "unknown"): "memory_channel_degraded",
+    ("upi", "unknown"): "upi_degraded",
 }
 FLAP_NAMES = {"mem_channel": "memory_channel", "upi": "upi", "root_port": "cpu_root_port"}
 RNIC_CONFIG_CANDIDATES = ("slow_start", "tx_window")
@@ -80,7 +88,8 @@ def name_patterns(
         topo: the host's intra-host topology.
         m: measured bandwidth matrix (Gb/s); ``baseline``: the healthy matrix of this host model.
         rnd: :func:`streams.hostping.hostlink.algorithm1` over the same matrix.
-        bus_util: link -> utilisation 0..1 from the bus monitor.
+        bus_util: link -> utilisation 0..1 from the bus monitor; empty or ``None`` when the host has no
+            readable bus counter (an abnormal link's cause is then unknown, never ``failure``).
         rnic_config: rnic -> ``{"slow_start": bool, "tx_window": bool}`` when the registers were read.
     """
     bus_util = bus_util or {}
@@ -165,10 +174,10 @@ def name_patterns(
                 )
             )
         elif state == "abnormal":
-            cause = bus_cause(bus_util.get(link))
+            cause = bus_cause(bus_util.get(link), host_has_counters=bool(bus_util))
             out.append(
                 Verdict(
-                    LINK_PATTERNS[(kind, cause)],
+                    LINK_PATTERNS[(kind, cause.split(" ", 1)[0])],
                     link,
                     cause,
                     {
