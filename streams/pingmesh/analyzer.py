@@ -44,7 +44,6 @@ from streams.pingmesh.partial import WindowPartial
 from streams.pingmesh.tomography import VoteConfig, vote_step
 from streams.pingmesh.triage import (
     TriageConfig,
-    background_rate,
     host_delay_p50,
     rnic_findings,
     rnic_hosts,
@@ -122,7 +121,9 @@ def analyze_window(
         uploads[h] = max(uploads.get(h, u), u)
     state.rnic_host.update(rnic_hosts(partial.pairs))
     ctx = WindowContext(partial, cfg.window_ns, uploads, state.rnic_host, state)
-    background = background_rate(partial.pairs, cfg.triage)
+    # healthy loss a probe may meet (a floor, not this window's estimate: on a small fabric a busy
+    # host and a dead link touch half the RNICs, and claims would be judged against the fault itself)
+    background = cfg.triage.background_floor
 
     down = host_down_step(ctx, cfg.triage, background)                          # 1
     stale_qpn_step(ctx, registry, background)                                  # 2

@@ -321,17 +321,6 @@ def pinglist_rows(t: pa.Table, pinglist: str) -> pa.Table:
 # ---- the steps analyze_window runs ---------------------------------------------------------
 
 
-def background_rate(pairs: pa.Table, cfg: TriageConfig) -> float:
-    """Per-probe background timeout rate of the window: the median responder RNIC's timeout ratio,
-    at least ``background_floor`` (most RNICs are healthy, so the median is the fabric's noise)."""
-    if pairs.num_rows == 0:
-        return cfg.background_floor
-    g = pairs.group_by(["responder_rnic"]).aggregate([("n", "sum"), ("n_timeout", "sum")])
-    n = g["n_sum"].to_numpy().astype(np.float64)
-    f = g["n_timeout_sum"].to_numpy().astype(np.float64)
-    return float(max(cfg.background_floor, np.median(f / np.maximum(n, 1))))
-
-
 def stale_qpn_step(ctx: WindowContext, registry: Mapping[str, int], background: float) -> None:
     """Step 2: timeouts of probes that carried a QPN the registry no longer lists (probe noise).
 
