@@ -154,11 +154,6 @@ class AccuracyReport:
         """Right claims over all claims."""
         return self.ratio((sum(r for r, _ in self.precision.values()), sum(n for _, n in self.precision.values())))
 
-    def overall_recall(self, per: str = "window") -> float:
-        """Truth-windows (``per='window'``) or faults (``'fault'``) named right, over all."""
-        d = self.window_recall if per == "window" else self.fault_recall
-        return self.ratio((sum(r for r, _ in d.values()), sum(n for _, n in d.values())))
-
 
 # ---- drawing scenarios -----------------------------------------------------------------------
 

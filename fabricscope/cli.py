@@ -1,7 +1,11 @@
-"""The ``fabricscope`` console script. Each command group lives in its own module
-under :mod:`fabricscope`; this file only registers them."""
+"""The ``fabricscope`` console script. Each module ``fabricscope/cmd_*.py`` holds its commands
+as module-level typer apps (``commands`` for top-level commands, ``<group>_app`` for a command
+group); this file only adds them to the one :data:`app`."""
 
 from __future__ import annotations
+
+import importlib
+from types import ModuleType
 
 import typer
 
@@ -12,26 +16,82 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
 )
 
+# Modules only the `pipeline` extra installs: an agent-only host has none of them, and the command
+# groups that need them are left out of its `fabricscope` (pip install 'fabricscope[pipeline]' adds them).
+PIPELINE_ONLY = {"pyarrow", "faust", "aiokafka", "chdb", "clickhouse_connect", "matplotlib", "numpy", "cramjam",
+                 "httpx", "pyroute2", "mode"}
+# Top-level commands first, then the command groups, in the order `fabricscope --help` lists them.
+SUBAPPS = (("cmd_pipeline", "commands"), ("cmd_demo", "commands"), ("cmd_diagnose", "commands"),
+           ("cmd_history", "commands"), ("cmd_blame", "commands"), ("cmd_pipeline", "kafka_app"),
+           ("cmd_bench", "bench_app"), ("cmd_history", "alertmanager_app"), ("cmd_history", "verdict_app"),
+           ("cmd_history", "history_app"), ("cmd_history", "report_app"), ("cmd_lab", "lab_app"),
+           ("cmd_sim", "inventory_app"), ("cmd_sim", "sim_app"), ("cmd_store", "store_app"),
+           ("cmd_hostping", "hostping_app"))
 
-def _register() -> None:
-    # Imported here so `fabricscope --help` stays fast and one broken group names itself.
-    from fabricscope import cmd_pipeline
+_registered = False
 
-    cmd_pipeline.register(app)
-    __import__("fabricscope.cmd_bench", fromlist=["register"]).register(app)
-    __import__("fabricscope.cmd_demo", fromlist=["register"]).register(app)
-    __import__("fabricscope.cmd_diagnose", fromlist=["register"]).register(app)
-    __import__("fabricscope.cmd_history", fromlist=["register"]).register(app)
-    __import__("fabricscope.cmd_lab", fromlist=["register"]).register(app)
-    __import__("fabricscope.cmd_sim", fromlist=["register"]).register(app)
-    __import__("fabricscope.cmd_blame", fromlist=["register"]).register(app)
-    __import__("fabricscope.cmd_hostping", fromlist=["register"]).register(app)  # after cmd_pipeline: extends `source`
+
+def _module(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(f"fabricscope.{name}")
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] in PIPELINE_ONLY:
+            return None  # an agent-only install: this module needs the pipeline extra
+        raise
+
+
+def register_all() -> None:
+    """Add every module's commands and command groups to :data:`app` (once); on an agent-only
+    install, those whose modules need the ``pipeline`` extra are left out."""
+    global _registered
+    if _registered:
+        return
+    # Imported here so `fabricscope --help` stays fast and one broken module names itself.
+    modules = {name: _module(name) for name in dict.fromkeys(n for n, _ in SUBAPPS)}
+    hostping, pipeline = modules["cmd_hostping"], modules["cmd_pipeline"]
+    if hostping is not None:
+        # extends the pipeline's `source` with the hostping-sim kind (or adds a `source` of its own)
+        hostping.register(pipeline.commands if pipeline is not None else app)
+    for name, attr in SUBAPPS:
+        if modules[name] is not None:
+            app.add_typer(getattr(modules[name], attr))
+    _registered = True
+
+
+def _click_error(name: str) -> type[Exception]:
+    # typer vendors click; its usage-error classes are the bases of typer.BadParameter.
+    return next(k for k in typer.BadParameter.__mro__ if k.__name__ == name)
 
 
 def main() -> None:
-    """Entry point of the console script."""
-    _register()
-    app()
+    """Entry point of the console script.
+
+    A usage error (unknown option, a value not among the choices) prints one line naming the
+    command, the option and the valid values, and exits 2, before the command starts anything.
+    """
+    import sys
+
+    usage_error, click_exception = _click_error("UsageError"), _click_error("ClickException")
+    register_all()
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(prog_name="fabricscope", standalone_mode=False)
+    except usage_error as e:
+        ctx = getattr(e, "ctx", None)
+        if type(e).__name__ == "NoArgsIsHelpError":
+            print(ctx.get_help() if ctx else str(e), file=sys.stderr)
+            sys.exit(2)
+        where = ctx.command_path if ctx else "fabricscope"
+        msg = e.format_message().replace("Value error, ", "")  # type: ignore[attr-defined]
+        print(f"{where}: {msg} (see `{where} --help`)", file=sys.stderr)
+        sys.exit(2)
+    except click_exception as e:
+        e.show()  # type: ignore[attr-defined]
+        sys.exit(e.exit_code)  # type: ignore[attr-defined]
+    except typer.Abort:
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(rv if isinstance(rv, int) else 0)
 
 
 if __name__ == "__main__":

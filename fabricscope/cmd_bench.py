@@ -6,82 +6,97 @@ import typer
 
 from fabricscope.settings import load
 
+bench_app = typer.Typer(name="bench", help="Benchmarks that print figures (see BENCHMARKS.md).")
 
-def register(app: typer.Typer) -> None:
-    """Add `fabricscope bench ...` to ``app``."""
-    bench = typer.Typer(help="Benchmarks that print figures (see BENCHMARKS.md).")
-    app.add_typer(bench, name="bench")
 
-    @bench.command("throughput")
-    def throughput(
-        rows: int = typer.Option(1_000_000, help="probe rows in all"),
-        batch_rows: int = typer.Option(
-            6_000,
-            help="rows per Kafka message: one agent upload at the paper's rate (8 RNICs x 150 probes/s x 5 s); "
-            "messages up to 16 MiB pass (schemas.topics.MAX_MESSAGE_BYTES)",
-        ),
-        seed: int = 7,
-    ) -> None:
-        """Same batches through a bare consumer, the Faust pipeline into chdb, and a bare chdb insert."""
-        from bench import throughput as bench_throughput
+@bench_app.command("throughput")
+def throughput(
+    rows: int = typer.Option(1_000_000, help="probe rows in all"),
+    batch_rows: int = typer.Option(
+        6_000,
+        help="rows per Kafka message: one agent upload at the paper's rate (8 RNICs x 150 probes/s x 5 s); "
+        "messages up to 16 MiB pass (schemas.topics.MAX_MESSAGE_BYTES)",
+    ),
+    seed: int = 7,
+) -> None:
+    """Same batches through a bare consumer, the Faust pipeline into chdb, and a bare chdb insert."""
+    from bench import throughput as bench_throughput
 
-        s = load()
-        print(bench_throughput.report(bench_throughput.run(s.kafka_bootstrap, rows, batch_rows, seed)))
+    s = load()
+    print(bench_throughput.report(bench_throughput.run(s.kafka_bootstrap, rows, batch_rows, seed)))
 
-    @bench.command("accuracy")
-    def accuracy(
-        scenarios: int = typer.Option(30, help="random scenarios (every 10th on a 1,024-RNIC fabric)"),
-        seed: int = typer.Option(1, help="draws fabrics, faults and the simulator"),
-        seconds: int = typer.Option(80, help="simulated seconds per scenario (20 s windows)"),
-        big_every: int = typer.Option(10, help="every N-th scenario uses the 1,024-RNIC fabric (0: never)"),
-        hostping_only: bool = typer.Option(False, help="only the 12 Hostping patterns"),
-        seeds: str = typer.Option("", help="comma-separated seeds, each running --scenarios (overrides --seed)"),
-        huge: int = typer.Option(0, help="scenarios per seed on the 10,240-RNIC fabric, besides --scenarios"),
-        jobs: int = typer.Option(1, help="scenarios run in this many processes (results do not change)"),
-        background_loss: bool = typer.Option(True, help="healthy links drop 1e-5..1e-4 of packets"),
-    ) -> None:
-        """Diagnosis precision/recall against the simulator's ground truth, and the 12 Hostping patterns."""
-        from rich.console import Console
 
-        from bench import accuracy as bench_accuracy
+@bench_app.command("replication")
+def replication(
+    uploads: int = typer.Option(200, help="agent uploads to publish"),
+    rows: int = typer.Option(6_000, help="probe rows per upload (6,000: 8 RNICs x 150 probes/s x 5 s)"),
+    rate: float = typer.Option(0.0, help="uploads per second (0 = as fast as possible: throughput)"),
+) -> None:
+    """Publish agent uploads with acks=all into the cluster's replicated probes.raw; uploads/s, latency."""
+    from bench import replication as bench_replication
 
-        con = Console(width=160)
-        if hostping_only:
-            ok, tried, wrong = bench_accuracy.hostping_patterns()
-            con.print(f"Hostping: {ok}/{tried} pattern runs named right")
-            for w in wrong:
-                con.print(f"  wrong: {w}")
-            return
+    s = load()
+    print(bench_replication.report(bench_replication.run(s.kafka_bootstrap, uploads, rows,
+                                                         client_config=s.kafka_client_config(), rate=rate)))
 
-        def progress(r: bench_accuracy.ScenarioResult) -> None:
-            sc = r.scenario
-            faults = ", ".join(f"{t['fault']}@{t['location']}" for t in r.truth) or "healthy"
-            con.print(f"[dim]scenario {sc.index:3d} {sc.size:20s} {r.wall_s:5.1f} s  {faults}[/dim]")
 
-        seed_list = tuple(int(x) for x in seeds.split(",") if x.strip()) or (seed,)
-        rep = bench_accuracy.run(scenarios, seed, big_every, seconds, progress, huge=huge, jobs=jobs,
-                                 seeds=seed_list,
-                                 background_loss=bench_accuracy.BACKGROUND_LOSS if background_loss else None)
-        bench_accuracy.print_report(rep, con)
+@bench_app.command("accuracy")
+def accuracy(
+    scenarios: int = typer.Option(30, help="random scenarios (every 10th on a 1,024-RNIC fabric)"),
+    seed: int = typer.Option(1, help="draws fabrics, faults and the simulator"),
+    seconds: int = typer.Option(80, help="simulated seconds per scenario (20 s windows)"),
+    big_every: int = typer.Option(10, help="every N-th scenario uses the 1,024-RNIC fabric (0: never)"),
+    hostping_only: bool = typer.Option(False, help="only the 12 Hostping patterns"),
+    seeds: str = typer.Option("", help="comma-separated seeds, each running --scenarios (overrides --seed)"),
+    huge: int = typer.Option(0, help="scenarios per seed on the 10,240-RNIC fabric, besides --scenarios"),
+    jobs: int = typer.Option(1, help="scenarios run in this many processes (results do not change)"),
+    background_loss: bool = typer.Option(True, help="healthy links drop 1e-5..1e-4 of packets"),
+) -> None:
+    """Diagnosis precision/recall against the simulator's ground truth, and the 12 Hostping patterns."""
+    from rich.console import Console
 
-    @bench.command("agent")
-    def agent(
-        seconds: float = typer.Option(30.0, help="measured seconds per agent (after a 5 s warm-up)"),
-        rate: float = typer.Option(150.0, help="probes/s per RNIC (8 RNICs)"),
-        only: str = typer.Option("udp,sim", help="which agents: udp (netns lab, root), sim"),
-    ) -> None:
-        """CPU (% of one core) and RSS of one agent process: udp on the lab, and sim, each to Kafka."""
-        from bench import agent as bench_agent
+    from bench import accuracy as bench_accuracy
 
-        s = load()
-        samples, skipped = bench_agent.run(s.kafka_bootstrap, seconds, rate, tuple(only.split(",")))
-        bench_agent.print_report(samples, skipped)
+    con = Console(width=160)
+    if hostping_only:
+        ok, tried, wrong = bench_accuracy.hostping_patterns()
+        con.print(f"Hostping: {ok}/{tried} pattern runs named right")
+        for w in wrong:
+            con.print(f"  wrong: {w}")
+        return
 
-    @bench.command("profile")
-    def profile(
-        rows: int = typer.Option(20_000, help="rows of the profiled batch (one agent upload)"),
-    ) -> None:
-        """cProfile of the RTT worker's per-batch work (probe_batch + batch_partials): the slowest stage."""
-        from bench import profile as bench_profile
+    def progress(r: bench_accuracy.ScenarioResult) -> None:
+        sc = r.scenario
+        faults = ", ".join(f"{t['fault']}@{t['location']}" for t in r.truth) or "healthy"
+        con.print(f"[dim]scenario {sc.index:3d} {sc.size:20s} {r.wall_s:5.1f} s  {faults}[/dim]")
 
-        bench_profile.print_report(bench_profile.run(rows))
+    seed_list = tuple(int(x) for x in seeds.split(",") if x.strip()) or (seed,)
+
+    rep = bench_accuracy.run(scenarios, seed, big_every, seconds, progress, huge=huge, jobs=jobs, seeds=seed_list,
+
+                             background_loss=bench_accuracy.BACKGROUND_LOSS if background_loss else None)
+    bench_accuracy.print_report(rep, con)
+
+
+@bench_app.command("agent")
+def agent(
+    seconds: float = typer.Option(30.0, help="measured seconds per agent (after a 5 s warm-up)"),
+    rate: float = typer.Option(150.0, help="probes/s per RNIC (8 RNICs)"),
+    only: str = typer.Option("udp,sim", help="which agents: udp (netns lab, root), sim"),
+) -> None:
+    """CPU (% of one core) and RSS of one agent process: udp on the lab, and sim, each to Kafka."""
+    from bench import agent as bench_agent
+
+    s = load()
+    samples, skipped = bench_agent.run(s.kafka_bootstrap, seconds, rate, tuple(only.split(",")))
+    bench_agent.print_report(samples, skipped)
+
+
+@bench_app.command("profile")
+def profile(
+    rows: int = typer.Option(20_000, help="rows of the profiled batch (one agent upload)"),
+) -> None:
+    """cProfile of the RTT worker's per-batch work (probe_batch + batch_partials): the slowest stage."""
+    from bench import profile as bench_profile
+
+    bench_profile.print_report(bench_profile.run(rows))

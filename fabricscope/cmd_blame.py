@@ -17,6 +17,8 @@ import typer
 from streams.pingmesh.blame import COVERAGE_SCHEMA, blame
 from streams.pingmesh.windows import WINDOW_NS, window_start
 
+EXIT_UNKNOWN = 3  # no coverage for the job then: neither "network" nor "innocent" can be said
+
 
 def parse_time(text: str) -> int:
     """TIME as ns since the epoch: an integer (ns) or ISO 8601 (``2026-11-29T21:30:00Z``).
@@ -76,7 +78,9 @@ def blame_cmd(
     coverage_file: Path = typer.Option(None, "--coverage", help="coverage rows (Arrow IPC or Parquet)"),
     as_json: bool = typer.Option(False, "--json", help="print the answer as JSON"),
 ) -> None:
-    """Say whether the network is to blame for a job at a time, with the coverage behind the answer."""
+    """Say whether the network is to blame for a job at a time, with the coverage behind the answer.
+    Exit 0 with an answer (network or innocent), 3 for unknown (no coverage), 2 on a usage error;
+    the same with --json."""
     at_ns = parse_time(at)
     ws = window_start(at_ns, WINDOW_NS)
     note = ""
@@ -88,7 +92,7 @@ def blame_cmd(
     ans = blame(job, at_ns, verdicts, coverage)
     if as_json:
         typer.echo(ans.to_json())
-        return
+        raise typer.Exit(EXIT_UNKNOWN if ans.answer == "unknown" else 0)
     typer.echo(f"job {job}, window starting {ws} ns: {ans.answer.upper()} — {ans.reason}")
     for p in ans.problems:
         typer.echo(f"  {p['impact']} {p['kind']} at {p['location']} (confidence {p['confidence']:.2f})")
@@ -102,10 +106,10 @@ def blame_cmd(
     if note:
         typer.echo(f"  note: {note}")
     if ans.answer == "unknown":
-        raise typer.Exit(3)
+        raise typer.Exit(EXIT_UNKNOWN)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``blame`` command to the console script."""
-    app.command("blame")(blame_cmd)
+commands = typer.Typer()
+"""The top-level commands of this module (`fabricscope <command>`)."""
+commands.command("blame")(blame_cmd)
 

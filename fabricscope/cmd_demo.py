@@ -1,4 +1,15 @@
-"""`fabricscope demo`: run one fault scenario through the whole pipeline and print the verdicts."""
+"""`fabricscope demo`: run one fault scenario through the whole pipeline and print the verdicts.
+
+Where the verdicts are kept, so that ``fabricscope query`` finds them afterwards:
+
+- a store writer owns this ``FABRICSCOPE_VAR``'s store (``fabricscope up`` or ``sink`` runs): the
+  demo runs on topics of its own and then publishes its verdicts to the main ``verdicts`` topic,
+  which that store writer stores;
+- else the demo's own store writer uses this ``FABRICSCOPE_VAR``'s store (holding ``up.lock``, so
+  no ``up`` starts meanwhile).
+
+The output (stderr) says which. With ``--json`` stdout carries only the verdicts, one JSON line each.
+"""
 
 from __future__ import annotations
 
@@ -7,41 +18,107 @@ import json
 import typer
 from rich.console import Console
 
-from fabricscope.settings import load
+from fabricscope.choices import DemoScenario, DemoSource, check_scenario, value
+from fabricscope.settings import Settings, load
+
+EXIT_FAILED = 1
+
+commands = typer.Typer()
+"""The top-level commands of this module (`fabricscope <command>`)."""
 
 
-def register(app: typer.Typer) -> None:
-    """Add `fabricscope demo` to ``app``."""
+def forward_verdicts(s: Settings, verdicts: list[dict]) -> int:
+    """Publish demo verdicts to the main ``verdicts`` topic (the running store writer stores them).
 
-    @app.command("demo")
-    def demo(
-        source: str = typer.Option("sim", help="lab (netns fabric, needs root) | sim"),
-        scenario: str = typer.Option("switch-link-down", help="healthy | switch-link-down | switch-link-lossy | "
-                                     "partial-5tuple | rnic-down | host-down | host-restart | busy-host"),
-        seed: int = typer.Option(1, help="draws the faulted link, RNIC or host"),
-        windows: int = typer.Option(1, help="complete 20 s windows to wait for after the fault"),
-        workers: int = typer.Option(1, help="Faust workers in the consumer group"),
-        as_json: bool = typer.Option(False, "--json", help="verdicts as JSON lines on stdout"),
-    ) -> None:
-        """Inject a fault, run Kafka + Faust + ClickHouse over it, print the verdicts of each window."""
-        from fabricscope.demo import run_demo
+    Returns:
+        The number of batches not delivered (0 when all arrived).
+    """
+    from producers.kafka_producer import AgentProducer
+    from schemas.arrow_nano import encode_columns
+    from schemas.records import VERDICT_V1
+    from schemas.topics import VERDICTS, topic_name
 
-        err = Console(stderr=True)
-        s = load()
-        if s.kafka_bootstrap.startswith("127.0.0.1"):
-            from fabricscope.cmd_pipeline import _kafka
+    if not verdicts:
+        return 0
+    cols = {f.name: [v.get(f.name) for v in verdicts] for f in VERDICT_V1.fields}
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
+    producer.publish(topic_name(VERDICTS, s.fabricscope_topic_prefix), encode_columns("verdict.v1", cols),
+                     "verdict.v1", key="demo")
+    return producer.flush()
 
-            if _kafka("start", s) != 0:
-                raise typer.Exit(1)
 
-        def show(v: dict) -> None:
-            if as_json:
-                print(json.dumps(v, default=str), flush=True)
-            else:
-                Console().print(f"window {v['window_start_ns']}: [bold]{v['kind']}[/bold] at {v['location']} "
-                                f"(impact {v['impact']}, confidence {v['confidence']:.2f})")
+@commands.command("demo")
+def demo(
+    source: DemoSource = typer.Option("sim", help="lab (netns fabric, needs root) | sim"),
+    scenario: DemoScenario = typer.Option("switch-link-down", help="the fault to inject (the lab runs the "
+                                          "first eight; the sim all)"),
+    seed: int = typer.Option(1, help="draws the faulted link, RNIC or host"),
+    windows: int = typer.Option(1, min=1, max=30, help="complete 20 s windows to wait for after the fault"),
+    workers: int = typer.Option(1, min=1, max=16, help="Faust workers in the consumer group"),
+    as_json: bool = typer.Option(False, "--json", help="verdicts as JSON lines on stdout (nothing else there)"),
+    keep_kafka: bool = typer.Option(False, "--keep-kafka", help="leave a broker this demo started running"),
+) -> None:
+    """Inject a fault, run Kafka + Faust + ClickHouse over it, print the verdicts of each window.
+    Exit 0 when the windows closed, 1 when the pipeline failed."""
+    from fabricscope.cmd_pipeline import kafka_script, lab_available
+    from fabricscope.demo import run_demo
+    from fabricscope.up import kafka_answers
+    from infra.runlock import Busy, RunLock
+    from sinks.query_endpoint import find_endpoint
 
-        with err.status(f"{scenario} on {source}: waiting for {windows} complete window(s)…"):
-            r = run_demo(s, source, scenario, seed, windows, workers, on_verdict=show)
+    src, scen = value(source), value(scenario)
+    check_scenario(src, scen)
+    if src == "lab" and not lab_available():
+        raise typer.BadParameter("the netns lab needs root and network namespaces; use --source sim",
+                                 param_hint="'--source'")
+    err = Console(stderr=True)
+    s = load()
+    main_store = find_endpoint(s.store_path)
+    lock = None
+    if not main_store:
+        try:
+            lock = RunLock(s.fabricscope_var / "up.lock", f"FABRICSCOPE_VAR={s.fabricscope_var}",
+                           note="fabricscope demo").acquire()
+        except Busy as b:
+            err.print(f"fabricscope demo: {b}", highlight=False, soft_wrap=True)
+            raise typer.Exit(EXIT_FAILED) from None
+    started_kafka = False
+    if s.kafka_bootstrap.startswith("127.0.0.1") and not kafka_answers(s.kafka_bootstrap):
+        if kafka_script("start", s, to_stderr=True) != 0:
+            raise typer.Exit(EXIT_FAILED)
+        started_kafka = True
+
+    def show(v: dict) -> None:
+        if as_json:
+            print(json.dumps(v, default=str), flush=True)
+        else:
+            Console().print(f"window {v['window_start_ns']}: [bold]{v['kind']}[/bold] at {v['location']} "
+                            f"(impact {v['impact']}, confidence {v['confidence']:.2f})")
+
+    code = 0
+    try:
+        with err.status(f"{scen} on {src}: waiting for {windows} complete window(s)…"):
+            r = run_demo(s, src, scen, seed, windows, workers, on_verdict=show,
+                         var=None if main_store else s.fabricscope_var)
         err.print(f"injected: {json.dumps(r.truth)}")
         err.print(f"windows closed after the fault: {len(r.complete_windows())}, verdicts: {len(r.verdicts)}")
+        if main_store:
+            left = forward_verdicts(s, r.verdicts)
+            err.print(f"verdicts sent to the running pipeline's `{s.fabricscope_topic_prefix}verdicts` topic; "
+                      f"its store writer stores them in {s.store_path}" + (f" ({left} not delivered)" if left
+                                                                           else ""))
+        else:
+            err.print(f"verdicts stored in {s.store_path} (no pipeline was running); "
+                      "`fabricscope query top_suspects --since 1h` shows them")
+    except Exception as e:  # the pipeline failed: one line, where to look, exit 1
+        err.print(f"[red]fabricscope demo: {type(e).__name__}: {e}[/red]", highlight=False, soft_wrap=True)
+        code = EXIT_FAILED
+    finally:
+        if lock is not None:
+            lock.release()
+        if started_kafka and not keep_kafka:
+            kafka_script("stop", s, to_stderr=True)
+        elif started_kafka:
+            err.print(f"left running: the Kafka broker on {s.kafka_bootstrap} (--keep-kafka); "
+                      "`fabricscope kafka stop` stops it")
+    raise typer.Exit(code)

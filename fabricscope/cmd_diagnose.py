@@ -27,15 +27,19 @@ def diagnose(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print findings as a JSON list."),
 ) -> None:
-    """Diagnose intra-host and RDMA faults from captured command outputs and logs."""
+    """Diagnose intra-host and RDMA faults from captured command outputs and logs.
+    Exit like a linter: 0 when nothing above info was found, 1 with findings above info, 2 on a usage error
+    (a file that does not exist or cannot be read); the same with --json."""
     try:
         found = diagnose_paths(files)
     except (FileNotFoundError, ValueError) as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(2) from None
+    problems = sum(f.is_problem for f in found)
+    code = 1 if problems else 0
     if as_json:
         typer.echo(json.dumps([f.to_dict() for f in found], indent=2, sort_keys=True))
-        return
+        raise typer.Exit(code)
     console = Console()
     if not found:
         console.print("No findings: nothing these parsers recognise is wrong.")
@@ -46,10 +50,10 @@ def diagnose(
             f"[{style}]{f.severity.upper():<8}[/] [bold]{f.kind}[/] at [cyan]{f.location}[/]  [dim]{f.source}[/]"
         )
         console.print(Padding(f.explanation, (0, 0, 1, 9)))
-    problems = sum(f.is_problem for f in found)
     console.print(f"{problems} problem(s), {len(found) - problems} informational.")
+    raise typer.Exit(code)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``diagnose`` command to the console script."""
-    app.command("diagnose")(diagnose)
+commands = typer.Typer()
+"""The top-level commands of this module (`fabricscope <command>`)."""
+commands.command("diagnose")(diagnose)

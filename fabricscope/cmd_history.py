@@ -3,6 +3,8 @@ the local Alertmanager and the alert sink."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 
 import typer
@@ -10,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from fabricscope.settings import load
+from fabricscope.stopping import stop_requested
 
 console = Console(stderr=True)
 
@@ -25,137 +28,138 @@ def _feedback(verdict_id: str, decision: str, note: str, operator: str) -> None:
     console.print(f"verdict {verdict_id}: {decision}ed")
 
 
-def register(app: typer.Typer) -> None:
-    """Add ``queries``, ``verdict``, ``history``, ``report``, ``alertmanager`` and ``alerts`` to ``app``."""
-    register_alerts(app)
+commands = typer.Typer()
+"""The top-level commands of this module (`fabricscope <command>`)."""
 
-    @app.command("queries")
-    def queries() -> None:
-        """List the saved queries (schemas/queries/*.sql) with their parameters."""
-        from schemas.saved_queries import load as load_query
-        from schemas.saved_queries import names
-
-        t = Table("name", "what it answers", "parameters")
-        for name in names():
-            q = load_query(name)
-            t.add_row(name, q.description, ", ".join(f"{p.name} ({p.doc})" for p in q.params))
-        Console().print(t)
-
-    verdict_app = typer.Typer(help="Operator feedback on verdicts; `fabricscope query precision` sums it up.")
-    app.add_typer(verdict_app, name="verdict")
-
-    @verdict_app.command("confirm")
-    def confirm(verdict_id: str, note: str = typer.Option("", help="what you found"),
-                operator: str = typer.Option("", help="who decided")) -> None:
-        """Record that verdict ID was right: the fault was real and where it said."""
-        _feedback(verdict_id, "confirm", note, operator)
-
-    @verdict_app.command("reject")
-    def reject(verdict_id: str, note: str = typer.Option("", help="what you found"),
-               operator: str = typer.Option("", help="who decided")) -> None:
-        """Record that verdict ID was wrong."""
-        _feedback(verdict_id, "reject", note, operator)
-
-    history_app = typer.Typer(help="The tiered probe history (minute and hourly rollups).")
-    app.add_typer(history_app, name="history")
-
-    @history_app.command("inventory")
-    def inventory(path: Path = typer.Argument(..., help="cluster inventory YAML (schemas/inventory.py)")) -> None:
-        """Load RNIC -> host, ToR from an inventory file, so new probes roll up per ToR pair."""
-        from fabricscope.store_access import load_inventory
-        from schemas.inventory_yaml import load as load_inventory_file
-
-        inv = load_inventory_file(path)
-        load_inventory(load(), [(r.id, r.host, r.tor) for r in inv.rnics.values()])
-        console.print(f"{len(inv.rnics)} RNICs loaded from {path}")
-
-    report_app = typer.Typer(help="Reports over the history.")
-    app.add_typer(report_app, name="report")
-
-    @report_app.command("tail-rtt")
-    def tail_rtt(since: str = typer.Option("30d", help="how far back, e.g. 30d"),
-                 out: Path = typer.Option(Path("report"), help="directory for PNGs and CSVs")) -> None:
-        """Tail-RTT capacity study: P50/P99/P999 per pinglist over time, ToR x ToR heatmap, CSVs, summary."""
-        from fabricscope.report_tail_rtt import tail_rtt_report
-        from fabricscope.store_access import run_query
-
-        s = load()
-        with console.status("querying the history and drawing…"):
-            result = tail_rtt_report(lambda sql: run_query(s, sql), since, out)
-        summary = result["summary"]
-        t = Table("pinglist", "probes", "timeouts", "loss", "P50 µs", "P99 µs", "P999 µs",
-                  title=f"network RTT, last {since}")
-        for r in summary.to_pylist():
-            t.add_row(r["pinglist"], f"{r['probes']:,}", f"{r['timeouts']:,}", f"{r['loss']:.4%}",
-                      *(f"{(r[c] or 0) / 1000:.1f}" for c in ("p50_ns", "p99_ns", "p999_ns")))
-        Console().print(t)
-        for f in result["files"]:
-            console.print(f"wrote {f}")
+ALERTMANAGER_SH = Path(__file__).resolve().parents[1] / "infra" / "alertmanager" / "alertmanager.sh"
+alertmanager_app = typer.Typer(
+    name="alertmanager", help="The local Prometheus Alertmanager (127.0.0.1:9193, data under ./var/alertmanager)."
+)
 
 
-def register_alerts(app: typer.Typer) -> None:
-    """Add ``alertmanager start|stop|status`` and ``alerts`` (the alert sink) to ``app``."""
-    import os
-    import subprocess
+def _am(action: str) -> int:
+    env = {**os.environ, "FABRICSCOPE_VAR": str(load().fabricscope_var.resolve())}
+    return subprocess.call(["bash", str(ALERTMANAGER_SH), action], env=env)
 
-    script = Path(__file__).resolve().parents[1] / "infra" / "alertmanager" / "alertmanager.sh"
-    am_app = typer.Typer(help="The local Prometheus Alertmanager (127.0.0.1:9193, data under ./var/alertmanager).")
-    app.add_typer(am_app, name="alertmanager")
 
-    def _am(action: str) -> int:
-        env = {**os.environ, "FABRICSCOPE_VAR": str(load().fabricscope_var.resolve())}
-        return subprocess.call(["bash", str(script), action], env=env)
+@alertmanager_app.command("start")
+def am_start() -> None:
+    """Render alertmanager.yml with receiver URLs from the environment and start Alertmanager."""
+    raise typer.Exit(_am("start"))
 
-    @am_app.command("start")
-    def am_start() -> None:
-        """Render alertmanager.yml with receiver URLs from the environment and start Alertmanager."""
-        raise typer.Exit(_am("start"))
 
-    @am_app.command("stop")
-    def am_stop() -> None:
-        """Stop the local Alertmanager."""
-        raise typer.Exit(_am("stop"))
+@alertmanager_app.command("stop")
+def am_stop() -> None:
+    """Stop the local Alertmanager."""
+    raise typer.Exit(_am("stop"))
 
-    @am_app.command("status")
-    def am_status() -> None:
-        """Say whether the local Alertmanager answers."""
-        raise typer.Exit(_am("status"))
 
-    @app.command("alerts")
-    def alerts(
-        alertmanager_url: str = typer.Option("http://127.0.0.1:9193", envvar="ALERTMANAGER_URL",
-                                             help="Alertmanager base URL"),
-        cluster: str = typer.Option("default", envvar="FABRICSCOPE_CLUSTER", help="the cluster label"),
-        clear_windows: int = typer.Option(3, min=1, help="windows a problem must be absent before it resolves"),
-        resend: float = typer.Option(30.0, help="re-push firing alerts every this many seconds"),
-        idle_advance: bool = typer.Option(True, help="advance time by the wall clock while no verdicts arrive"),
-        metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
-    ) -> None:
-        """Chatops: consume verdicts, apply hysteresis, push alerts to Alertmanager until SIGTERM/SIGINT."""
-        import logging
-        import signal
+@alertmanager_app.command("status")
+def am_status() -> None:
+    """Say whether the local Alertmanager answers."""
+    raise typer.Exit(_am("status"))
 
-        from sinks.alerts import AlertmanagerClient, AlertSink, Hysteresis
 
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s alerts %(levelname)s %(message)s")
-        logging.getLogger("httpx").setLevel(logging.WARNING)
-        if metrics_port:
-            from prometheus_client import start_http_server
+@commands.command("alerts")
+def alerts(
+    alertmanager_url: str = typer.Option("http://127.0.0.1:9193", envvar="ALERTMANAGER_URL",
+                                         help="Alertmanager base URL"),
+    cluster: str = typer.Option("default", envvar="FABRICSCOPE_CLUSTER", help="the cluster label"),
+    clear_windows: int = typer.Option(3, min=1, help="windows a problem must be absent before it resolves"),
+    resend: float = typer.Option(30.0, help="re-push firing alerts every this many seconds"),
+    idle_advance: bool = typer.Option(True, help="advance time by the wall clock while no verdicts arrive"),
+    metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
+) -> None:
+    """Chatops: consume verdicts, apply hysteresis, push alerts to Alertmanager until SIGTERM/SIGINT."""
+    import logging
+    import signal
 
-            start_http_server(metrics_port, addr="127.0.0.1")
-        s = load()
-        stopping = False
+    from sinks.alerts import AlertmanagerClient, AlertSink, Hysteresis
 
-        def _stop(*_: object) -> None:
-            nonlocal stopping
-            stopping = True
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s alerts %(levelname)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    if metrics_port:
+        from prometheus_client import start_http_server
 
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
-        sink = AlertSink(s.kafka_bootstrap, AlertmanagerClient(alertmanager_url), Hysteresis(cluster, clear_windows),
-                         s.fabricscope_topic_prefix, resend_s=resend, idle_advance=idle_advance,
-                         kafka_config=s.kafka_client_config())
-        try:
-            sink.run(lambda: stopping)
-        finally:
-            sink.close()
+        start_http_server(metrics_port, addr="127.0.0.1")
+    s = load()
+    stopping = stop_requested(signal.SIGTERM, signal.SIGINT)
+    sink = AlertSink(s.kafka_bootstrap, AlertmanagerClient(alertmanager_url), Hysteresis(cluster, clear_windows),
+                     s.fabricscope_topic_prefix, resend_s=resend, idle_advance=idle_advance,
+                     kafka_config=s.kafka_client_config())
+    try:
+        sink.run(stopping)
+    finally:
+        sink.close()
+
+
+@commands.command("queries")
+def queries() -> None:
+    """List the saved queries (schemas/queries/*.sql) with their parameters."""
+    from schemas.saved_queries import load as load_query
+    from schemas.saved_queries import names
+
+    t = Table("name", "what it answers", "parameters")
+    for name in names():
+        q = load_query(name)
+        t.add_row(name, q.description, ", ".join(f"{p.name} ({p.doc})" for p in q.params))
+    Console().print(t)
+
+verdict_app = typer.Typer(
+    name="verdict", help="Operator feedback on verdicts; `fabricscope query precision` sums it up."
+)
+
+
+@verdict_app.command("confirm")
+def confirm(verdict_id: str, note: str = typer.Option("", help="what you found"),
+            operator: str = typer.Option("", help="who decided")) -> None:
+    """Record that verdict ID was right: the fault was real and where it said."""
+    _feedback(verdict_id, "confirm", note, operator)
+
+
+@verdict_app.command("reject")
+def reject(verdict_id: str, note: str = typer.Option("", help="what you found"),
+           operator: str = typer.Option("", help="who decided")) -> None:
+    """Record that verdict ID was wrong."""
+    _feedback(verdict_id, "reject", note, operator)
+
+history_app = typer.Typer(name="history", help="The tiered probe history (minute and hourly rollups).")
+
+
+@history_app.command("inventory")
+def inventory(path: Path = typer.Argument(..., help="cluster inventory YAML (schemas/inventory_yaml.py)")) -> None:
+    """Load RNIC -> host, ToR from an inventory file, so new probes roll up per ToR pair."""
+    from fabricscope.store_access import load_inventory
+    from schemas.inventory_yaml import load as load_inventory_file
+
+    inv = load_inventory_file(path)
+    load_inventory(load(), [(r.id, r.host, r.tor) for r in inv.rnics.values()])
+    console.print(f"{len(inv.rnics)} RNICs loaded from {path}")
+
+report_app = typer.Typer(name="report", help="Reports over the history.")
+
+
+@report_app.command("tail-rtt")
+def tail_rtt(since: str = typer.Option("30d", help="how far back, e.g. 30d"),
+             out: Path = typer.Option(Path("report"), help="directory for PNGs and CSVs")) -> None:
+    """Tail-RTT capacity study: P50/P99/P999 per pinglist over time, ToR x ToR heatmap, CSVs, summary."""
+    from fabricscope.report_tail_rtt import tail_rtt_report
+    from fabricscope.store_access import run_query
+    from schemas.saved_queries import SavedQueryError, parse_duration
+
+    try:
+        parse_duration(since)
+    except SavedQueryError as e:
+        raise typer.BadParameter(str(e), param_hint="'--since'") from None
+    s = load()
+    with console.status("querying the history and drawing…"):
+        result = tail_rtt_report(lambda sql: run_query(s, sql), since, out)
+    summary = result["summary"]
+    t = Table("pinglist", "probes", "timeouts", "loss", "P50 µs", "P99 µs", "P999 µs",
+              title=f"network RTT, last {since}")
+    for r in summary.to_pylist():
+        t.add_row(r["pinglist"], f"{r['probes']:,}", f"{r['timeouts']:,}", f"{r['loss']:.4%}",
+                  *(f"{(r[c] or 0) / 1000:.1f}" for c in ("p50_ns", "p99_ns", "p999_ns")))
+    Console().print(t)
+    for f in result["files"]:
+        console.print(f"wrote {f}")

@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 
 from fabricscope.settings import Settings, load
+from fabricscope.stopping import stop_requested
 
 console = Console(stderr=True)
 KIND = "hostping-sim"
@@ -55,17 +56,11 @@ def run_hostping_sim(
         raise typer.BadParameter(f"must be >= 1, got {rounds}", param_hint="--rounds")
     names = {t.name: topic_name(t, s.fabricscope_topic_prefix) for t in ALL_TOPICS}
     start = start_ns or (time.time_ns() // ROUND_NS) * ROUND_NS
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
+    stopping = stop_requested(signal.SIGTERM)
     sent, last_round = 0, -1
     for rnd, up in sim_uploads(patterns, rounds, start, int(interval_s * 1e9), host_prefix, seed):
-        if stopping:
+        if stopping():
             break
         if realtime and rnd > last_round >= 0:
             producer.flush()
@@ -127,9 +122,7 @@ def _with_hostping(original: Callable[..., object]) -> Callable[..., object]:
 
 
 def register(app: typer.Typer) -> None:
-    """Extend the registered ``source`` command with ``hostping-sim`` (or add ``source`` if there is none),
-    and add ``fabricscope hostping agent``."""
-    register_agent(app)
+    """Extend the registered ``source`` command with ``hostping-sim`` (or add ``source`` if there is none)."""
     found = False
     for info in app.registered_commands:  # registering twice (tests) adds a second `source`: wrap each once
         if info.name == "source" or (info.name is None and getattr(info.callback, "__name__", "") == "source"):
@@ -194,18 +187,11 @@ def run_agent(s: Settings, cfg: object, once: bool, as_json: bool, duration: flo
 
         names = {t.name: topic_name(t, s.fabricscope_topic_prefix) for t in ALL_TOPICS}
         producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
-        stopping = False
-
-        def _stop(*_: object) -> None:
-            nonlocal stopping
-            stopping = True
-
-        signal.signal(signal.SIGTERM, _stop)
-        signal.signal(signal.SIGINT, _stop)
+        stopping = stop_requested(signal.SIGTERM, signal.SIGINT)
         t_end = time.monotonic() + duration if duration else None
         cycles = agent.run(lambda topic, schema, key, payload: producer.publish(names[topic], payload, schema,
                                                                                key=key),
-                           lambda: stopping or (t_end is not None and time.monotonic() >= t_end))
+                           lambda: stopping() or (t_end is not None and time.monotonic() >= t_end))
         left = producer.flush()
         console.print(f"hostping agent: {cycles} monitor cycles published for {agent.disc.host}")
         if left:
@@ -215,37 +201,37 @@ def run_agent(s: Settings, cfg: object, once: bool, as_json: bool, duration: flo
         agent.close()
 
 
-def register_agent(app: typer.Typer) -> None:
-    """Add ``fabricscope hostping agent``."""
-    hp = typer.Typer(help="Hostping on a real host: the host agent (discovery, hardware monitor, loopback).")
-    app.add_typer(hp, name="hostping")
+hostping_app = typer.Typer(
+    name="hostping", help="Hostping on a real host: the host agent (discovery, hardware monitor, loopback)."
+)
 
-    @hp.command("agent")
-    def agent(
-        sysfs: str = typer.Option("/sys", "--path.sysfs", help="sysfs root (a captured tree works too)"),
-        procfs: str = typer.Option("/proc", "--path.procfs", help="procfs root"),
-        host: str = typer.Option(None, "--host", help="host name (default: the kernel's)"),
-        once: bool = typer.Option(False, "--once", help="read one cycle, print it, publish nothing"),
-        as_json: bool = typer.Option(False, "--json", help="with --once: everything one cycle would publish"),
-        interval: float = typer.Option(1.0, help="hardware monitor period (s)"),
-        status_interval: float = typer.Option(300.0, help="host status period (s): idle/busy by RNIC throughput"),
-        bus_capacity: list[str] = typer.Option([], "--bus-capacity",
-                                               help="LINK=GBPS capacity of a memory channel or UPI link for "
-                                                    "bus_util, e.g. cpu0->mem0=1228; repeatable"),
-        baseline: str = typer.Option(None, "--baseline", help="healthy bandwidth matrix JSON {rnics, endpoints, "
-                                                              "gbps}; default: the first idle round"),
-        nvml: bool = typer.Option(True, help="read GPUs through NVML where present"),
-        use_ethtool: bool = typer.Option(True, "--ethtool/--no-ethtool", help="read `ethtool -S` counters"),
-        use_loopback: bool = typer.Option(True, "--loopback/--no-loopback", help="run loopback rounds (RNIC)"),
-        duration: float = typer.Option(0, help="stop after this many seconds (0 = until SIGTERM)"),
-    ) -> None:
-        """Discover this host, publish its inventory and topology once, monitor it every second."""
-        from producers.hostping.agent import AgentConfig
 
-        if interval <= 0 or status_interval <= 0:
-            raise typer.BadParameter("must be > 0", param_hint="--interval/--status-interval")
-        cfg = AgentConfig(sysfs=Path(sysfs), procfs=Path(procfs), host=host, interval_s=interval,
-                          status_interval_s=status_interval, bus_capacity_gbps=_capacities(bus_capacity),
-                          use_nvml=nvml, use_ethtool=use_ethtool, use_loopback=use_loopback,
-                          baseline_file=Path(baseline) if baseline else None)
-        run_agent(load(), cfg, once, as_json, duration)
+@hostping_app.command("agent")
+def agent(
+    sysfs: str = typer.Option("/sys", "--path.sysfs", help="sysfs root (a captured tree works too)"),
+    procfs: str = typer.Option("/proc", "--path.procfs", help="procfs root"),
+    host: str = typer.Option(None, "--host", help="host name (default: the kernel's)"),
+    once: bool = typer.Option(False, "--once", help="read one cycle, print it, publish nothing"),
+    as_json: bool = typer.Option(False, "--json", help="with --once: everything one cycle would publish"),
+    interval: float = typer.Option(1.0, help="hardware monitor period (s)"),
+    status_interval: float = typer.Option(300.0, help="host status period (s): idle/busy by RNIC throughput"),
+    bus_capacity: list[str] = typer.Option([], "--bus-capacity",
+                                           help="LINK=GBPS capacity of a memory channel or UPI link for "
+                                                "bus_util, e.g. cpu0->mem0=1228; repeatable"),
+    baseline: str = typer.Option(None, "--baseline", help="healthy bandwidth matrix JSON {rnics, endpoints, "
+                                                          "gbps}; default: the first idle round"),
+    nvml: bool = typer.Option(True, help="read GPUs through NVML where present"),
+    use_ethtool: bool = typer.Option(True, "--ethtool/--no-ethtool", help="read `ethtool -S` counters"),
+    use_loopback: bool = typer.Option(True, "--loopback/--no-loopback", help="run loopback rounds (RNIC)"),
+    duration: float = typer.Option(0, help="stop after this many seconds (0 = until SIGTERM)"),
+) -> None:
+    """Discover this host, publish its inventory and topology once, monitor it every second."""
+    from producers.hostping.agent import AgentConfig
+
+    if interval <= 0 or status_interval <= 0:
+        raise typer.BadParameter("must be > 0", param_hint="--interval/--status-interval")
+    cfg = AgentConfig(sysfs=Path(sysfs), procfs=Path(procfs), host=host, interval_s=interval,
+                      status_interval_s=status_interval, bus_capacity_gbps=_capacities(bus_capacity),
+                      use_nvml=nvml, use_ethtool=use_ethtool, use_loopback=use_loopback,
+                      baseline_file=Path(baseline) if baseline else None)
+    run_agent(load(), cfg, once, as_json, duration)

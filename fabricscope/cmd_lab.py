@@ -23,6 +23,7 @@ from typing import Any
 
 import typer
 
+from fabricscope.choices import LabFault, value
 from infra import lab as lab_infra
 from infra.lab import agents, faults, procs, scenarios
 from infra.lab.netns import LabError, lab_dir, lab_namespaces, read_state
@@ -154,103 +155,108 @@ def _fail(e: Exception) -> typer.Exit:
     return typer.Exit(1)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``lab`` command group to ``app``."""
-    lab = typer.Typer(help="The netns fabric lab: ECMP spines/ToRs/hosts on this machine (root).")
-    app.add_typer(lab, name="lab")
+lab_app = typer.Typer(name="lab", help="The netns fabric lab: ECMP spines/ToRs/hosts on this machine (root).")
 
-    @lab.command("up")
-    def up_cmd(
-        spines: int = typer.Option(4, help="spine switches"),
-        tors: int = typer.Option(3, help="ToRs"),
-        hosts_per_tor: int = typer.Option(2, help="hosts under each ToR"),
-        nics_per_host: int = typer.Option(2, help="RNICs per host"),
-        prefix: str = typer.Option("fs-", help="namespace name prefix"),
-        directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
-        with_agents: bool = typer.Option(True, "--agents/--no-agents", help="start a udp agent per host"),
-        kafka: str = typer.Option("", help="upload to this Kafka bootstrap (default: spool files)"),
-        topic_prefix: str = typer.Option("", help="Kafka topic prefix"),
-        seed: int = typer.Option(1, help="controller seed (inter-ToR tuples)"),
-    ) -> None:
-        """Build the lab (and start its agents); Panel 1 of the R-Pingmesh digest by default."""
-        spec = lab_infra.LabSpec(spines, tors, hosts_per_tor, nics_per_host, prefix)
-        d = lab_dir(directory)
-        t0 = time.monotonic()
-        try:
-            if with_agents:
-                out = (
-                    {"kind": "kafka", "bootstrap": kafka, "topic_prefix": topic_prefix}
-                    if kafka
-                    else {"kind": "dir", "path": str(d / "spool")}
-                )
-                src = start_lab_source(seed=seed, spec=spec, directory=d, output=out)
-                fab = src.fabric
-            else:
-                fab = lab_infra.up(spec, d)
-        except (LabError, OSError) as e:
-            raise _fail(e) from None
-        typer.echo(
-            f"lab up in {time.monotonic() - t0:.1f} s: {len(fab.spines)} spines, {len(fab.tors)} ToRs, "
-            f"{len(fab.hosts)} hosts, {len(fab.rnics)} RNICs; state {d / 'state.json'}"
-        )
 
-    @lab.command("down")
-    def down_cmd(
-        directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
-        prefix: str = typer.Option(None, help="also sweep namespaces with this prefix"),
-    ) -> None:
-        """Stop the agents and remove every namespace of the lab (also after a crash)."""
-        removed = lab_infra.down(directory, prefix)
-        typer.echo(f"removed {len(removed)} namespaces")
-
-    @lab.command("status")
-    def status_cmd(
-        directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
-        as_json: bool = typer.Option(False, "--json", help="JSON for machines"),
-    ) -> None:
-        """Namespaces, agent processes and active faults."""
-        st = status(directory)
-        if as_json:
-            typer.echo(json.dumps(st, indent=1))
-            return
-        typer.echo(f"lab {'up' if st['up'] else 'down'} ({st['directory']}): {len(st['namespaces'])} namespaces")
-        for name, p in sorted(st["processes"].items()):
-            typer.echo(f"  {name:<16} pid {p['pid']:<8} {'alive' if p['alive'] else 'DEAD'}")
-        for f in st["faults"]:
-            typer.echo(f"  fault {f['id']}: {f['kind']} {f.get('target', '')}")
-
-    @lab.command("fault")
-    def fault_cmd(
-        kind: str = typer.Argument(..., help=f"{' | '.join(faults.KINDS)} | clear | list"),
-        targets: list[str] = typer.Argument(None, help="link: TOR SPINE; nic-down: RNIC; host faults: HOST; clear: ID"),
-        seed: int = typer.Option(1, help="draws the target when none is given; partial-5tuple hash seed"),
-        loss: float = typer.Option(0.05, help="link-loss drop probability"),
-        fraction: float = typer.Option(0.25, help="partial-5tuple share of tuples dropped"),
-        stop_ms: float = typer.Option(700.0, help="busy-host: SIGSTOP burst length (ms)"),
-        run_ms: float = typer.Option(300.0, help="busy-host: run time between bursts (ms)"),
-        directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
-    ) -> None:
-        """Inject a fault (``fault link-down A S3``), list them, or clear one or all."""
-        targets = targets or []
-        try:
-            if kind == "list":
-                for f in faults.active(directory):
-                    typer.echo(json.dumps(f))
-                return
-            if kind == "clear":
-                cleared = faults.clear(targets[0] if targets else None, directory)
-                typer.echo(f"cleared {', '.join(cleared) or 'nothing'}")
-                return
-            fab, _ = lab_infra.load(directory)
-            if kind in ("link-down", "link-loss", "partial-5tuple"):
-                tgt = {"a": targets[0], "b": targets[1]} if len(targets) == 2 else faults.pick_target(kind, fab, seed)
-            elif kind == "nic-down":
-                tgt = {"rnic": targets[0]} if targets else faults.pick_target(kind, fab, seed)
-            else:
-                tgt = {"host": targets[0]} if targets else faults.pick_target(kind, fab, seed)
-            rec = faults.inject(
-                kind, directory, loss=loss, fraction=fraction, stop_ms=stop_ms, run_ms=run_ms, seed=seed, **tgt
+@lab_app.command("up")
+def up_cmd(
+    spines: int = typer.Option(4, help="spine switches"),
+    tors: int = typer.Option(3, help="ToRs"),
+    hosts_per_tor: int = typer.Option(2, help="hosts under each ToR"),
+    nics_per_host: int = typer.Option(2, help="RNICs per host"),
+    prefix: str = typer.Option("fs-", help="namespace name prefix"),
+    directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
+    with_agents: bool = typer.Option(True, "--agents/--no-agents", help="start a udp agent per host"),
+    kafka: str = typer.Option("", help="upload to this Kafka bootstrap (default: spool files)"),
+    topic_prefix: str = typer.Option("", help="Kafka topic prefix"),
+    seed: int = typer.Option(1, help="controller seed (inter-ToR tuples)"),
+) -> None:
+    """Build the lab (and start its agents); Panel 1 of the R-Pingmesh digest by default."""
+    spec = lab_infra.LabSpec(spines, tors, hosts_per_tor, nics_per_host, prefix)
+    d = lab_dir(directory)
+    t0 = time.monotonic()
+    try:
+        if with_agents:
+            out = (
+                {"kind": "kafka", "bootstrap": kafka, "topic_prefix": topic_prefix}
+                if kafka
+                else {"kind": "dir", "path": str(d / "spool")}
             )
-        except (LabError, IndexError) as e:
-            raise _fail(e) from None
-        typer.echo(f"fault {rec['id']}: {rec['kind']} {rec.get('target', '')}")
+            src = start_lab_source(seed=seed, spec=spec, directory=d, output=out)
+            fab = src.fabric
+        else:
+            fab = lab_infra.up(spec, d)
+    except (LabError, OSError) as e:
+        raise _fail(e) from None
+    typer.echo(
+        f"lab up in {time.monotonic() - t0:.1f} s: {len(fab.spines)} spines, {len(fab.tors)} ToRs, "
+        f"{len(fab.hosts)} hosts, {len(fab.rnics)} RNICs; state {d / 'state.json'}"
+    )
+
+
+@lab_app.command("down")
+def down_cmd(
+    directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
+    prefix: str = typer.Option(None, help="also sweep namespaces with this prefix"),
+) -> None:
+    """Stop the agents and remove every namespace of the lab (also after a crash)."""
+    try:
+        removed = lab_infra.down(directory, prefix)
+    except LabError as e:  # another `up` or `demo` runs it: leave it alone, say who
+        raise _fail(e) from None
+    typer.echo(f"removed {len(removed)} namespaces")
+
+
+@lab_app.command("status")
+def status_cmd(
+    directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
+    as_json: bool = typer.Option(False, "--json", help="JSON for machines"),
+) -> None:
+    """Namespaces, agent processes and active faults."""
+    st = status(directory)
+    if as_json:
+        typer.echo(json.dumps(st, indent=1))
+        return
+    typer.echo(f"lab {'up' if st['up'] else 'down'} ({st['directory']}): {len(st['namespaces'])} namespaces")
+    for name, p in sorted(st["processes"].items()):
+        typer.echo(f"  {name:<16} pid {p['pid']:<8} {'alive' if p['alive'] else 'DEAD'}")
+    for f in st["faults"]:
+        typer.echo(f"  fault {f['id']}: {f['kind']} {f.get('target', '')}")
+
+
+@lab_app.command("fault")
+def fault_cmd(
+    kind: LabFault = typer.Argument(..., help="the fault to inject, or clear | list"),
+    targets: list[str] = typer.Argument(None, help="link: TOR SPINE; nic-down: RNIC; host faults: HOST; clear: ID"),
+    seed: int = typer.Option(1, help="draws the target when none is given; partial-5tuple hash seed"),
+    loss: float = typer.Option(0.05, help="link-loss drop probability"),
+    fraction: float = typer.Option(0.25, help="partial-5tuple share of tuples dropped"),
+    stop_ms: float = typer.Option(700.0, help="busy-host: SIGSTOP burst length (ms)"),
+    run_ms: float = typer.Option(300.0, help="busy-host: run time between bursts (ms)"),
+    directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
+) -> None:
+    """Inject a fault (``fault link-down A S3``), list them, or clear one or all."""
+    targets = targets or []
+    kind = value(kind)
+    try:
+        if kind == "list":
+            for f in faults.active(directory):
+                typer.echo(json.dumps(f))
+            return
+        if kind == "clear":
+            cleared = faults.clear(targets[0] if targets else None, directory)
+            typer.echo(f"cleared {', '.join(cleared) or 'nothing'}")
+            return
+        fab, _ = lab_infra.load(directory)
+        if kind in ("link-down", "link-loss", "partial-5tuple"):
+            tgt = {"a": targets[0], "b": targets[1]} if len(targets) == 2 else faults.pick_target(kind, fab, seed)
+        elif kind == "nic-down":
+            tgt = {"rnic": targets[0]} if targets else faults.pick_target(kind, fab, seed)
+        else:
+            tgt = {"host": targets[0]} if targets else faults.pick_target(kind, fab, seed)
+        rec = faults.inject(
+            kind, directory, loss=loss, fraction=fraction, stop_ms=stop_ms, run_ms=run_ms, seed=seed, **tgt
+        )
+    except (LabError, IndexError) as e:
+        raise _fail(e) from None
+    typer.echo(f"fault {rec['id']}: {rec['kind']} {rec.get('target', '')}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -16,130 +17,200 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from fabricscope.choices import Scenario, SourceKind, UpSource, positive_seconds, value
 from fabricscope.settings import Settings, load
+from fabricscope.stopping import stop_requested
 
 console = Console(stderr=True)
 REPO_ROOT = Path(__file__).resolve().parents[1]
 KAFKA_SH = REPO_ROOT / "infra" / "kafka" / "kafka.sh"
 
 
-def _kafka(action: str, settings: Settings) -> int:
+def kafka_script(action: str, settings: Settings, to_stderr: bool = False) -> int:
+    """Run ``infra/kafka/kafka.sh ACTION`` (start, stop, status) for the local broker ``KAFKA_BOOTSTRAP``
+    names (its port; the controller on the next port unless ``KAFKA_CONTROLLER_PORT`` is set); returns
+    its exit code. ``to_stderr`` keeps its messages off stdout (machine output)."""
     env = {**os.environ, "FABRICSCOPE_VAR": str(settings.fabricscope_var.resolve())}
-    return subprocess.call(["bash", str(KAFKA_SH), action], env=env)
+    host, _, port = settings.kafka_bootstrap.split(",")[0].rpartition(":")
+    if host in ("127.0.0.1", "localhost") and port.isdigit() and port != "9092":
+        env.setdefault("KAFKA_PORT", port)
+        env.setdefault("KAFKA_CONTROLLER_PORT", str(int(port) + 1))
+    return subprocess.call(["bash", str(KAFKA_SH), action], env=env, stdout=sys.stderr if to_stderr else None)
 
 
-def register(app: typer.Typer) -> None:
-    """Add the pipeline commands to ``app``."""
-    kafka_app = typer.Typer(help="The local Apache Kafka broker (KRaft, 127.0.0.1, data under ./var/kafka).")
-    app.add_typer(kafka_app, name="kafka")
+def _replication(s: Settings) -> int | None:
+    """Replicas for Faust's own topics: ``KAFKA_REPLICATION_FACTOR``, else min(3, brokers) of the cluster;
+    None (Faust's 1) when the cluster does not answer in 10 s (the worker still starts and waits for it).
 
-    @kafka_app.command("start")
-    def kafka_start() -> None:
-        """Install (Maven Central) and start the local broker; reuse one that already runs."""
-        raise typer.Exit(_kafka("start", load()))
+    Raises:
+        ValueError: ``KAFKA_REPLICATION_FACTOR`` exceeds the brokers.
+    """
+    from confluent_kafka import KafkaException
 
-    @kafka_app.command("stop")
-    def kafka_stop() -> None:
-        """Stop the local broker."""
-        raise typer.Exit(_kafka("stop", load()))
+    from fabricscope.kafka_admin import cluster_replication
 
-    @kafka_app.command("status")
-    def kafka_status() -> None:
-        """Say whether the local broker answers."""
-        raise typer.Exit(_kafka("status", load()))
+    try:
+        return cluster_replication(s.kafka_bootstrap, s.kafka_client_config(), s.kafka_replication_factor, 10.0)
+    except KafkaException as err:
+        logging.getLogger("fabricscope.worker").warning(
+            "cluster size unknown (%s): topics Faust creates itself would get 1 replica", err)
+        return s.kafka_replication_factor
 
-    @app.command("topics")
-    def topics(prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)")) -> None:
-        """Create every topic of the pipeline with its partitions and retention (idempotent)."""
-        from fabricscope.kafka_admin import create_topics
 
-        s = load()
-        for name, state in sorted(create_topics(s.kafka_bootstrap, prefix if prefix is not None
-                                                 else s.fabricscope_topic_prefix, s.kafka_client_config()).items()):
-            console.print(f"{name}: {state}")
+commands = typer.Typer()
+"""The top-level commands of this module (`fabricscope <command>`)."""
 
-    @app.command("worker")
-    def worker(loglevel: str = "warn",
-               metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
-               ) -> None:
-        """Run one Faust stream worker (RTT decomposition, window partials, the reducer, Hostping).
-        Start more for more partitions."""
-        s = load()
-        from streams.runtime.config import RuntimeConfig
-        from streams.runtime.worker import run_worker
+kafka_app = typer.Typer(name="kafka", help="The local Apache Kafka broker (KRaft, 127.0.0.1, data under ./var/kafka).")
 
-        try:
-            config = RuntimeConfig.from_env(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
-                                            os.environ.get("FABRICSCOPE_VAR", "var"))
-        except ValueError as e:
-            typer.echo(f"fabricscope: {e}", err=True)
-            raise typer.Exit(2) from None
-        _serve_metrics(metrics_port)
-        run_worker(config, loglevel)
 
-    @app.command("sink")
-    def sink(metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
-             ) -> None:
-        """Write result topics into ClickHouse (embedded chdb by default) and serve local queries."""
-        _serve_metrics(metrics_port)
-        run_sink(load())
+@kafka_app.command("start")
+def kafka_start() -> None:
+    """Install (Maven Central) and start the local broker; reuse one that already runs."""
+    raise typer.Exit(kafka_script("start", load()))
 
-    @app.command("source")
-    def source(
-        kind: str = typer.Argument("sim", help="sim (Clos fabric model with faults) | synthetic (minimal prober)"),
-        scenario: str = typer.Option("healthy", help="sim: the fault scenario (see `fabricscope sim --help`)"),
-        inventory: str = typer.Option("panel1", help="sim: an inventory YAML, or panel1"),
-        hosts: int = typer.Option(4, help="synthetic: hosts"),
-        rnics: int = typer.Option(2, help="synthetic: RNICs per host"),
-        seed: int = 1,
-        probes_per_batch: int = typer.Option(100, help="synthetic: probes per upload"),
-        batches: int = typer.Option(0, help="stop after this many 5 s uploads (0 = run until stopped)"),
-        realtime: bool = typer.Option(True, help="pace uploads every 5 s of wall time"),
-        start_ns: int = typer.Option(0, help="event time of the first upload (0 = now, aligned to 5 s)"),
-    ) -> None:
-        """Publish agent uploads from a source: probes.raw, paths.traced, registry."""
-        s = load()
-        if kind == "sim":
-            run_sim_source(s, scenario, inventory, seed, batches or None, realtime, start_ns or None)
-        else:
-            run_source(s, kind, hosts, rnics, seed, probes_per_batch, batches, realtime)
 
-    @app.command("up")
-    def up(
-        source: str = typer.Option("auto", help="probe source: lab (netns fabric, root) | sim | synthetic; "
+@kafka_app.command("stop")
+def kafka_stop() -> None:
+    """Stop the local broker."""
+    raise typer.Exit(kafka_script("stop", load()))
+
+
+@kafka_app.command("status")
+def kafka_status() -> None:
+    """Say whether the local broker answers."""
+    raise typer.Exit(kafka_script("status", load()))
+
+
+@commands.command("topics")
+def topics(
+    prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)"),
+    describe: bool = typer.Option(False, "--describe", help="compare existing topics with the expected ones; "
+                                  "creates nothing; exit 1 if any differs"),
+    as_json: bool = typer.Option(False, "--json", help="with --describe: JSON for machines"),
+) -> None:
+    """Create every topic of the pipeline with its partitions, replication (KAFKA_REPLICATION_FACTOR,
+    default min(3, brokers)), min.insync.replicas and retention (idempotent)."""
+    from fabricscope.cmd_topics import describe_command
+    from fabricscope.kafka_admin import create_topics
+
+    s = load()
+    pre = prefix if prefix is not None else s.fabricscope_topic_prefix
+    if describe:
+        raise typer.Exit(describe_command(s, pre, as_json))
+    try:
+        created = create_topics(s.kafka_bootstrap, pre, s.kafka_client_config(),
+                                replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
+    except ValueError as err:
+        console.print(f"[red]topics:[/red] {err}")
+        raise typer.Exit(2) from None
+    for name, state in sorted(created.items()):
+        console.print(f"{name}: {state}")
+
+
+@commands.command("worker")
+def worker(loglevel: str = "warn",
+           metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
+           ) -> None:
+    """Run one Faust stream worker (RTT decomposition, window partials, the reducer, Hostping).
+    Start more for more partitions."""
+    s = load()
+    from streams.runtime.config import RuntimeConfig
+    from streams.runtime.worker import run_worker
+
+    try:
+        config = RuntimeConfig.from_env(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
+                                        os.environ.get("FABRICSCOPE_VAR", "var"))
+        config = dataclasses.replace(config, acks=s.kafka_acks, idempotence=s.kafka_idempotence,
+                                     replication=_replication(s))
+    except ValueError as e:
+        typer.echo(f"fabricscope: {e}", err=True)
+        raise typer.Exit(2) from None
+    _serve_metrics(metrics_port)
+    run_worker(config, loglevel)
+
+
+@commands.command("sink")
+def sink(metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)")
+         ) -> None:
+    """Write result topics into ClickHouse (embedded chdb by default) and serve local queries."""
+    _serve_metrics(metrics_port)
+    run_sink(load())
+
+
+@commands.command("source")
+def source(
+    kind: SourceKind = typer.Argument("sim", help="sim (Clos fabric model with faults) | synthetic (minimal "
+                                      "prober) | hostping-sim (Hostping sim hosts)"),
+    scenario: Scenario = typer.Option("healthy", help="sim: the fault scenario"),
+    inventory: str = typer.Option("panel1", help="sim: an inventory YAML, or panel1"),
+    hosts: int = typer.Option(4, min=1, help="synthetic: hosts"),
+    rnics: int = typer.Option(2, min=1, help="synthetic: RNICs per host"),
+    seed: int = 1,
+    probes_per_batch: int = typer.Option(100, min=1, help="synthetic: probes per upload"),
+    batches: int = typer.Option(0, min=0, help="stop after this many 5 s uploads (0 = run until stopped)"),
+    realtime: bool = typer.Option(True, help="pace uploads every 5 s of wall time"),
+    start_ns: int = typer.Option(0, help="event time of the first upload (0 = now, aligned to 5 s)"),
+) -> None:
+    """Publish agent uploads from a source: probes.raw, paths.traced, registry."""
+    kind_s, scenario_s = value(kind), value(scenario)
+    if inventory != "panel1" and not Path(inventory).is_file():
+        raise typer.BadParameter(f"{inventory!r} is neither panel1 nor an inventory file", param_hint="'--inventory'")
+    s = load()
+    if kind_s == "sim":
+        run_sim_source(s, scenario_s, inventory, seed, batches or None, realtime, start_ns or None)
+    else:
+        run_source(s, kind_s, hosts, rnics, seed, probes_per_batch, batches, realtime)
+
+
+@commands.command("up")
+def up(
+    source: UpSource = typer.Option("auto", help="probe source: lab (netns fabric, root) | sim | synthetic; "
                                     "auto = lab where root and network namespaces work, else sim"),
-        workers: int = typer.Option(1, help="Faust workers in the consumer group"),
-        duration: float = typer.Option(0, help="stop after this many seconds (0 = until Ctrl-C)"),
-        alerts: bool = typer.Option(False, help="also start Alertmanager (infra/alertmanager) and the alert sink"),
-    ) -> None:
-        """Start (or reuse) Kafka, create topics, run the worker, the sink and the source; Ctrl-C stops all."""
-        run_up(load(), source, workers, duration, alerts)
+    workers: int = typer.Option(1, min=1, max=64, help="Faust workers in the consumer group"),
+    duration: float = typer.Option(0, callback=positive_seconds,
+                                   help="stop after this many seconds (0 = until Ctrl-C)"),
+    alerts: bool = typer.Option(False, help="also start Alertmanager (infra/alertmanager) and the alert sink"),
+    keep_kafka: bool = typer.Option(False, "--keep-kafka", help="leave a broker this run started running"),
+) -> None:
+    """Start (or reuse) Kafka, create topics, run the worker, the sink and the source; Ctrl-C stops all.
+    Exit 0 after Ctrl-C or --duration; 1 when a child failed for good (5 restarts in 5 min) or another
+    `up` uses this FABRICSCOPE_VAR or the lab."""
+    s = load()
+    if value(source) == "lab" and not lab_available():
+        raise typer.BadParameter("the netns lab needs root and network namespaces; use --source sim",
+                                 param_hint="'--source'")
+    raise typer.Exit(run_up(s, value(source), workers, duration, alerts, keep_kafka))
 
-    @app.command("query")
-    def query(
-        sql: str = typer.Argument(..., help="SQL, or the name of a saved query (`fabricscope queries` lists them)"),
-        as_json: bool = typer.Option(False, "--json", help="JSON lines for machines"),
-        as_csv: bool = typer.Option(False, "--csv", help="CSV"),
-        since: str = typer.Option(None, "--since", help="saved queries: how far back, e.g. 90d, 12h"),
-        param: list[str] = typer.Option([], "--param", "-p", help="saved queries: NAME=VALUE, repeatable"),
-    ) -> None:
-        """Run SQL on the store: through the running sink if there is one, else directly."""
-        from fabricscope.store_access import run_query
-        from schemas.saved_queries import SavedQueryError, is_saved_query, render_named
 
-        try:
-            if is_saved_query(sql):
-                values = dict(p.split("=", 1) if "=" in p else (p, "") for p in param)
-                if since is not None:
-                    values["since"] = since
-                sql = render_named(sql, values)
-            elif since is not None or param:
-                raise SavedQueryError("--since and -p apply to saved queries only; `fabricscope queries` lists them")
-            result = run_query(load(), sql)
-        except Exception as err:
-            console.print(f"[red]query failed:[/red] {err}")
-            raise typer.Exit(1) from None
-        print_table(result, as_json, as_csv)
+@commands.command("query")
+def query(
+    sql: str = typer.Argument(..., help="SQL, or the name of a saved query (`fabricscope queries` lists them)"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines for machines"),
+    as_csv: bool = typer.Option(False, "--csv", help="CSV"),
+    since: str = typer.Option(None, "--since", help="saved queries: how far back, e.g. 90d, 12h"),
+    param: list[str] = typer.Option([], "--param", "-p", help="saved queries: NAME=VALUE, repeatable"),
+) -> None:
+    """Run SQL on the store: through the running sink if there is one, else directly."""
+    from fabricscope.store_access import run_query
+    from schemas.saved_queries import SavedQueryError, check_query_text, is_saved_query, render_named
+
+    try:
+        check_query_text(sql)
+        if is_saved_query(sql):
+            values = dict(p.split("=", 1) if "=" in p else (p, "") for p in param)
+            if since is not None:
+                values["since"] = since
+            sql = render_named(sql, values)
+        elif since is not None or param:
+            raise SavedQueryError("--since and -p apply to saved queries only; `fabricscope queries` lists them")
+        result = run_query(load(), sql)
+    except SavedQueryError as err:
+        console.print(f"fabricscope query: {err}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    except Exception as err:
+        console.print(f"[red]query failed:[/red] {err}")
+        raise typer.Exit(1) from None
+    print_table(result, as_json, as_csv)
 
 
 def _serve_metrics(port: int) -> None:
@@ -178,18 +249,18 @@ def run_sink(s: Settings) -> None:
     os.umask(0o077)  # the store's files, the token and the endpoint file: the owner's only
     store = open_store(s.store_path, s.clickhouse_dsn(), s.query_limits())
     migrate(store)
+    if s.fabricscope_inventory:
+        from schemas.inventory_yaml import load as load_inventory_file
+        from sinks.history import load_inventory
+
+        inv = load_inventory_file(s.fabricscope_inventory)
+        n = load_inventory(store, ((r.id, r.host, r.tor) for r in inv.rnics.values()))
+        logging.info("loaded %d RNICs (ToR names) from %s into rnic_inventory", n, s.fabricscope_inventory)
     server = serve(store, s.store_path) if not s.clickhouse_dsn() else None
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
+    stopping = stop_requested(signal.SIGTERM, signal.SIGINT)
     writer = StoreWriter(store, s.kafka_bootstrap, s.fabricscope_topic_prefix, kafka_config=s.kafka_client_config())
     try:
-        writer.run(lambda: stopping)
+        writer.run(stopping)
     finally:
         writer.close()
         if server:
@@ -201,23 +272,26 @@ def run_source(s: Settings, kind: str, hosts: int, rnics: int, seed: int, probes
                batches: int, realtime: bool) -> None:
     """Publish uploads of one source until stopped or ``batches`` uploads were sent."""
     from producers.kafka_producer import AgentProducer
-    from producers.synthetic import synthetic_stream
-    from schemas.topics import PROBES_RAW, topic_name
+    from producers.synthetic import synthetic_registry, synthetic_stream
+    from schemas.arrow_nano import encode_columns
+    from schemas.topics import PROBES_RAW, REGISTRY, topic_name
 
     if kind != "synthetic":
         raise typer.BadParameter(f"unknown source {kind!r}; available: synthetic", param_hint="KIND")
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     topic = topic_name(PROBES_RAW, s.fabricscope_topic_prefix)
     start = (time.time_ns() // 5_000_000_000) * 5_000_000_000
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
+    # Register before probing: the registry topic may list only another source's RNICs (a lab run).
+    reg = synthetic_registry(hosts, rnics, time.time_ns())
+    for host in sorted(set(reg["host"])):
+        mine = {k: [v for v, h in zip(col, reg["host"], strict=True) if h == host] for k, col in reg.items()}
+        producer.publish(topic_name(REGISTRY, s.fabricscope_topic_prefix), encode_columns("registry.v1", mine),
+                         "registry.v1", key=host)
+    if producer.flush():
+        raise RuntimeError(f"the registry did not reach {s.kafka_bootstrap}; not probing unregistered RNICs")
+    stopping = stop_requested(signal.SIGTERM)
     for sent, (agent, payload) in enumerate(synthetic_stream(hosts, rnics, start, seed, probes_per_batch), 1):
-        if stopping:
+        if stopping():
             break
         producer.publish(topic, payload, "probe.v1", key=agent)
         if batches and sent >= batches:
@@ -250,15 +324,9 @@ def run_sim_source(s: Settings, scenario: str, inventory_spec: str, seed: int, b
     except ValueError as err:
         raise typer.BadParameter(str(err), param_hint="--scenario") from None
     sim = Simulator(inv, seed=seed, faults=faults, inter_tor="even")
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
-    stopping = False
-
-    def _stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    return publish_sim(sim, producer, s.fabricscope_topic_prefix, start, batches, realtime, lambda: stopping)
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
+    stopping = stop_requested(signal.SIGTERM)
+    return publish_sim(sim, producer, s.fabricscope_topic_prefix, start, batches, realtime, stopping)
 
 
 def lab_available() -> bool:
@@ -268,65 +336,9 @@ def lab_available() -> bool:
     return subprocess.run(["ip", "netns", "list"], capture_output=True).returncode == 0
 
 
-def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool = False) -> None:
-    """Start everything as child processes, show rows arriving, stop all on Ctrl-C or after ``duration``."""
-    from fabricscope.kafka_admin import create_topics
-    from sinks.query_endpoint import find_endpoint, query_remote
+def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool = False,
+           keep_kafka: bool = False) -> int:
+    """See :func:`fabricscope.up.run_up`."""
+    from fabricscope.up import run_up as _run_up
 
-    # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.
-    if s.kafka_bootstrap.startswith("127.0.0.1") and _kafka("start", s) != 0:
-        raise typer.Exit(1)
-    create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config())
-    if source == "auto":
-        source = "lab" if lab_available() else "sim"
-    exe = [sys.executable, "-m", "fabricscope.cli"]
-    children = [subprocess.Popen([*exe, "sink"])]
-    children += [subprocess.Popen([*exe, "worker"]) for _ in range(workers)]
-    if alerts:
-        if subprocess.call([*exe, "alertmanager", "start"]) != 0:
-            raise typer.Exit(1)
-        children.append(subprocess.Popen([*exe, "alerts"]))
-    lab = None
-    if source == "lab":
-        from fabricscope.cmd_lab import start_lab_source
-
-        lab = start_lab_source(s.kafka_bootstrap, s.fabricscope_topic_prefix,
-                               directory=s.fabricscope_var / "lab", kafka_config=s.kafka_client_config() or None)
-    else:
-        children.append(subprocess.Popen([*exe, "source", source]))
-    # Hostping on this host: inventory, topology and the 1 s monitor; loopback only where there is an RNIC.
-    children.append(subprocess.Popen([*exe, "hostping", "agent"]))
-    console.print(f"[green]fabricscope up[/green]: source={source}, workers={workers}; Ctrl-C stops"
-                  + ("; inject faults with `fabricscope lab fault ...`" if lab else ""))
-    t0 = time.time()
-    try:
-        with console.status("waiting for rows…") as status:
-            while not duration or time.time() - t0 < duration:
-                time.sleep(2)
-                # Only through the sink: opening the embedded store here would take its lock.
-                url = find_endpoint(s.store_path)
-                try:
-                    n = query_remote(url, "SELECT count() AS n, countIf(status='timeout') AS timeouts FROM probes")
-                    row = n.to_pylist()[0]
-                    v = query_remote(url, "SELECT count() AS n FROM verdicts")["n"][0].as_py()
-                    status.update(f"{int(time.time() - t0)} s: {row['n']} probe rows in the store, "
-                                  f"{row['timeouts']} timeouts, {v} verdicts")
-                except Exception:
-                    pass
-                if any(c.poll() is not None for c in children):
-                    console.print("[red]a child process exited; stopping[/red]")
-                    break
-    except KeyboardInterrupt:
-        pass
-    finally:
-        if lab is not None:
-            lab.stop()
-        for c in reversed(children):
-            if c.poll() is None:
-                c.send_signal(signal.SIGTERM)
-        for c in children:
-            try:
-                c.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                c.kill()
-        console.print("stopped")
+    return _run_up(s, source, workers, duration, alerts, keep_kafka)

@@ -3,8 +3,8 @@
 Starts (or reuses) the local Kafka broker, creates topics under a fresh prefix,
 runs the store writer and the Faust worker(s) as child processes, feeds a source
 (the netns lab with a real injected fault, or the simulator), and collects the
-verdicts and the closed-window summaries from their topics. Used by the tests
-of issue 4 and by people who want to see the product work.
+verdicts and the closed-window summaries from their topics. Used by the end-to-end
+tests and by people who want to see the product work.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from confluent_kafka import Consumer
 
 from fabricscope.settings import Settings
 from schemas.codec import decode
+from schemas.verdicts import WINDOW_NS
 
-WINDOW_NS = 20_000_000_000
 JOB_ID = "job-h1h3"
 
 
@@ -188,7 +188,7 @@ def _feed_sim(s: Settings, prefix: str, scenario: str, seed: int, windows: int, 
     sim = Simulator(inv, seed=seed, faults=faults, inter_tor="even")
     if job_value is not None:
         sim.set_connections(panel1_job_connections(sim, JOB_ID))
-    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_client_config())
+    producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     # windows + 1 so the last wanted window has uploads past its end, + 2 uploads of grace
     publish_sim(sim, producer, prefix, start, n_batches=(windows + 1) * 4 + 2,
                 job_metric=(JOB_ID, job_value) if job_value is not None else None)

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sinks.readonly_sql import QueryLimits
@@ -39,6 +39,8 @@ class Settings(BaseSettings):
     clickhouse_url: SecretStr | None = Field(None, description="http://user:pw@host:8123/db; unset = embedded chdb")
     fabricscope_var: Path = Field(Path("var"), description="local state: Kafka data, embedded store, lab state")
     fabricscope_topic_prefix: str = ""
+    fabricscope_inventory: Path | None = Field(
+        None, description="inventory YAML the store writer loads into rnic_inventory at start (ToR names)")
     # Limits of every user query (`fabricscope query`, saved queries, the sink's endpoint); past one
     # the query stops with the engine's error. Defaults: the documented queries take 0.1-1.3 s and
     # return at most ~81 k rows over a day of a 1,000-RNIC cluster (README, History).
@@ -47,6 +49,21 @@ class Settings(BaseSettings):
     fabricscope_query_max_result_bytes: int = Field(256 * 1024 * 1024, gt=0, description="bytes per result")
     fabricscope_query_max_threads: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), gt=0,
                                                description="threads per query: half the cores, the rest insert")
+    # Durability on a replicated cluster (README "Operations"): unset = fit the cluster that answers.
+    kafka_replication_factor: int | None = Field(
+        None, ge=1, description="replicas of every topic, Faust's own too; unset = min(3, brokers)")
+    kafka_min_insync_replicas: int | None = Field(
+        None, ge=1, description="min.insync.replicas of every topic; unset = max(1, replication - 1)")
+    kafka_acks: Literal["all", "1", "0"] = Field(
+        "all", description="producer acks (agent, Faust workers); all = every in-sync replica has the batch")
+    kafka_idempotence: bool = Field(True, description="idempotent producers (no duplicate on retry); needs acks=all")
+
+    @model_validator(mode="after")
+    def _idempotence_needs_acks_all(self) -> Settings:
+        if self.kafka_idempotence and self.kafka_acks != "all":
+            raise ValueError(f"KAFKA_IDEMPOTENCE=true needs KAFKA_ACKS=all (got {self.kafka_acks}); "
+                             "set KAFKA_IDEMPOTENCE=false to use weaker acks")
+        return self
 
     @property
     def store_path(self) -> Path:
@@ -66,6 +83,11 @@ class Settings(BaseSettings):
             conf["ssl.ca.location"] = str(self.kafka_ssl_cafile)
         return conf
 
+    def kafka_producer_config(self) -> dict[str, str]:
+        """librdkafka settings of a producer: security plus ``acks`` and ``enable.idempotence`` (not logged)."""
+        return {**self.kafka_client_config(), "acks": self.kafka_acks,
+                "enable.idempotence": "true" if self.kafka_idempotence else "false"}
+
     def query_limits(self) -> QueryLimits:
         """The limits user queries run under."""
         return QueryLimits(self.fabricscope_query_max_execution_time_s, self.fabricscope_query_max_result_rows,
@@ -84,7 +106,10 @@ def _secret(name: str) -> bool:
 def _explain(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
-        name = str(e["loc"][0]) if e["loc"] else "?"
+        if not e["loc"]:  # a check across fields: its message names them; the input is every value, secrets too
+            lines.append(str(e["msg"]).removeprefix("Value error, "))
+            continue
+        name = str(e["loc"][0])
         shown = "" if _secret(name) else f"={e.get('input')!r}"
         lines.append(f"{name.upper()}{shown}: {e['msg']}")
     return ("invalid setting" + ("s" if len(lines) > 1 else "") + " (environment or .env):\n  "

@@ -15,7 +15,7 @@ PINGLIST = "pinglist.v1"
 
 
 def pinglist_columns(host: str, entries: list[dict], now_ns: int) -> dict[str, list]:
-    """``pinglist.v1`` columns of one agent's entries (dicts of :func:`producers.controller._entry`).
+    """``pinglist.v1`` columns of one agent's entries (dicts of :func:`producers.controller.pinglist_entry`).
 
     Raises:
         KeyError: an entry lacks a field of the schema (the message names it).

@@ -7,7 +7,7 @@ them (``message.timeout.ms`` = 0) and delivers them first when the broker is
 back; the rest wait in a deque, and when that is full the oldest of them is
 dropped first and counted (``stats.dropped_oldest``; logged). librdkafka's own
 queue cannot drop its oldest, so it is kept small: otherwise the bound would be
-twice ``max_buffered`` and the drops would fall in the middle (issue 8, "Delivery").
+twice ``max_buffered`` and the drops would fall in the middle.
 """
 
 from __future__ import annotations

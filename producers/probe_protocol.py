@@ -10,6 +10,7 @@ responder answers and what row it yields are defined here once.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,11 +107,24 @@ def probe_row(agent_id: str, host: str, p: PendingProbe) -> dict[str, Any]:
 class InFlight:
     """A prober's probes in flight: ``pending`` by seq, and a ``(deadline, seq)`` heap beside it.
 
-    ``pending`` may be cleared or popped from outside (a finished probe); its heap entry
-    is then skipped when it falls due.
+    A finished probe (:meth:`finish`, or :meth:`expire` at its deadline) leaves ``pending``
+    and its ``probe.v1`` row (:func:`probe_row`) goes to ``on_probe``. ``pending`` may be
+    cleared from outside; a cleared probe's heap entry is skipped when it falls due.
+
+    Args:
+        agent_id, host: names for the rows.
+        on_probe: called with each finished row.
+        pending: the dict to keep probes in (default: a new one).
     """
 
-    def __init__(self, pending: dict[int, PendingProbe] | None = None) -> None:
+    def __init__(
+        self,
+        agent_id: str,
+        host: str,
+        on_probe: Callable[[dict[str, Any]], None],
+        pending: dict[int, PendingProbe] | None = None,
+    ) -> None:
+        self.agent_id, self.host, self.on_probe = agent_id, host, on_probe
         self.pending: dict[int, PendingProbe] = {} if pending is None else pending
         self._deadlines: list[tuple[int, int]] = []
 
@@ -119,9 +133,17 @@ class InFlight:
         self.pending[p.seq] = p
         heapq.heappush(self._deadlines, (p.deadline, p.seq))
 
-    def pop_expired(self, now_ns: int) -> list[PendingProbe]:
-        """The probes still pending whose deadline is at or before ``now_ns`` (monotonic ns)."""
-        return pop_expired(self._deadlines, self.pending, now_ns)
+    def finish(self, p: PendingProbe) -> None:
+        """``p`` is done (answered, or past its deadline): emit its row."""
+        self.pending.pop(p.seq, None)
+        self.on_probe(probe_row(self.agent_id, self.host, p))
+
+    def expire(self, now_ns: int) -> int:
+        """Finish every probe whose deadline is at or before ``now_ns`` (monotonic ns); returns how many."""
+        expired = pop_expired(self._deadlines, self.pending, now_ns)
+        for p in expired:
+            self.finish(p)
+        return len(expired)
 
 
 @dataclass

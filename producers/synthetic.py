@@ -2,7 +2,7 @@
 
 It builds ``probe.v1`` batches for a small ToR-mesh of RNICs with a fixed base
 network RTT, responder and prober delays, and an optional timeout rate. It is
-the "first source" of issue 2; the real backends live in ``producers.sim``
+the pipeline's first source; the real backends live in ``producers.sim``
 (fabric model with faults), ``producers.udp_*`` (netns lab) and the verbs prober.
 """
 
@@ -89,11 +89,37 @@ def synthetic_batch(
     return cols
 
 
+def rnic_names(hosts: int, rnics_per_host: int) -> dict[str, list[str]]:
+    """host -> its RNICs: ``h0 -> [h0-r0, h0-r1]``, the names the synthetic batches carry."""
+    return {f"h{h}": [f"h{h}-r{r}" for r in range(rnics_per_host)] for h in range(hosts)}
+
+
+def synthetic_registry(hosts: int, rnics_per_host: int, now_ns: int) -> dict[str, list]:
+    """``registry.v1`` columns for every synthetic RNIC (one ToR, ``tor0``; QPN 1000 as the probes carry).
+
+    A source registers its RNICs before it probes: the worker dead-letters rows naming RNICs the
+    registry has never listed, and the topic may hold another source's registry (a lab run).
+    """
+    names = rnic_names(hosts, rnics_per_host)
+    rows = [(h, r, i) for h, rs in names.items() for i, r in enumerate(rs)]
+    return {
+        "agent_id": [h for h, _, _ in rows],
+        "upload_ns": [now_ns] * len(rows),
+        "host": [h for h, _, _ in rows],
+        "rnic": [r for _, r, _ in rows],
+        "tor": ["tor0"] * len(rows),
+        "ip": [f"10.0.{int(h[1:])}.{i + 1}" for h, _, i in rows],
+        "gid": [f"::ffff:10.0.{int(h[1:])}.{i + 1}" for h, _, i in rows],
+        "gid_index": [3] * len(rows),
+        "qpn": [1000] * len(rows),
+    }
+
+
 def synthetic_stream(
     hosts: int, rnics_per_host: int, start_ns: int, seed: int, probes_per_batch: int = 100
 ) -> Iterator[tuple[str, bytes]]:
     """Endless ``(agent_id, payload)`` uploads, one per host per 5 s of event time."""
-    names = {f"h{h}": [f"h{h}-r{r}" for r in range(rnics_per_host)] for h in range(hosts)}
+    names = rnic_names(hosts, rnics_per_host)
     every = [r for rs in names.values() for r in rs]
     k = 0
     while True:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from producers import kernel_ts
-from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe, probe_row
+from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe
 from producers.udp_wire import ACK1, ACK2, PROBE, TRACE, TRACE_REPLY, Packet, decode
 
 log = logging.getLogger("fabricscope.agent.udp")
@@ -166,7 +166,7 @@ class UdpEngine:
         self.sel = selectors.DefaultSelector()
         self.endpoints: dict[tuple[str, int, int], Endpoint] = {}
         self._hw: dict[str, bool] = {}
-        self.inflight = InFlight()
+        self.inflight = InFlight(agent_id, host, lambda row: self.on_probe(row))
         self.pending = self.inflight.pending
         self.traces: dict[int, tuple[int, int]] = {}  # trace packet seq -> (trace id, ttl)
         self._trace_state: dict[int, Trace] = {}
@@ -253,17 +253,10 @@ class UdpEngine:
         ep.send(Packet(PROBE, seq, int(entry.get("qpn") or 0), self.qpns[ep.rnic]), dst, ("probe", seq))
         return seq
 
-    def _finish(self, p: PendingProbe) -> None:
-        self.pending.pop(p.seq, None)
-        self.on_probe(probe_row(self.agent_id, self.host, p))
-
     def expire(self, now_mono: int | None = None) -> int:
         """Finish probes past their deadline (timeouts, or ok without ACK2); returns how many."""
         now = now_mono if now_mono is not None else time.monotonic_ns()
-        expired = self.inflight.pop_expired(now)
-        for p in expired:
-            self._finish(p)
-        n = len(expired)
+        n = self.inflight.expire(now)
         for tid, tr in list(self._trace_state.items()):
             if tr.deadline <= now:
                 self._finish_trace(tid)
@@ -406,13 +399,13 @@ class UdpEngine:
                 p.t5 = t_rx if t_rx is not None else t_user
                 p.t6 = t_user
                 if p.t3 is not None:
-                    self._finish(p)
+                    self.inflight.finish(p)
         elif pkt.kind == ACK2:
             p = self.pending.get(pkt.seq)
             if p is not None and addr[0] == p.entry["dst_ip"]:
                 p.t3, p.t4, p.responder_hw = pkt.t3, pkt.t4, pkt.hardware
                 if p.t5 is not None:
-                    self._finish(p)
+                    self.inflight.finish(p)
 
     def _on_tx_timestamp(self, ep: Endpoint, ref: tuple[str, Any], ts: int) -> None:
         kind, data = ref

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe, probe_row
+from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe
 from producers.udp_wire import ACK1, ACK2, PAYLOAD_BYTES, PROBE, Packet, decode
 
 GRH_BYTES = 40  # a UD receive buffer starts with the 40-byte Global Route Header
@@ -123,7 +123,7 @@ class VerbsProtocol:
     _seq: int = field(default_factory=lambda: int.from_bytes(os.urandom(4), "big") << 16)
 
     def __post_init__(self) -> None:
-        self._inflight = InFlight(self.pending)
+        self._inflight = InFlight(self.agent_id, self.host, self.on_probe, self.pending)
         self._admission = Admission(self.allowed_gids, self.rate_limit, self.counters)
 
     def probe(self, entry: dict[str, Any], now_mono: int | None = None) -> Send:
@@ -180,20 +180,12 @@ class VerbsProtocol:
         elif pkt.kind == ACK2:
             p.t3, p.t4, p.responder_hw = pkt.t3, pkt.t4, pkt.hardware
         if p.t5 is not None and p.t3 is not None:
-            self._finish(p)
+            self._inflight.finish(p)
         return []
-
-    def _finish(self, p: PendingProbe) -> None:
-        self.pending.pop(p.seq, None)
-        self.on_probe(probe_row(self.agent_id, self.host, p))
 
     def expire(self, now_mono: int | None = None) -> int:
         """Finish probes past their 500 ms deadline; returns how many."""
-        now = now_mono if now_mono is not None else time.monotonic_ns()
-        expired = self._inflight.pop_expired(now)
-        for p in expired:
-            self._finish(p)
-        return len(expired)
+        return self._inflight.expire(now_mono if now_mono is not None else time.monotonic_ns())
 
 
 def _import_pyverbs() -> Any:

@@ -103,6 +103,24 @@ def load(name: str) -> SavedQuery:
     return _parse(name, resources.files("schemas.queries").joinpath(f"{name}.sql").read_text())
 
 
+def check_query_text(text: str) -> None:
+    """Refuse a single word that is not a saved query: it is a misspelt name, never SQL to run.
+
+    Raises:
+        SavedQueryError: ``text`` is one word (no spaces) and no saved query has that name; the
+            message suggests the nearest names (difflib) and how to list them.
+    """
+    word = text.strip()
+    if not word or any(c.isspace() for c in word) or word in names():
+        return
+    import difflib
+
+    near = difflib.get_close_matches(word, names(), n=3, cutoff=0.5)
+    hint = f"did you mean {' or '.join(near)}? " if near else ""
+    raise SavedQueryError(f"no saved query named {word!r}; {hint}`fabricscope queries` lists them "
+                          "(SQL has spaces: SELECT ...)")
+
+
 def is_saved_query(text: str) -> bool:
     """Whether ``text`` names a saved query (rather than being SQL)."""
     return bool(_NAME.match(text)) and text in names()

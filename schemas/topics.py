@@ -1,7 +1,7 @@
 """The topic registry: every Kafka topic of the pipeline, in one visible place.
 
 Partition counts are fixed here because Faust tables over a topic need a
-changelog with the same count (issue 2: create topics explicitly).
+changelog with the same count, so topics are created explicitly, never auto-created.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ HOST_LINKS = Topic("host_links", 1, "host", "host_link.v1", {"retention.ms": str
 JOB_METRICS = Topic(
     "jobs.metrics", 1, "job_id", "jobmetric.v1", _RETAIN_7D, "job throughput samples for impact grading"
 )
-GROUND_TRUTH = Topic("sim.truth", 1, "", "", _RETAIN_7D, "simulator fault labels; the analyzer never reads it")
 HOSTS_TOPOLOGY = Topic(
     "hosts.topology", 1, "host", "host_topology.v1", _COMPACTED,
     "Hostping: each host's intra-host topology and healthy loopback baseline (last per host wins)",
@@ -81,7 +80,6 @@ ALL_TOPICS: tuple[Topic, ...] = (
     WINDOWS_CLOSED,
     HOST_LINKS,
     JOB_METRICS,
-    GROUND_TRUTH,
     DEADLETTER,
     HOSTS_TOPOLOGY,
     HOSTS_INVENTORY,

@@ -35,7 +35,7 @@ from sinks.readonly_sql import QueryLimits, ReadonlyGuard
 from sinks.store_errors import StoreError
 
 __all__ = ["ChdbStore", "QueryLimits", "ServerStore", "Store", "StoreError", "migrate", "open_store",
-           "private_dir", "table_columns"]
+           "private_dir"]
 
 _TOKEN_OK = re.compile(r"^[A-Za-z0-9_.:/\-]{1,200}$")
 INSERT_SETTINGS = {"deduplicate_blocks_in_dependent_materialized_views": 1}
@@ -267,12 +267,3 @@ def migrate(store: Store) -> list[str]:
         )
         applied.append(m.name)
     return applied
-
-
-def table_columns(store: Store, table: str) -> list[str]:
-    """The insertable columns of ``table`` (ordinary columns, not MATERIALIZED/ALIAS)."""
-    t = store.query_arrow(
-        f"SELECT name FROM system.columns WHERE database = currentDatabase() AND table = '{table}' "
-        "AND default_kind NOT IN ('MATERIALIZED', 'ALIAS') ORDER BY position"
-    )
-    return t["name"].to_pylist()

@@ -171,3 +171,109 @@ class PrivateBroker:
             self.stop()
         finally:
             shutil.rmtree(self.var / "kafka" / "data", ignore_errors=True)
+
+
+def _free_base(span: int, tries: int = 50) -> int:
+    """A port ``base`` with ``base .. base+span-1`` and ``base+100 .. base+100+span-1`` all free now."""
+    import random
+
+    rng = random.Random()
+    for _ in range(tries):
+        base = rng.randrange(20_000, 40_000)
+        ports = [*range(base, base + span), *range(base + 100, base + 100 + span)]
+        try:
+            socks = []
+            for p in ports:
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return base
+    raise RuntimeError("no free run of ports for a local Kafka cluster")
+
+
+class PrivateCluster:
+    """``kafka.sh cluster`` with ``brokers`` combined KRaft nodes on free loopback ports, data under ``var``.
+
+    Node k listens on ``port0 + k - 1`` (controller ``port0 + 100 + k - 1``); never touches the shared
+    broker on 9092 nor a cluster on the default ports.
+    """
+
+    def __init__(self, var: Path, brokers: int = 3) -> None:
+        self.var = var
+        self.brokers = brokers
+        self.port0 = _free_base(brokers)
+        kafka = var / "kafka"
+        kafka.mkdir(parents=True, exist_ok=True)
+        shared_libs = REPO / "var" / "kafka" / "libs"
+        if not (kafka / "libs").exists():
+            if not (shared_libs / ".complete").exists():
+                raise RuntimeError(f"no Kafka jars at {shared_libs}: run infra/kafka/kafka.sh install")
+            os.symlink(shared_libs, kafka / "libs")
+        self.env = {**os.environ, "FABRICSCOPE_VAR": str(var), "KAFKA_CLUSTER_PORT": str(self.port0),
+                    "KAFKA_CLUSTER_CONTROLLER_PORT": str(self.port0 + 100)}
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{self.port0 + k}" for k in range(self.brokers))
+
+    def _sh(self, *args: str, timeout: float = 180) -> str:
+        r = subprocess.run(["bash", str(KAFKA_SH), "cluster", *args, "--brokers", str(self.brokers)],
+                           env=self.env, capture_output=True, text=True, timeout=timeout)
+        if r.returncode != 0:
+            raise RuntimeError(f"kafka.sh cluster {' '.join(args)} ({self.bootstrap}) failed: {r.stdout}{r.stderr}")
+        return r.stdout
+
+    def start(self) -> str:
+        """Start every node that is not running; returns when all brokers are in the metadata."""
+        return self._sh("start")
+
+    def kill(self, node: int) -> str:
+        """kill -9 of node ``node`` (1-based)."""
+        return self._sh("kill", str(node))
+
+    def stop(self) -> str:
+        return self._sh("stop")
+
+    def cleanup(self) -> None:
+        try:
+            self.stop()
+        finally:
+            shutil.rmtree(self.var / "kafka-cluster", ignore_errors=True)
+
+
+def partition_leaders(bootstrap: str, topics: list[str]) -> dict[tuple[str, int], int]:
+    """``{(topic, partition): leader broker id}`` (-1: no leader) from one metadata request."""
+    md = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2}).list_topics(timeout=10)
+    return {(t, p.id): p.leader for t in topics if t in md.topics for p in md.topics[t].partitions.values()}
+
+
+class GroupLag:
+    """Messages of ``topic`` not yet committed by consumer group ``group``, asked with one client (not a
+    member of the group: it only reads the group's committed offsets and the high watermarks)."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        self.topic = topic
+        # log_level 2: a dead broker in the bootstrap list is expected here, not worth a line per sample
+        self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                            "log_level": 2})
+
+    def lag(self) -> int | None:
+        """The lag now; None when the cluster did not answer in time."""
+        try:
+            parts = self._c.list_topics(self.topic, timeout=5).topics[self.topic].partitions
+            tps = self._c.committed([TopicPartition(self.topic, p) for p in parts], timeout=5)
+            lag = 0
+            for tp in tps:
+                _, high = self._c.get_watermark_offsets(TopicPartition(self.topic, tp.partition), timeout=5)
+                lag += high - max(tp.offset, 0)
+            return lag
+        except Exception:
+            return None
+
+    def close(self) -> None:
+        self._c.close()

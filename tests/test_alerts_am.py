@@ -20,12 +20,12 @@ import pytest
 from infra.alertmanager.render import render, write
 from schemas.arrow_pa import arrow_schema
 from schemas.codec import encode, headers_for
+from schemas.verdicts import WINDOW_NS
 from sinks.alerts import Hysteresis
 
 from conftest import wait_for
 
 REPO = Path(__file__).resolve().parents[1]
-WINDOW_NS = 20 * 10**9
 SECRET = "T0KEN-s3cr3t-9f8e7d"
 
 

@@ -1,4 +1,4 @@
-"""``fabricscope blame`` over verdict and coverage files (issue 3, "blame")."""
+"""``fabricscope blame`` over verdict and coverage files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from analyzer_fabric import Faults, Job, S, last_uploads, panel1, window
 from typer.testing import CliRunner
 
-from fabricscope.cli import _register, app
+from fabricscope.cli import app, register_all
 from fabricscope.cmd_blame import parse_time
 from streams.pingmesh.analyzer import AnalyzerState, analyze_window
 from streams.pingmesh.partial import summarize
@@ -33,7 +33,7 @@ def _files(tmp_path, faults):
 
 @pytest.fixture(scope="module")
 def cli():
-    _register()
+    register_all()
     return CliRunner()
 
 
@@ -62,3 +62,15 @@ def test_blame_innocent_and_unknown(cli, tmp_path):
     r = cli.invoke(app, ["blame", "--job", "J", "--at", str(START + 5 * S), "--verdicts", v])
     assert r.exit_code == 3
     assert "UNKNOWN" in r.output
+
+
+def test_blame_exit_code_is_the_same_with_and_without_json(cli, tmp_path):
+    v, c = _files(tmp_path, Faults(dead_links={"A->S3"}))
+    (tmp_path / "quiet").mkdir()
+    v_quiet, _ = _files(tmp_path / "quiet", Faults(dead_rnics={"C3"}))  # nothing on the job's paths
+    at = str(START + 5 * S)
+    for files, code, answer in (([v, "--coverage", c], 0, "network"), ([v_quiet], 3, "unknown")):
+        plain = cli.invoke(app, ["blame", "--job", "J", "--at", at, "--verdicts", *files])
+        as_json = cli.invoke(app, ["blame", "--job", "J", "--at", at, "--verdicts", *files, "--json"])
+        assert plain.exit_code == as_json.exit_code == code, (plain.output, as_json.output)
+        assert json.loads(as_json.output)["answer"] == answer

@@ -1,5 +1,5 @@
 """`fabricscope demo --source lab`: real namespaces, real packets, real kernel timestamps, real faults,
-through the real broker, Faust and chdb (issue 4, "Done when"). Needs root and network namespaces."""
+through the real broker, Faust and chdb. Needs root and network namespaces."""
 
 from __future__ import annotations
 

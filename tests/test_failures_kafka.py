@@ -1,7 +1,7 @@
 """Failures the pipeline must survive, each at a seeded random point, on the real broker and chdb.
 
 After each failure the store must hold every row the agents produced, once:
-``count() = uniqExact(agent_id, seq) = rows produced`` in ``probes`` (issue 8).
+``count() = uniqExact(agent_id, seq) = rows produced`` in ``probes``.
 The seed is ``FABRICSCOPE_FAILURE_SEED`` (default 8); each test prints it with
 its kill point so a failure can be replayed.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -185,6 +186,12 @@ for k in range(1000):
 """
 
 
+def _first_round(agent: subprocess.Popen, timeout: float = 60.0) -> None:
+    """Wait until ``agent`` printed its first round (flushed to the broker); its start-up time varies with load."""
+    ready, _, _ = select.select([agent.stdout], [], [], timeout)
+    assert ready and agent.stdout.readline().strip() == "0", f"agent printed no round in {timeout} s"
+
+
 def test_agent_restart_with_a_new_qpn(pipeline_env, tmp_path):
     """Agent h0 SIGKILLed and restarted with a new QPN; its peers' probes to the old QPN time out (stale-QPN
     noise). Every row that reached probes.raw is stored once; the timeouts are rows, not dead letters."""
@@ -203,20 +210,22 @@ def test_agent_restart_with_a_new_qpn(pipeline_env, tmp_path):
                                 stdout=subprocess.PIPE, text=True)
 
     first = agent(1000, 0)
+    _first_round(first)  # the kill lands after a round reached the broker, however slow the start
     time.sleep(kill_after)
     first.send_signal(signal.SIGKILL)
     first.wait(10)
-    rounds_first = len(first.stdout.read().split())
+    rounds_first = 1 + len(first.stdout.read().split())
     second = agent(2000, 10_000)  # new incarnation: new QPN, seqs past the old ones
     peers = Fleet(AgentProducer(bootstrap), topic)
     for k in range(4):  # peers still probe h0-r0 with the old QPN until the registry update: all time out
         peers.round_(k, ["h1", "h2", "h3"])
     stale = _stale_batch(peers, 99)
     assert peers.producer.flush(30) == 0
+    _first_round(second)
     time.sleep(1.5)
     second.terminate()
     second.wait(10)
-    rounds_second = len(second.stdout.read().split())
+    rounds_second = 1 + len(second.stdout.read().split())
     # rows produced = what reached probes.raw (a SIGKILLed agent may have lost its unsent buffer)
     raw_rows = _raw_rows(bootstrap, topic)
     _assert_exactly_once(store, raw_rows, "an agent restart")

@@ -17,13 +17,13 @@ import pytest
 
 from producers.hostping.sim_source import loopback_upload, sim_host
 from producers.kafka_producer import AgentProducer
+from schemas.verdicts import WINDOW_NS
 from sinks.query_endpoint import find_endpoint, query_remote
 
 from conftest import wait_for
 
 pytestmark = pytest.mark.kafka
 
-WINDOW_NS = 20_000_000_000
 # Recent (the store's TTL drops rows older than 2 years at insert) and a multiple of the 20 s window.
 START_NS = time.time_ns() // WINDOW_NS * WINDOW_NS - 300_000_000_000
 ROUND_NS = 30_000_000_000

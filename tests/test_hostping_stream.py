@@ -175,10 +175,10 @@ def test_acs_enabled_is_named_on_its_switches_in_one_round():
 def test_source_command_takes_hostping_sim_and_rejects_bad_use():
     from typer.testing import CliRunner
 
-    from fabricscope.cli import _register, app
+    from fabricscope.cli import app, register_all
 
-    _register()
-    _register()  # twice, as some tests do: still one working `source`
+    register_all()
+    register_all()  # twice, as some tests do: still one working `source`
     runner = CliRunner()
     out = runner.invoke(app, ["source", "hostping-sim", "--pattern", "nope"]).output
     assert "unknown ['nope'] pattern" in out and "rnic_pcie_link_failure" in out

@@ -1,5 +1,5 @@
 """Per-row Python work on the hot path is a defect: the Python function calls spent on one
-probe batch must not grow with its row count (issue 7, checked with cProfile)."""
+probe batch must not grow with its row count (checked with cProfile)."""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ def test_cli_inventory_check_names_the_problem(tmp_path):
     from fabricscope import cmd_sim
 
     app = typer.Typer()
-    cmd_sim.register(app)
+    app.add_typer(cmd_sim.inventory_app)
     p = tmp_path / "c.yaml"
     panel1().dump(p)
     r = CliRunner().invoke(app, ["inventory", "check", str(p)])

@@ -1,4 +1,4 @@
-"""The netns fabric lab and the udp backend on real kernel networking (issue 4).
+"""The netns fabric lab and the udp backend on real kernel networking.
 
 Needs root and network namespaces (skipped otherwise) and ``nft`` for the
 counter and loss tests. Everything runs on a Panel 1 lab with its own namespace
@@ -320,9 +320,9 @@ def test_cli_lab_up_fault_status_down(tmp_path: Path) -> None:
 
     from typer.testing import CliRunner
 
-    from fabricscope.cli import _register, app
+    from fabricscope.cli import app, register_all
 
-    _register()
+    register_all()
     run = CliRunner()
     d = ["--dir", str(tmp_path)]
     r = run.invoke(app, ["lab", "up", "--no-agents", "--prefix", "fst2-", "--spines", "2", "--tors", "2", *d])

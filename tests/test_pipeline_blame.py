@@ -1,6 +1,6 @@
 """Impact and blame through the real pipeline: the digest's job H1+H3 on Panel 1 with A–S3 dead
 (its A2→B2 flow crosses S3) -> P0 when the job's metric is below its threshold, P1 above it, and
-`fabricscope blame` says "network" from the store, with coverage (issue 3, Panel 1 checks)."""
+`fabricscope blame` says "network" from the store, with coverage (the digest's Panel 1 checks)."""
 
 from __future__ import annotations
 

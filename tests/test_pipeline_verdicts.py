@@ -1,5 +1,5 @@
 """Verdicts through the real pipeline: sim uploads -> real broker -> Faust workers (one consumer group)
--> reducer -> verdicts topic -> store writer -> chdb (issue 3, "Done when", last item)."""
+-> reducer -> verdicts topic -> store writer -> chdb."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Replays and rollups on the real embedded store (chdb): a replayed batch is counted once in every rollup.
 
-ClickHouse's rule (issue 8): a materialized view's target table deduplicates a
+ClickHouse's rule: a materialized view's target table deduplicates a
 replayed block only when the target has ``non_replicated_deduplication_window``
 and the insert sets ``deduplicate_blocks_in_dependent_materialized_views = 1``
 (:data:`sinks.clickhouse.INSERT_SETTINGS`). Measured on chdb 26.9: without the

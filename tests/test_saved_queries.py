@@ -180,6 +180,25 @@ def test_rtt_per_pinglist_per_hour_and_summary(month):
         assert [summary[name][c] for c in ("p50_ns", "p99_ns", "p999_ns")] == whole[i]
 
 
+def test_rtt_per_pinglist_per_minute_for_short_ranges(month):
+    p = month["p"]
+    before = time.time()
+    minutely = _run(month, "rtt_pinglist_minutely", since="2d")
+    cut_s = int(before) - 2 * 86400
+    minute = p.t1 // (60 * 10**9)
+    ok = ~p.timeout
+    want = grouped_quantiles((minute * 10 + p.pinglist)[ok], p.rtt[ok], (0.5, 0.99, 0.999))
+    names_ = ["tor_mesh", "inter_tor", "service"]
+    got = {int(r["minute"].timestamp()) // 60 * 10 + names_.index(r["pinglist"]): r for r in minutely}
+    assert got and min(k // 10 for k in got) * 60 >= cut_s - 2  # nothing older than --since
+    inside = {k for k in want if (k // 10) * 60 >= cut_s + 60}  # clear of the cut's second
+    assert inside and inside <= set(got)
+    for k in inside:
+        assert [got[k]["p50_ns"], got[k]["p99_ns"], got[k]["p999_ns"]] == want[k]
+        sel = (minute == k // 10) & (p.pinglist == k % 10)
+        assert (got[k]["probes"], got[k]["timeouts"]) == (int(sel.sum()), int((sel & p.timeout).sum()))
+
+
 def test_rtt_per_service_per_hour_from_raw_probes(month):
     p = month["p"]
     before = time.time_ns()

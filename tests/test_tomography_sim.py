@@ -1,5 +1,5 @@
 """The analyzer over the seeded Clos simulator (``producers/sim``): Panel 1 faults, random Clos
-fabrics with random faulted links, and confidence calibration (issue 3 "Done when")."""
+fabrics with random faulted links, and confidence calibration."""
 
 from __future__ import annotations
 

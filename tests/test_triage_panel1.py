@@ -1,4 +1,4 @@
-"""The digest's Panel 1 checks (R-Pingmesh §4.3, §5; issue 3 "Done when") on the hand-built fabric."""
+"""The digest's Panel 1 checks (R-Pingmesh §4.3, §5) on the hand-built fabric."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Property tests: verdicts do not depend on row order or on the split of rows over workers and batches.
 
 Workers each :func:`summarize` their share of a window and one reducer :func:`merge`\\ s the
-partials (issue 3, "Verdicts"); the verdicts must equal the one-worker verdicts.
+partials; the verdicts must equal the one-worker verdicts.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Event-time windows and the watermark (issue 3 "Windows"; R-Pingmesh §5 20 s period)."""
+"""Event-time windows and the watermark (R-Pingmesh §5 20 s period)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The netns fabric lab: a real ECMP Clos fabric on this machine (issue 4).
+"""The netns fabric lab: a real ECMP Clos fabric on this machine.
 
 ``up(spec)`` builds spines, ToRs and two-NIC hosts as network namespaces joined
 by veth pairs; ``down()`` removes everything; :mod:`infra.lab.faults` injects the

@@ -4,7 +4,7 @@ Every namespace is named ``<prefix><node>`` and listed in a state file
 (``<lab_dir>/state.json``) before it is created, so :func:`down` removes
 everything, also after a crash; it also sweeps any namespace with the prefix.
 
-Kernel settings (measured on this kind of machine, issue 4):
+Kernel settings (measured on this kind of machine):
 
 - routers: ``fib_multipath_hash_policy=3`` with ``fib_multipath_hash_fields=0x37``
   (src/dst IP, protocol, src/dst port: the L4 5-tuple; policy 1 scatters one
@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from pyroute2 import IPRoute, netns
 
 from infra.lab import procs
 from infra.lab.topology import Fabric, LabSpec, plan
+from infra.runlock import Busy, RunLock, holder, note
 
 DEFAULT_LAB_DIR = Path("var/lab")
 STATE_FILE = "state.json"
@@ -92,6 +94,69 @@ def write_state(directory: Path, state: dict[str, Any]) -> None:
     tmp.replace(directory / STATE_FILE)
 
 
+_held: dict[str, RunLock] = {}  # lab prefix -> the lock this process holds while its lab runs
+
+
+def lab_lock_path(prefix: str) -> Path:
+    """The machine-wide lock of the labs named ``<prefix>*`` (namespaces are machine-wide, not per directory)."""
+    base = Path("/run/lock") if os.access("/run/lock", os.W_OK) else Path(tempfile.gettempdir())
+    return base / f"fabricscope-lab-{prefix}.lock"
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return "?"
+
+
+def check_not_foreign(prefix: str, directory: Path) -> None:
+    """Refuse to touch a lab named ``<prefix>*`` that another process or another state directory runs.
+
+    A lab is foreign when another live process holds its lock (a running ``fabricscope up`` or
+    ``demo``), or when its namespaces exist, were made from another state directory, and that
+    directory's agents still run. A lab whose maker died (no lock holder, no live agents) is not
+    foreign: it is swept.
+
+    Raises:
+        LabError: the lab is foreign; the message names the pid or directory and how to stop it.
+    """
+    path = lab_lock_path(prefix)
+    pid = holder(path)
+    if pid is not None and pid != os.getpid():
+        raise LabError(f"the lab {prefix}* is in use by pid {pid} ({_cmdline(pid)}); not touching it. Stop that "
+                       "process first (Ctrl-C), or give this lab another namespace prefix")
+    if pid is not None or not lab_namespaces(prefix):
+        return
+    made_from = note(path)
+    if not made_from or Path(made_from) == directory.resolve():
+        return
+    try:
+        entries = read_state(Path(made_from)).get("processes", {})
+    except LabError:
+        return
+    live = sorted(n for n, e in entries.items() if procs.alive(e))
+    if live:
+        raise LabError(f"a lab {prefix}* made from {made_from} is running ({len(live)} agent processes); not "
+                       f"touching it. Stop it with `fabricscope lab down --dir {made_from}` first")
+
+
+def _claim(prefix: str, directory: Path) -> None:
+    if prefix in _held:
+        return
+    try:
+        _held[prefix] = RunLock(lab_lock_path(prefix), f"the lab {prefix}*", note=str(directory.resolve())).acquire()
+    except Busy as b:
+        raise LabError(str(b)) from None
+
+
+def release(prefix: str) -> None:
+    """Drop this process's claim on the lab ``<prefix>*`` (it stays up; another may now take it over)."""
+    lock = _held.pop(prefix, None)
+    if lock is not None:
+        lock.release()
+
+
 def check_privileges() -> None:
     """Raise :class:`LabError` unless we are root and can create network namespaces."""
     if os.geteuid() != 0:
@@ -134,7 +199,9 @@ def up(spec: LabSpec | None = None, directory: str | os.PathLike[str] | None = N
     check_privileges()
     d = lab_dir(directory)
     fab = plan(spec)
+    check_not_foreign(fab.spec.prefix, d)
     down(d, fab.spec.prefix)  # only this lab's prefix: another lab may run beside it
+    _claim(fab.spec.prefix, d)  # held until down() or this process exits
     state: dict[str, Any] = {
         "spec": fab.spec.__dict__,
         "namespaces": [fab.netns(n) for n in fab.nodes],
@@ -211,11 +278,17 @@ def down(directory: str | os.PathLike[str] | None = None, prefix: str | None = N
     Works from the state file and also sweeps namespaces named with the lab's
     prefix (``prefix`` or the state's, default ``fs-``), so it cleans up after a
     crash. Returns the namespaces removed.
+
+    Raises:
+        LabError: another live process (``fabricscope up``, ``demo``) runs this lab; it is left alone.
     """
     d = lab_dir(directory)
     state = read_state(d) if (d / STATE_FILE).exists() else {}
-    procs.stop_all(d, state)
     pfx = prefix or state.get("spec", {}).get("prefix") or LabSpec().prefix
+    pid = holder(lab_lock_path(pfx))
+    if pid is not None and pid != os.getpid():
+        raise LabError(f"the lab {pfx}* is in use by pid {pid} ({_cmdline(pid)}); stop that process instead")
+    procs.stop_all(d, state)
     targets = set(state.get("namespaces", [])) | set(lab_namespaces(pfx))
     removed = []
     for ns in sorted(targets):
@@ -227,6 +300,7 @@ def down(directory: str | os.PathLike[str] | None = None, prefix: str | None = N
     for stale in [*(d / "registry").glob("*.json"), *(d / "pinglists").glob("*.json")]:
         stale.unlink()  # both carry QPNs of agents that no longer run
     (d / STATE_FILE).unlink(missing_ok=True)
+    release(pfx)
     return removed
 
 

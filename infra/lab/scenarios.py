@@ -1,4 +1,4 @@
-"""The demo scenarios of issue 4 as lab faults, with the verdict each should produce.
+"""The demo scenarios (``fabricscope demo``) as lab faults, with the verdict each should produce.
 
 ``apply(name, seed)`` draws the faulted link, RNIC or host from ``seed`` and
 injects it; the returned :class:`Truth` says what a correct analyzer reports

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from producers import controller as ctl
+from producers.probe_protocol import TIMEOUT_NS  # the agents' 500 ms timeout, modelled here
 from producers.sim.fault_effects import FaultEffects, Restart, active, remaining
 from producers.sim.faults import (
     LINK_FAULTS,
@@ -58,7 +59,6 @@ from schemas.inventory import Inventory
 __all__ = ["BATCH_NS", "PINGLIST_CODES", "TIMEOUT_NS", "Simulator", "to_pylists", "tuple_key"]
 
 BATCH_NS = 5_000_000_000
-TIMEOUT_NS = 500_000_000
 
 _STATUS = np.array(["ok", "timeout"], dtype=object)
 

@@ -1,6 +1,6 @@
 """Named fault scenarios for demos and scoring, the faulted element drawn by a seed.
 
-The names are issue 4's demo scenarios (``healthy``, ``switch-link-down``,
+The names are the demo scenarios of ``fabricscope demo`` (``healthy``, ``switch-link-down``,
 ``switch-link-lossy``, ``partial-5tuple``, ``rnic-down``, ``host-down``,
 ``host-restart``, ``busy-host``) plus faults only the simulator can make
 (``flapping-link``, ``flapping-rnic``, ``latency-link``).

@@ -1,4 +1,4 @@
--- Tiered probe history (issue 6). Raw `probes` keep 14 days; these rollups keep
+-- Tiered probe history. Raw `probes` keep 14 days; these rollups keep
 -- months. Each rollup row holds counts, timeouts and three latency histograms
 -- (network RTT, responder delay, prober delay) as sparse log-scale buckets:
 --   bucket(ns) = floor(16 * log2(ns))   -- 16 buckets per doubling, width 4.4 %

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from schemas.intrahost import IntraHostTopology
 from streams.hostping.hostlink import BandwidthMatrix, LinkHistory, algorithm1, busy_path_states, idle_path_states
-from streams.hostping.hostpatterns import Verdict, host_link_rows, name_patterns
+from streams.hostping.hostpatterns import PatternMatch, host_link_rows, name_patterns
 
 
 def matrix_from_loopback(table: pa.Table, topo: IntraHostTopology) -> BandwidthMatrix:
@@ -46,14 +46,14 @@ class HostLinkProcessor:
     rnic_config: dict[str, dict[str, dict[str, bool]]] = field(default_factory=dict)
     histories: dict[str, LinkHistory] = field(default_factory=dict)
 
-    def process(self, table: pa.Table, round_ns: int) -> tuple[list[dict[str, object]], list[Verdict]]:
+    def process(self, table: pa.Table, round_ns: int) -> tuple[list[dict[str, object]], list[PatternMatch]]:
         """One round per host present in the batch: ``host_link.v1`` rows and the named patterns.
 
         Raises:
             KeyError: a host in the batch has no topology or baseline (the message names it).
         """
         rows: list[dict[str, object]] = []
-        verdicts: list[Verdict] = []
+        verdicts: list[PatternMatch] = []
         for host in pc.unique(table["host"]).to_pylist():
             if host not in self.topologies or host not in self.baselines:
                 raise KeyError(f"loopback rows for host {host!r} but no intra-host topology/baseline registered")

@@ -60,7 +60,7 @@ SHAPE_CV = 0.10
 
 
 @dataclass(frozen=True)
-class Verdict:
+class PatternMatch:
     """One named pattern: where (link, RNIC, switch or host), why (failure/congestion/config), evidence."""
 
     pattern: str
@@ -81,7 +81,7 @@ def name_patterns(
     rnd: Round,
     bus_util: dict[str, float] | None = None,
     rnic_config: dict[str, dict[str, bool]] | None = None,
-) -> list[Verdict]:
+) -> list[PatternMatch]:
     """Every pattern present in one round; ``[]`` when all paths and links are normal.
 
     Args:
@@ -94,7 +94,7 @@ def name_patterns(
     """
     bus_util = bus_util or {}
     rnic_config = rnic_config or {}
-    out: list[Verdict] = []
+    out: list[PatternMatch] = []
     bad = set(rnd.abnormal_paths)
     gray = set(rnd.gray_paths)
     explained_links: set[str] = set()
@@ -103,7 +103,7 @@ def name_patterns(
     if bad and p2p_bad == bad and bad <= gray:
         switches = sorted({topo.parent[r] for r, _ in bad})
         out.append(
-            Verdict(
+            PatternMatch(
                 "acs_enabled",
                 ",".join(switches),
                 "config",
@@ -119,7 +119,7 @@ def name_patterns(
     mem_paths = {p for p in tested if p[1] in mems}
     if len({e for _, e in gpu_paths}) >= 2 and gpu_paths and gpu_paths <= bad and mem_paths and not mem_paths & bad:
         out.append(
-            Verdict(
+            PatternMatch(
                 "ats_disabled",
                 topo.host,
                 "config",
@@ -144,7 +144,7 @@ def name_patterns(
                 enabled[0] if len(enabled) == 1 else "", "rnic_config"
             )
             out.append(
-                Verdict(
+                PatternMatch(
                     pattern,
                     rnic,
                     "config",
@@ -166,7 +166,7 @@ def name_patterns(
         kind = topo.link_kind(link)
         if state == "flapping":
             out.append(
-                Verdict(
+                PatternMatch(
                     f"{FLAP_NAMES.get(kind, kind)}_flapping",
                     link,
                     "failure",
@@ -176,7 +176,7 @@ def name_patterns(
         elif state == "abnormal":
             cause = bus_cause(bus_util.get(link), host_has_counters=bool(bus_util))
             out.append(
-                Verdict(
+                PatternMatch(
                     LINK_PATTERNS[(kind, cause.split(" ", 1)[0])],
                     link,
                     cause,
@@ -191,7 +191,7 @@ def name_patterns(
 
 
 def host_link_rows(
-    topo: IntraHostTopology, rnd: Round, verdicts: list[Verdict], round_ns: int
+    topo: IntraHostTopology, rnd: Round, verdicts: list[PatternMatch], round_ns: int
 ) -> list[dict[str, object]]:
     """``host_link.v1`` rows (schemas.records.HOST_LINK_V1): one per link crossed by a tested path.
 

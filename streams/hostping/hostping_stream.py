@@ -34,7 +34,7 @@ from schemas.arrow_pa import arrow_schema
 from schemas.host_topology import HostTopologyError, parse_record
 from schemas.verdicts import WINDOW_NS, verdict_id
 from streams.hostping.hostlink_batch import HostLinkProcessor
-from streams.hostping.hostpatterns import Verdict
+from streams.hostping.hostpatterns import PatternMatch
 
 log = logging.getLogger("fabricscope.hostping")
 
@@ -154,7 +154,7 @@ class HostpingStream:
             out.verdicts = pa.Table.from_pylist(verdicts, schema=arrow_schema("verdict.v1"))
         return out
 
-    def _verdict_row(self, host: str, round_ns: int, v: Verdict, tests: int, failed: int) -> dict[str, object]:
+    def _verdict_row(self, host: str, round_ns: int, v: PatternMatch, tests: int, failed: int) -> dict[str, object]:
         """One ``verdict.v1`` row for a named pattern.
 
         ``votes`` is 0 (Algorithm 1, not tomography votes, decides); ``confidence`` is 1 except for

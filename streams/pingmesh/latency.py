@@ -1,4 +1,4 @@
-"""Latency anomalies without loss (issue 3; R-Pingmesh §5 and Table 2: PFC storms, ECMP congestion).
+"""Latency anomalies without loss (R-Pingmesh §5 and Table 2: PFC storms, ECMP congestion).
 
 On a lossless RoCE fabric a PFC storm or an ECMP collision raises the network
 RTT tail without a single timeout. Each flow (pinglist, prober RNIC, responder
@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from streams.pingmesh.context import WindowContext
 from streams.pingmesh.partial import FLOW_KEYS, link_counts
 from streams.pingmesh.tomography import CoverResult, VoteConfig, greedy_cover
-from streams.pingmesh.triage import _group_quantile
+from streams.pingmesh.triage import group_quantile
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,7 @@ def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.
     t = flows.append_column("flow", _flow_key(flows))
     t = t.sort_by([("flow", "ascending"), ("bucket", "ascending")])
     key = np.array(t["flow"].to_pylist(), dtype=object)
-    keys, q = _group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), cfg.quantile, cfg.min_tail_samples)
+    keys, q = group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), cfg.quantile, cfg.min_tail_samples)
     g = t.group_by(["flow", *FLOW_KEYS]).aggregate([("n", "sum")])
     g = g.select(["flow", *FLOW_KEYS, "n_sum"]).rename_columns(["flow", *FLOW_KEYS, "n"])
     g = g.group_by(["flow"], use_threads=False).aggregate(

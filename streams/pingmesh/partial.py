@@ -6,7 +6,7 @@ plus the failing-path groups), and one reducer per window merges them with
 :func:`merge`. Because every field is a sum or a maximum of integers grouped by
 string keys, the merged partial — and so the verdict computed from it — does
 not depend on how rows were split across workers or batches, nor on their
-order (issue 3, "Verdicts"; property-tested).
+order (property-tested).
 
 Latency values are kept as log-spaced histograms (``HIST_PER_OCTAVE`` buckets
 per doubling, about 9 % wide), so quantiles merge exactly.

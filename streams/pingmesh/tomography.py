@@ -1,7 +1,7 @@
 """Switch tomography: voting over failing probe and ACK paths (R-Pingmesh §4.3, Algorithm 1), extended.
 
 Algorithm 1 of the paper gives each link on a failing probe's path one vote and
-names the most-voted link. Three extensions (issue 3):
+names the most-voted link. Three extensions:
 
 * **Normalisation.** A link's failure ratio is its failing probes over all probes
   whose forward or ACK path crossed it in the window, so a busy core link does

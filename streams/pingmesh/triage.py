@@ -167,7 +167,7 @@ def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None)
     role = np.array(t["role"].to_pylist(), dtype=object)
     key = np.array([f"{h}\t{r}" for h, r in zip(host, role, strict=True)], dtype=object)
     return {tuple(str(k).split("\t", 1)): float(v)  # type: ignore[misc]
-            for k, v in zip(*_group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), 0.5),
+            for k, v in zip(*group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), 0.5),
                             strict=True)}
 
 
@@ -197,7 +197,7 @@ def failure_onset(slots: pa.Table, hosts: set[str], share: float = 0.5) -> dict[
     return out
 
 
-def _group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
+def group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
                     min_tail: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Quantile per group of sorted (key, bucket) histogram rows; returns (keys, values in ns).
 
@@ -311,11 +311,6 @@ def rnic_hosts(pairs: pa.Table) -> dict[str, str]:
         g = pairs.group_by([rc, hc]).aggregate([])
         out.update(zip(g[rc].to_pylist(), g[hc].to_pylist(), strict=True))
     return out
-
-
-def pinglist_rows(t: pa.Table, pinglist: str) -> pa.Table:
-    """Rows of one pinglist."""
-    return t.filter(pc.equal(t["pinglist"], pinglist))
 
 
 # ---- the steps analyze_window runs ---------------------------------------------------------

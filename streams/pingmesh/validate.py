@@ -1,7 +1,7 @@
 """Row checks of probe batches: which rows are bad, and why.
 
 A bad row never stops its batch: the workers send it to the dead-letter topic
-with its reason and let the good rows flow (issue 2, "Bad input").
+with its reason and let the good rows flow.
 """
 
 from __future__ import annotations

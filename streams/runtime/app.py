@@ -36,7 +36,7 @@ from streams.runtime import hostping_agents
 from streams.runtime import metrics as M
 from streams.runtime.config import current
 from streams.runtime.deadletter import whole_message
-from streams.runtime.kafka_env import faust_credentials
+from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
 from streams.runtime.probe_batch import process_probe_message
 from streams.runtime.reducer_recovery import rebuild
 from streams.runtime.topic_mirror import TopicMirror
@@ -44,11 +44,13 @@ from streams.runtime.topic_mirror import TopicMirror
 log = logging.getLogger("fabricscope.app")
 
 CONFIG = current()
+# Faust creates its own datadir but not the parents: a first run on a fresh FABRICSCOPE_VAR died here.
+os.makedirs(CONFIG.var_dir, mode=0o700, exist_ok=True)
 BOOTSTRAP = CONFIG.bootstrap
 PREFIX = CONFIG.topic_prefix
 SECURITY = dict(CONFIG.kafka_client)  # librdkafka settings of the side readers (holds the SASL password)
 
-app = faust.App(
+app = App(
     f"{PREFIX}fabricscope",
     broker=[f"kafka://{b}" for b in BOOTSTRAP.split(",")],
     broker_credentials=faust_credentials(SECURITY),  # SASL/TLS: the same variables as every other client
@@ -65,7 +67,9 @@ app = faust.App(
     consumer_max_fetch_size=T.MAX_MESSAGE_BYTES,
     store="memory://",
     datadir=os.path.join(CONFIG.var_dir, "faust"),
+    **faust_delivery(CONFIG.acks, CONFIG.replication),  # acks=all and Faust's own topics' replicas
 )
+app.idempotent_producer = CONFIG.idempotence
 
 
 def _topic(t: T.Topic) -> faust.TopicT:
@@ -230,6 +234,7 @@ async def reducer(stream: faust.StreamT) -> None:
             _emitted_before.update(done)
             await _emit(missed)
         mark, ws, part, src = message_args(dict(event.headers or {}))
+        M.AGENT_LAST_UPLOAD.labels(mark.agent_id).set(mark.upload_ns / 1e9)
         _reducer_next = offset + 1
         await _emit(red.add(mark, ws, event.value or None, part, source=src))
 
@@ -273,6 +278,8 @@ async def _emit(results: list) -> None:
             sent.append(await verdicts.send(key=b"window", value=encode(res.verdicts),
                                             headers=headers_for("verdict.v1")))
         if res.coverage.num_rows:
+            for c in res.coverage.select(["job_id", "links_total", "links_covered"]).to_pylist():
+                M.JOB_LINKS_UNCOVERED.labels(c["job_id"]).set(c["links_total"] - c["links_covered"])
             sent.append(await coverage.send(key=b"window", value=encode(_as_coverage(res.coverage)),
                                             headers=headers_for("coverage.v1")))
         for fut in sent:

@@ -30,6 +30,10 @@ class RuntimeConfig:
         partition_idle_s: seconds after which an idle partition stops holding the watermark.
         hostping_impact: impact class of Hostping verdicts (``P0``..``P3``).
         hostping_bus_lookback_s: how far back (s) a starting worker reads bus readings.
+        acks: producer acks, ``"all"``, ``"1"`` or ``"0"`` (``KAFKA_ACKS``).
+        idempotence: idempotent producers (``KAFKA_IDEMPOTENCE``; needs ``acks="all"``).
+        replication: replicas of topics Faust creates itself; None = Faust's default of 1
+            (``fabricscope worker`` passes min(3, brokers) or ``KAFKA_REPLICATION_FACTOR``).
     """
 
     bootstrap: str = "127.0.0.1:9092"
@@ -40,6 +44,9 @@ class RuntimeConfig:
     partition_idle_s: float = 30.0
     hostping_impact: str = "P2"
     hostping_bus_lookback_s: float = 600.0
+    acks: str = "all"
+    idempotence: bool = True
+    replication: int | None = None
 
     @classmethod
     def from_env(

@@ -15,3 +15,9 @@ WINDOW_DELAY = Histogram(
     "wall time from a window's end to its verdicts (live streams; replays show their own age)",
     buckets=(5, 10, 15, 20, 30, 45, 60, 120, 300, float("inf")),
 )
+
+# Inputs of the pipeline's own alerting rules (infra/prometheus/fabricscope-rules.yml).
+AGENT_LAST_UPLOAD = Gauge("fabricscope_reducer_agent_last_upload_seconds",
+                          "event time (s since the epoch) of each agent's newest upload the reducer saw", ["agent"])
+JOB_LINKS_UNCOVERED = Gauge("fabricscope_reducer_job_links_uncovered",
+                            "links on a job's paths no probe crossed enough in the newest closed window", ["job"])

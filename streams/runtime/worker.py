@@ -13,7 +13,13 @@ def run_worker(config: RuntimeConfig, loglevel: str = "warn") -> None:
     The app declares its topics when imported, so ``config`` is set first.
     """
     configure(config)
+    # No banner (--quiet) and no spinner: they glue onto `up`'s progress line and fill log files with
+    # escape codes. Faust drops its spinner only below WARN; this makes it drop it at every level.
+    import faust.worker
+
     from streams.runtime.app import app  # imported after configure(): the topology reads the configuration
 
-    sys.argv = ["fabricscope-worker", "worker", "-l", loglevel, "--without-web"]
+    faust.worker.Worker._disable_spinner_if_level_below_WARN = (  # type: ignore[method-assign]
+        lambda self, level: setattr(self, "spinner", None))
+    sys.argv = ["fabricscope-worker", "--quiet", "worker", "-l", loglevel, "--without-web"]
     app.main()

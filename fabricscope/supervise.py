@@ -1,0 +1,148 @@
+"""The child processes of `fabricscope up`: started, watched, restarted with backoff, killed with their parent.
+
+A child that exits is restarted after 1, 2, 4 … 30 s (logged with its exit code and the
+tail of its log). One that had to be restarted ``max_restarts`` times within ``window_s``
+seconds (default 5 in 5 min, systemd's ``StartLimitBurst``/``StartLimitIntervalSec``
+idea) has *failed for good*: the supervisor reports it and the caller stops and exits
+non-zero. Each child gets ``PR_SET_PDEATHSIG`` = SIGTERM (prctl(2)), so if the parent is
+SIGKILLed or OOM-killed its children stop too instead of holding the store and the
+consumer groups of the next run.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger("fabricscope.up")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """``preexec_fn``: ask the kernel to SIGTERM this process when its parent thread exits (Linux)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() == 1:  # the parent died between fork and prctl
+        os._exit(1)
+
+
+@dataclass
+class Child:
+    """One supervised process: its name, argv, environment and log file."""
+
+    name: str
+    argv: list[str]
+    log_path: Path
+    env: dict[str, str] | None = None
+    proc: subprocess.Popen | None = None
+    started_at: float = 0.0
+    restarts: deque = field(default_factory=deque)  # monotonic times of its restarts
+    due: float | None = None  # when it is restarted next (None: not waiting)
+    backoff_s: float = 1.0
+    failed: bool = False
+
+
+def log_tail(path: Path, lines: int = 5) -> str:
+    """The last ``lines`` non-empty lines of a log file ('' if none)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 8192))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join([ln for ln in text.splitlines() if ln.strip()][-lines:])
+
+
+class Supervisor:
+    """Starts children, restarts the ones that exit, and says when one failed for good.
+
+    Args:
+        max_restarts, window_s: a child that exits again after this many restarts within this many
+            seconds failed for good.
+        max_backoff_s: the longest wait before a restart (the wait doubles from 1 s).
+        clock: monotonic seconds (tests may pass their own).
+    """
+
+    def __init__(self, max_restarts: int = 5, window_s: float = 300.0, max_backoff_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.children: list[Child] = []
+        self.max_restarts, self.window_s, self.max_backoff_s = max_restarts, window_s, max_backoff_s
+        self.clock = clock
+
+    def add(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> Child:
+        """Start ``argv`` as child ``name``, its stdout and stderr appended to ``log_path``."""
+        c = Child(name, argv, Path(log_path), env)
+        self.children.append(c)
+        self._start(c)
+        return c
+
+    def _start(self, c: Child) -> None:
+        c.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(c.log_path, "ab") as out:
+            c.proc = subprocess.Popen(c.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                      env=c.env, preexec_fn=die_with_parent,
+                                      process_group=0)  # Ctrl-C reaches the parent only: it stops them in order
+        c.started_at = self.clock()
+
+    def poll(self) -> list[Child]:
+        """Restart the children that exited once their backoff is over; returns those that failed for good."""
+        now = self.clock()
+        for c in self.children:
+            if c.failed or c.proc is None:
+                continue
+            code = c.proc.poll()
+            if code is None:
+                if now - c.started_at > 60:
+                    c.backoff_s = 1.0  # up for a minute: a later crash starts the backoff over
+                continue
+            if c.due is None:
+                while c.restarts and c.restarts[0] < now - self.window_s:
+                    c.restarts.popleft()
+                tail = log_tail(c.log_path)
+                if len(c.restarts) >= self.max_restarts:
+                    c.failed = True
+                    log.error("%s exited (code %s) after %d restarts within %.0f s: failed for good; "
+                              "last lines of %s:\n%s", c.name, code, len(c.restarts), self.window_s, c.log_path, tail)
+                    continue
+                c.due = now + c.backoff_s
+                log.warning("%s exited (code %s); restarting in %.0f s; last lines of %s:\n%s",
+                            c.name, code, c.backoff_s, c.log_path, tail)
+                c.backoff_s = min(c.backoff_s * 2, self.max_backoff_s)
+            elif now >= c.due:
+                c.due = None
+                c.restarts.append(now)
+                self._start(c)
+                log.warning("%s restarted (pid %d; %d restart(s) in the last %.0f s)",
+                            c.name, c.proc.pid, len(c.restarts), self.window_s)
+        return [c for c in self.children if c.failed]
+
+    def running(self) -> list[Child]:
+        """Children whose process runs now."""
+        return [c for c in self.children if c.proc is not None and c.proc.poll() is None]
+
+    def stop(self, timeout_s: float = 20.0) -> None:
+        """SIGTERM every child (last started first), SIGKILL those still running after ``timeout_s``."""
+        for c in reversed(self.children):
+            if c.proc is not None and c.proc.poll() is None:
+                c.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        for c in self.children:
+            if c.proc is None:
+                continue
+            try:
+                c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("%s did not stop within %.0f s; killed", c.name, timeout_s)
+                c.proc.kill()
+                c.proc.wait()

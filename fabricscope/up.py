@@ -1,0 +1,273 @@
+"""`fabricscope up`: the whole pipeline on one machine, safe to start twice, honest about how it ended.
+
+- One ``up`` per ``FABRICSCOPE_VAR`` (its store, its lab state): a second one is refused with
+  the first one's pid (:mod:`infra.runlock`); a lab another process runs is never torn down
+  (:func:`infra.lab.netns.check_not_foreign`).
+- Children (store writer, workers, source, alert sink) run under :class:`fabricscope.supervise.Supervisor`:
+  restarted with backoff, killed with ``up``; one that failed for good stops ``up`` with exit 1.
+- Their output goes to ``$FABRICSCOPE_VAR/logs/<child>.log``; ``up`` itself writes progress to
+  stderr (a status line on a terminal, a plain line every 10 s otherwise) with dead-lettered
+  rows and their top reason.
+- On exit it stops what it started (the local Kafka broker and Alertmanager included, unless
+  ``--keep-kafka``) and says what it left running and how to stop it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from fabricscope.settings import Settings
+from fabricscope.supervise import Supervisor
+from infra.runlock import Busy, RunLock
+
+log = logging.getLogger("fabricscope.up")
+console = Console(stderr=True)
+
+EXIT_OK, EXIT_FAILED, EXIT_BUSY = 0, 1, 1
+JOB_ID = "job-lab"  # the lab's demo job: its connections are copied into the service pinglist
+
+
+@dataclass
+class Stats:
+    """What the store holds so far (one query through the store writer's endpoint)."""
+
+    rows: int = 0
+    timeouts: int = 0
+    verdicts: int = 0
+    dead: int = 0
+    top_reason: str = ""
+
+    def line(self, elapsed_s: float) -> str:
+        """One progress line."""
+        text = (f"{elapsed_s:.0f} s: {self.rows:,} probe rows stored, {self.timeouts:,} timeouts, "
+                f"{self.verdicts:,} verdicts")
+        if self.dead:
+            text += f", {self.dead:,} rows dead-lettered (top reason: {self.top_reason})"
+        return text
+
+    def mostly_dead(self) -> bool:
+        """More rows dead-lettered than stored: the source and the pipeline disagree (registry, schema)."""
+        return self.dead > 0 and self.dead >= self.rows
+
+
+# Reasons carry the RNIC or column in quotes; grouping without them finds the common cause.
+STATS_SQL = r"""SELECT
+  (SELECT count() FROM probes) AS rows,
+  (SELECT countIf(status = 'timeout') FROM probes) AS timeouts,
+  (SELECT count() FROM verdicts) AS verdicts,
+  (SELECT count() FROM deadletters) AS dead,
+  (SELECT any(r) FROM (SELECT replaceRegexpAll(reason, '\x27[^\x27]*\x27', '…') AS r, count() AS n
+   FROM deadletters GROUP BY r ORDER BY n DESC LIMIT 1)) AS top_reason"""
+
+
+def read_stats(store_path: Path) -> Stats | None:
+    """Stats through the running store writer (never by opening the embedded store: it holds its lock)."""
+    from sinks.query_endpoint import find_endpoint, query_remote
+
+    url = find_endpoint(store_path)
+    if not url:
+        return None
+    try:
+        row = query_remote(url, STATS_SQL, timeout=10.0).to_pylist()[0]
+    except Exception:
+        return None
+    return Stats(int(row["rows"]), int(row["timeouts"]), int(row["verdicts"]), int(row["dead"]),
+                 str(row["top_reason"] or ""))
+
+
+class Progress:
+    """Progress on stderr: a rich status line on a terminal, else a plain log line every ``every_s``."""
+
+    def __init__(self, tty: bool | None = None, every_s: float = 10.0) -> None:
+        self.tty = sys.stderr.isatty() if tty is None else tty
+        self.every_s = every_s
+        self._last = 0.0
+        self._status: Any = None
+        self._warned_dead = 0
+
+    def __enter__(self) -> Progress:
+        if self.tty:
+            self._status = console.status("waiting for rows…")
+            self._status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._status is not None:
+            self._status.__exit__(*exc)
+
+    def show(self, stats: Stats | None, elapsed_s: float) -> None:
+        """Update the status line, or print a line when ``every_s`` passed since the last one."""
+        text = stats.line(elapsed_s) if stats else f"{elapsed_s:.0f} s: waiting for the store writer…"
+        if stats and stats.mostly_dead() and stats.dead > self._warned_dead:
+            self._warned_dead = stats.dead * 2  # again when it doubles, not every tick
+            self.say(f"[bold red]most rows are dead-lettered[/bold red] ({stats.dead:,} dead, {stats.rows:,} "
+                     f"stored): {stats.top_reason}. `fabricscope query \"SELECT reason, count() FROM deadletters "
+                     "GROUP BY reason\"`")
+        if self.tty:
+            self._status.update(text)
+        elif elapsed_s - self._last >= self.every_s or not self._last:
+            self._last = elapsed_s or 1e-9
+            self.say(text)
+
+    def say(self, text: str) -> None:
+        """A line on stderr above the status line (with a time stamp when not on a terminal)."""
+        if not self.tty:
+            text = time.strftime("%H:%M:%S ") + text
+        console.print(text, highlight=False, soft_wrap=True)
+
+
+def kafka_answers(bootstrap: str) -> bool:
+    """Whether a broker accepts TCP at the first bootstrap address (quick: no client, no noise)."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2.0):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def lab_job_connections(inventory: Any, job_id: str = JOB_ID) -> list[dict[str, Any]]:
+    """A small job across the lab: the first RNIC under the first ToR to the first under the last, and back.
+
+    Its connections go into the ``service`` pinglist (the controller copies their flow labels), so the
+    reducer emits coverage for ``job_id`` and ``fabricscope blame --job job-lab`` can answer.
+    """
+    tors = sorted(inventory.tors)
+    first = {t: sorted(r.id for r in inventory.rnics.values() if r.tor == t) for t in tors}
+    a, b = first[tors[0]][0], first[tors[-1]][0]
+    return [{"job_id": job_id, "src_rnic": a, "dst_rnic": b, "flow_label": 11},
+            {"job_id": job_id, "src_rnic": b, "dst_rnic": a, "flow_label": 12}]
+
+
+def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool = False,
+           keep_kafka: bool = False) -> int:
+    """Start everything, show progress, stop on Ctrl-C, after ``duration`` s, or when a child failed for good.
+
+    Returns:
+        0 after Ctrl-C or ``duration``; 1 when a child failed for good, or another ``up`` holds this
+        ``FABRICSCOPE_VAR`` or the lab.
+    """
+    from fabricscope.cmd_pipeline import kafka_script, lab_available
+    from fabricscope.kafka_admin import create_topics
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one request per progress tick is not news
+    var = s.fabricscope_var
+    try:
+        lock = RunLock(var / "up.lock", f"FABRICSCOPE_VAR={var} (its store and lab state)", note="fabricscope up",
+                       hint="stop it first (Ctrl-C in its terminal, or kill -INT PID), or set FABRICSCOPE_VAR to "
+                            "another directory for a second pipeline").acquire()
+    except Busy as b:
+        console.print(f"fabricscope up: {b}", highlight=False, soft_wrap=True)
+        return EXIT_BUSY
+    if source == "auto":
+        source = "lab" if lab_available() else "sim"
+    started_kafka = False
+    started_am = False
+    lab = None
+    sup = Supervisor()
+    code = EXIT_OK
+    exe = [sys.executable, "-m", "fabricscope"]
+    logs = var / "logs"
+    try:
+        if source == "lab":
+            from infra.lab.netns import check_not_foreign, lab_dir
+            from infra.lab.topology import LabSpec
+
+            check_not_foreign(LabSpec().prefix, lab_dir(var / "lab"))  # before Kafka: refuse early
+        # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.
+        if s.kafka_bootstrap.startswith("127.0.0.1") and not kafka_answers(s.kafka_bootstrap):
+            if kafka_script("start", s, to_stderr=True) != 0:
+                return EXIT_FAILED
+            started_kafka = True
+        create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
+                      replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
+        env = dict(os.environ, FABRICSCOPE_VAR=str(var))
+        if source == "lab":
+            from fabricscope.cmd_lab import start_lab_source
+            from schemas.inventory_yaml import load as load_inventory
+
+            inv_path = var / "lab" / "inventory.yaml"
+            with console.status("building the netns lab and starting its agents…"):
+                lab = start_lab_source(s.kafka_bootstrap, s.fabricscope_topic_prefix, directory=var / "lab",
+                                       kafka_config=s.kafka_client_config() or None)
+                lab.refresh_pinglists(connections=lab_job_connections(load_inventory(inv_path)))
+            env["FABRICSCOPE_INVENTORY"] = str(inv_path.resolve())  # the store writer loads the ToR names
+        sup.add("sink", [*exe, "sink"], logs / "sink.log", env)
+        for i in range(workers):
+            sup.add(f"worker{i}", [*exe, "worker"], logs / f"worker{i}.log", env)
+        if alerts:
+            if _kafka_like_call([*exe, "alertmanager", "start"], env) != 0:
+                return EXIT_FAILED
+            started_am = True
+            sup.add("alerts", [*exe, "alerts"], logs / "alerts.log", env)
+        if source != "lab":
+            sup.add(f"source-{source}", [*exe, "source", source], logs / f"source-{source}.log", env)
+        # Hostping on this host: inventory, topology and the 1 s monitor; loopback only where there is an RNIC.
+        sup.add("hostping", [*exe, "hostping", "agent"], logs / "hostping.log", env)
+        console.print(f"[green]fabricscope up[/green] (pid {os.getpid()}): source={source}, workers={workers}, "
+                      f"logs in {logs}/; Ctrl-C stops"
+                      + (f"; job {JOB_ID} on the service pinglist; inject faults with `fabricscope lab fault ...`"
+                         if lab else ""), highlight=False, soft_wrap=True)
+        code = _watch(s, sup, duration)
+    except KeyboardInterrupt:
+        pass
+    except Exception as err:  # a start step failed: say which, clean up below, exit 1
+        console.print(f"[red]fabricscope up: {type(err).__name__}: {err}[/red]", highlight=False, soft_wrap=True)
+        code = EXIT_FAILED
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        try:
+            if lab is not None:
+                lab.stop()
+        finally:
+            sup.stop()
+            _stop_services(s, started_kafka, keep_kafka, started_am, exe)
+            lock.release()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    return code
+
+
+def _kafka_like_call(argv: list[str], env: dict[str, str]) -> int:
+    import subprocess
+
+    return subprocess.call(argv, env=env, stdout=sys.stderr)
+
+
+def _watch(s: Settings, sup: Supervisor, duration: float) -> int:
+    t0 = time.monotonic()
+    with Progress() as progress:
+        while not duration or time.monotonic() - t0 < duration:
+            failed = sup.poll()
+            if failed:
+                progress.say(f"[red]{', '.join(c.name for c in failed)} failed for good; stopping (exit 1)[/red]")
+                return EXIT_FAILED
+            progress.show(read_stats(s.store_path), time.monotonic() - t0)
+            time.sleep(1.0)
+    return EXIT_OK
+
+
+def _stop_services(s: Settings, started_kafka: bool, keep_kafka: bool, stop_am: bool, exe: list[str]) -> None:
+    from fabricscope.cmd_pipeline import kafka_script
+
+    if stop_am:
+        _kafka_like_call([*exe, "alertmanager", "stop"], dict(os.environ))
+    if started_kafka and not keep_kafka:
+        kafka_script("stop", s, to_stderr=True)
+    elif started_kafka:
+        console.print(f"left running (--keep-kafka): the Kafka broker on {s.kafka_bootstrap}; "
+                      "`fabricscope kafka stop` stops it", highlight=False, soft_wrap=True)
+    elif s.kafka_bootstrap.startswith("127.0.0.1") and kafka_answers(s.kafka_bootstrap):
+        console.print(f"left running: the Kafka broker on {s.kafka_bootstrap} (it was running before this run "
+                      "started; whoever started it stops it)", highlight=False, soft_wrap=True)
+    console.print("stopped")

@@ -1,0 +1,50 @@
+"""The stream runtime's configuration: read once by the CLI and handed in, with clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from streams.pingmesh.impact import JobThreshold
+from streams.runtime import config
+from streams.runtime.config import RuntimeConfig
+
+
+def test_from_env_reads_the_stream_tunables():
+    env = {
+        "FABRICSCOPE_JOB_THRESHOLDS": '{"job-a": {"value": 100.0}, "job-b": {"value": 5, "higher_is_worse": true}}',
+        "FABRICSCOPE_PARTITION_IDLE_S": "5",
+        "FABRICSCOPE_HOSTPING_IMPACT": "P1",
+        "FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S": "60",
+    }
+    c = RuntimeConfig.from_env("k1:9092,k2:9092", "t.", {"security.protocol": "SSL"}, "/var/fs", env)
+    assert (c.bootstrap, c.topic_prefix, dict(c.kafka_client), c.var_dir) == (
+        "k1:9092,k2:9092", "t.", {"security.protocol": "SSL"}, "/var/fs")
+    assert c.job_thresholds == {"job-a": JobThreshold(100.0, False), "job-b": JobThreshold(5.0, True)}
+    assert (c.partition_idle_s, c.hostping_impact, c.hostping_bus_lookback_s) == (5.0, "P1", 60.0)
+
+
+def test_defaults_and_the_password_stays_out_of_repr():
+    c = RuntimeConfig.from_env("b:9092", "", {"sasl.password": "s3cret"}, "var", {})
+    got = (c.job_thresholds, c.partition_idle_s, c.hostping_impact, c.hostping_bus_lookback_s)
+    assert got == ({}, 30.0, "P2", 600.0)
+    assert "s3cret" not in repr(c)
+
+
+@pytest.mark.parametrize(("name", "value", "says"), [
+    ("FABRICSCOPE_JOB_THRESHOLDS", "{bad", "FABRICSCOPE_JOB_THRESHOLDS"),
+    ("FABRICSCOPE_JOB_THRESHOLDS", '{"job": {"threshold": 1}}', "expected JSON like"),
+    ("FABRICSCOPE_PARTITION_IDLE_S", "soon", "FABRICSCOPE_PARTITION_IDLE_S='soon' is not a number"),
+    ("FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S", "10m", "FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S='10m'"),
+])
+def test_bad_values_name_the_variable(name, value, says):
+    with pytest.raises(ValueError, match=says):
+        RuntimeConfig.from_env("b:9092", "", {}, "var", {name: value})
+
+
+def test_current_refuses_until_configured(monkeypatch):
+    monkeypatch.setattr(config, "_current", None)
+    with pytest.raises(RuntimeError, match="fabricscope worker"):
+        config.current()
+    c = RuntimeConfig(topic_prefix="x.")
+    config.configure(c)
+    assert config.current() is c

@@ -1,0 +1,58 @@
+"""`up`'s progress: the stats query on the real schema (chdb), dead letters with their top reason,
+loud when most rows fail, plain time-stamped lines every 10 s when stderr is not a terminal."""
+
+from __future__ import annotations
+
+import time
+
+import pyarrow as pa
+import pytest
+
+from fabricscope.up import STATS_SQL, Progress, Stats
+
+
+@pytest.fixture
+def store(tmp_path):
+    from sinks.clickhouse import migrate, open_store
+
+    s = open_store(tmp_path / "clickhouse")
+    migrate(s)
+    yield s
+    s.close()
+
+
+def _dead(reasons: list[str]) -> pa.Table:
+    n = len(reasons)
+    return pa.table({"source_topic": ["probes.raw"] * n, "source_partition": pa.array([0] * n, pa.int32()),
+                     "source_offset": pa.array(range(n), pa.int64()), "schema": ["probe.v1"] * n,
+                     "reason": reasons, "row": pa.array(range(n), pa.int64()), "payload": [None] * n,
+                     "received_ns": pa.array([time.time_ns()] * n, pa.int64())})
+
+
+def test_stats_group_dead_letters_by_reason_without_the_quoted_names(store):
+    reasons = ([f"unknown RNIC 'h{i}-r0' in prober_rnic (not in the registry)" for i in range(5)]
+               + ["duplicate (agent_id, seq) in the batch"] * 3)
+    store.insert_arrow("deadletters", _dead(reasons))
+    row = store.query_arrow(STATS_SQL).to_pylist()[0]
+    assert (row["rows"], row["timeouts"], row["verdicts"], row["dead"]) == (0, 0, 0, 8)
+    # five different RNIC names, one cause: it outnumbers the three duplicates
+    assert row["top_reason"] == "unknown RNIC … in prober_rnic (not in the registry)"
+
+
+def test_progress_is_plain_lines_every_10_s_and_loud_when_most_rows_fail(capsys):
+    p = Progress(tty=False, every_s=10)
+    with p:
+        p.show(None, 0.5)
+        p.show(Stats(rows=100), 5.0)  # within 10 s of the last line: nothing
+        p.show(Stats(rows=800, timeouts=3, verdicts=1), 11.0)
+        p.show(Stats(rows=800, dead=900, top_reason="unknown RNIC … (not in the registry)"), 12.0)
+    lines = capsys.readouterr().err.splitlines()
+    assert [ln[9:] for ln in lines] == [
+        "0 s: waiting for the store writer…",
+        "11 s: 800 probe rows stored, 3 timeouts, 1 verdicts",
+        'most rows are dead-lettered (900 dead, 800 stored): unknown RNIC … (not in the registry). '
+        '`fabricscope query "SELECT reason, count() FROM deadletters GROUP BY reason"`',
+    ]
+    assert all(ln[2] == ln[5] == ":" and "\x1b" not in ln for ln in lines)
+    assert Stats(rows=10, dead=2, top_reason="x").line(3) == (
+        "3 s: 10 probe rows stored, 0 timeouts, 0 verdicts, 2 rows dead-lettered (top reason: x)")
