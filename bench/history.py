@@ -24,6 +24,7 @@ from bench.history_fabric import HOUR_NS, fabric, probe_table, simulate
 from schemas.saved_queries import load, names, render
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.history import load_inventory
+from sinks.probe_tiers import insert_probes
 
 TABLES = ("probes", "probes_1m", "probes_1h_rnic", "probes_1h_tor")
 SAMPLE_PARAMS = {"rnic": "R0003", "job": "job-1"}
@@ -36,7 +37,7 @@ def _load(store: ChdbStore, rnics: int, per_tor: int, start: int, periods: int, 
     p = simulate(fab, start, hours=periods, per_hour=per_period, seed=5, period_ns=period_ns)
     step = -(-len(p.t1) // chunks)
     for i in range(chunks):
-        store.insert_arrow("probes", probe_table(fab, p, slice(i * step, (i + 1) * step), f"b{i}"), f"b{i}")
+        insert_probes(store, probe_table(fab, p, slice(i * step, (i + 1) * step), f"b{i}"), f"b{i}")
     return len(p.t1)
 
 

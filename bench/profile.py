@@ -1,7 +1,8 @@
 """`fabricscope bench profile`: where the RTT worker spends its time on one probe batch (cProfile).
 
-The worker's per-message work is :func:`streams.runtime.probe_batch.process_probe_message`
-(decode, validate, decompose) followed by :func:`streams.pingmesh.reducer.batch_partials`
+The worker's work per step is :func:`streams.runtime.probe_step.process_step`: per message
+:func:`streams.runtime.probe_batch.process_probe_message` (decode, validate, decompose), then
+once per step the minute tier, the raw retention and :func:`streams.pingmesh.reducer.batch_partials`
 (split by window, attach traced paths, summarize, serialise the partial). This runs
 both on simulated batches of a 1,024-RNIC fabric (real paths in the path index), and
 reports for each stage its share of the time, and the number of Python function calls
@@ -24,6 +25,8 @@ STAGES = {
     "attach_paths (join with path index)": ("streams/pingmesh/links.py", "attach_paths"),
     "summarize (all group-bys)": ("streams/pingmesh/partial.py", "summarize"),
     "to_bytes (partial -> IPC)": ("streams/pingmesh/partial.py", "to_bytes"),
+    "minute tier (minute_rows)": ("schemas/minute_tier.py", "minute_rows"),
+    "raw retention (retained)": ("streams/pingmesh/retention.py", "retained"),
 }
 
 
@@ -65,13 +68,11 @@ def _sim_batch(rows: int, n_rnics: int = 1024) -> tuple[bytes, object, int]:
 
 
 def _one(payload: bytes, index: object) -> None:
-    from streams.pingmesh.reducer import batch_partials
     from streams.pingmesh.windows import WINDOW_NS
-    from streams.runtime.probe_batch import process_probe_message
+    from streams.runtime.probe_step import RawMessage, process_step
 
-    res = process_probe_message(payload, "probe.v1", "probes.raw", 0, 1)
-    assert res.enriched is not None
-    batch_partials(res.enriched, index, WINDOW_NS)  # type: ignore[arg-type]
+    out = process_step([RawMessage(payload, "probe.v1", "probes.raw", 0, 1)], index, WINDOW_NS)  # type: ignore[arg-type]
+    assert out.messages[0].enriched is not None
 
 
 def _profile(payload: bytes, index: object) -> pstats.Stats:

@@ -2,8 +2,10 @@
 
 (a) a bare Kafka consumer that only deserialises (the raw limit of the bus + codec),
 (b) the Faust worker + store writer into the embedded ClickHouse (the pipeline),
-(c) a bare chdb insert of the same Arrow tables (the raw limit of the store).
-Prints rows/s of each, the ratios b/a and b/c, and peak RSS of the processes.
+(c) a bare chdb insert of the same rows into ``probes`` (no views) in 500,000-row blocks.
+Prints rows/s of each, CPU time per row of the worker processes, the store writer, the broker
+and the bare insert (the figure to trust on a shared machine), the ratios, peak RSS per
+process and the worker's event-loop lag (from its Prometheus histogram).
 """
 
 from __future__ import annotations
@@ -18,46 +20,76 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 from confluent_kafka import Consumer
 
-from producers.bulk import bulk_probe_columns
-from schemas.arrow_pa import table_from_columns
 from schemas.codec import decode, encode
 
 
 @dataclass
 class ThroughputResult:
-    """Rows/s of each path and peak RSS in MiB."""
+    """Rows/s and CPU µs per row of each path, peak RSS per process (MiB), the worker's event-loop lag."""
 
     rows: int
+    workers: int
     bare_consumer_rows_s: float
     pipeline_rows_s: float
     bare_insert_rows_s: float
-    pipeline_peak_rss_mib: dict[str, float]
+    worker_cpu_us_per_row: float
+    sink_cpu_us_per_row: float
+    bare_insert_cpu_us_per_row: float
+    broker_cpu_us_per_row: float
+    peak_rss_mib: dict[str, float]
+    loop_lag_p99_ms: float
+    loop_lag_max_ms: float
+    minute_rows_per_probe: float
+    sink_backlog_rows_s: float
+    sink_backlog_cpu_us_per_row: float
+
+    def as_dict(self) -> dict:
+        """Flat JSON-ready dict (the keys of `bench throughput --json`)."""
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
 def _payloads(rows: int, batch_rows: int, seed: int) -> list[bytes]:
-    out = []
-    for i in range(0, rows, batch_rows):
-        n = min(batch_rows, rows - i)
-        cols = bulk_probe_columns(n, seed=seed + i, start_ns=1_795_000_000_000_000_000 + i * 1000,
-                                  agent_id=f"h{(i // batch_rows) % 64}", seq0=i)
-        out.append(encode(table_from_columns("probe.v1", cols)))
-    return out
+    """``rows`` simulated probes of the 1,024-RNIC profile fabric (its pinglists, so a realistic number of
+    distinct pairs per minute), shifted to the last hour, in messages of ``batch_rows``."""
+    from bench.profile import _sim_batch
+    from bench.storage import _to_now
+
+    payload, _, _ = _sim_batch(rows)
+    whole = _to_now(decode(payload, "probe.v1")[1]).slice(0, rows)
+    return [encode(whole.slice(i, batch_rows)) for i in range(0, whole.num_rows, batch_rows)]
 
 
-def _peak_rss_mib(pid: int) -> float:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return float("nan")
+def _lag_ms(ports: list[int]) -> tuple[float, float]:
+    """p99 and max (upper bucket bounds, ms) of the workers' event-loop lag histograms, merged."""
+    import httpx
+
+    buckets: dict[float, float] = {}
+    for port in ports:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("fabricscope_worker_event_loop_lag_seconds_bucket"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                bound = float("inf") if le == "+Inf" else float(le)
+                buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+    if not buckets or not buckets.get(float("inf")):
+        return float("nan"), float("nan")
+    bounds = sorted(buckets)
+    total = buckets[float("inf")]
+    p99 = next(b for b in bounds if buckets[b] >= 0.99 * total)
+    top = next(b for b in bounds if buckets[b] >= total)
+    return p99 * 1000, top * 1000
 
 
-def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 20_000, seed: int = 7) -> ThroughputResult:
-    """Run the three paths over ``rows`` probe rows in batches of ``batch_rows``."""
+def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: int = 7,
+        workers: int = 1) -> ThroughputResult:
+    """Run the three paths over ``rows`` probe rows in messages of ``batch_rows``; ``workers`` worker processes."""
+    from bench.procstat import cpu_s, free_port, listener_pid, peak_rss_mib
     from fabricscope.kafka_admin import create_topics, delete_topics
     from producers.kafka_producer import AgentProducer
     from sinks.clickhouse import ChdbStore, migrate
@@ -67,6 +99,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 20_000, seed: i
     payloads = _payloads(rows, batch_rows, seed)
     prefix = f"bench{uuid.uuid4().hex[:6]}."
     create_topics(bootstrap, prefix)
+    broker = listener_pid(int(bootstrap.split(",")[0].rsplit(":", 1)[1]))
     try:
         prod = AgentProducer(bootstrap, max_buffered=100_000)
         for i, p in enumerate(payloads):
@@ -92,61 +125,123 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 20_000, seed: i
         bare_consumer = rows / (time.perf_counter() - t0)
         c.close()
 
-        # (c) bare chdb insert of the same tables (decoded and decomposed like the worker does)
+        # (c) bare chdb insert of the same rows (decoded and decomposed like the worker does) into a `probes`
+        # table with no views (there are none since schemas/ddl/011), in 500,000-row blocks
         with tempfile.TemporaryDirectory() as d:
             store = ChdbStore(Path(d) / "ch")
             migrate(store)
-            tables = [decompose(decode(p, "probe.v1")[1], f"b/{i}") for i, p in enumerate(payloads)]
-            t0 = time.perf_counter()
-            for i, t in enumerate(tables):
+            whole = pa.concat_tables([decompose(decode(p, "probe.v1")[1], f"b/{i}") for i, p in enumerate(payloads)])
+            blocks = [whole.slice(i, 500_000) for i in range(0, whole.num_rows, 500_000)]
+            c0, t0 = _self_cpu_s(), time.perf_counter()
+            for i, t in enumerate(blocks):
                 store.insert_arrow("probes", t, dedup_token=f"b/{i}")
+            store.command("OPTIMIZE TABLE probes FINAL")  # the merges a writer process pays for later
             bare_insert = rows / (time.perf_counter() - t0)
+            bare_insert_cpu = (_self_cpu_s() - c0) / rows * 1e6
             store.close()
 
-        # (b) the pipeline: worker + sink processes
+        # (b) the pipeline: worker processes + the store writer
         with tempfile.TemporaryDirectory() as d:
             env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "FABRICSCOPE_TOPIC_PREFIX": prefix,
                    "FABRICSCOPE_VAR": d}
             exe = [sys.executable, "-m", "fabricscope"]
-            procs = {name: subprocess.Popen([*exe, name], env=env, stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL, cwd=d) for name in ("sink", "worker")}
+            ports = [free_port() for _ in range(workers)]
+            procs = {"sink": subprocess.Popen([*exe, "sink"], env=env, stdout=subprocess.DEVNULL,
+                                              stderr=subprocess.DEVNULL, cwd=d)}
+            for w, port in enumerate(ports):
+                procs[f"worker{w}"] = subprocess.Popen([*exe, "worker", "--metrics-port", str(port)], env=env,
+                                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=d)
             store_path = Path(d) / "clickhouse"
-            t_first = t_last = None
-            n = 0
+            sql = "SELECT (SELECT count() FROM probes) AS n, (SELECT sum(probes) FROM probes_1m) AS m"
+            t_first = None
+            n = m = n_first = 0
+            cpu0: dict[str, float] = {}
             deadline = time.time() + 600
-            while n < rows and time.time() < deadline:
+            while (n < rows or m < rows) and time.time() < deadline:
                 url = find_endpoint(store_path)
                 if url:
-                    n = query_remote(url, "SELECT count() AS n FROM probes")["n"][0].as_py()
+                    r = query_remote(url, sql).to_pylist()[0]
+                    n, m = int(r["n"]), int(r["m"] or 0)
                     if n and t_first is None:
-                        t_first = time.perf_counter()
+                        t_first, n_first = time.perf_counter(), n
+                        cpu0 = {k: cpu_s(p.pid) for k, p in procs.items()}
+                        cpu0["broker"] = cpu_s(broker) if broker else float("nan")
                 time.sleep(0.2)
             t_last = time.perf_counter()
-            rss = {name: _peak_rss_mib(p.pid) for name, p in procs.items()}
+            cpu1 = {k: cpu_s(p.pid) for k, p in procs.items()}
+            cpu1["broker"] = cpu_s(broker) if broker else float("nan")
+            minute_rows = query_remote(find_endpoint(store_path), "SELECT count() AS c FROM probes_1m")["c"][0].as_py()
+            lag_p99, lag_max = _lag_ms(ports)
+            rss = {name: peak_rss_mib(p.pid) for name, p in procs.items()}
             for p in procs.values():
                 p.terminate()
             for p in procs.values():
                 p.wait(timeout=30)
-            # rows after the first visible insert over the time they took (excludes process start-up)
-            first_batch = min(batch_rows, rows)
-            pipeline = (n - first_batch) / max(t_last - (t_first or t_last), 1e-9)
+            # rows after the first visible insert over the time (and CPU) they took: excludes start-up
+            done = max(n - n_first, 1)
+            pipeline = done / max(t_last - (t_first or t_last), 1e-9)
+            worker_cpu = sum(cpu1[k] - cpu0.get(k, cpu1[k]) for k in procs if k.startswith("worker"))
+        # (b') the store writer alone on the backlog the pipeline left in probes.enriched (full-size blocks)
+        backlog_rows_s, backlog_cpu = _sink_on_backlog(bootstrap, prefix, rows)
     finally:
         delete_topics(bootstrap, prefix)
     rss["bench (this process)"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return ThroughputResult(rows, bare_consumer, pipeline, bare_insert, rss)
+    return ThroughputResult(
+        rows, workers, bare_consumer, pipeline, bare_insert,
+        worker_cpu / done * 1e6, (cpu1["sink"] - cpu0.get("sink", cpu1["sink"])) / done * 1e6, bare_insert_cpu,
+        (cpu1["broker"] - cpu0.get("broker", cpu1["broker"])) / done * 1e6, rss, lag_p99, lag_max,
+        minute_rows / max(n, 1), backlog_rows_s, backlog_cpu)
+
+
+def _sink_on_backlog(bootstrap: str, prefix: str, rows: int) -> tuple[float, float]:
+    """rows/s and CPU µs/row of a store writer (in this process) reading probes.enriched from the start."""
+    from sinks.clickhouse import ChdbStore, migrate
+    from sinks.kafka_sink import StoreWriter
+
+    with tempfile.TemporaryDirectory() as d:
+        store = ChdbStore(Path(d) / "ch")
+        migrate(store)
+        w = StoreWriter(store, bootstrap, prefix, group=f"backlog-{uuid.uuid4().hex[:6]}")
+        deadline = time.time() + 600
+        while w.stats.rows_by_table.get("probes", 0) == 0 and time.time() < deadline:
+            w.poll_once()
+        c0, t0, n0 = _self_cpu_s(), time.perf_counter(), w.stats.rows_by_table.get("probes", 0)
+        while w.stats.rows_by_table.get("probes", 0) < rows and time.time() < deadline:
+            w.poll_once()
+        w.poll_once(timeout=0, force=True)
+        store.command("OPTIMIZE TABLE probes FINAL")
+        n = w.stats.rows_by_table.get("probes", 0) - n0
+        out = n / (time.perf_counter() - t0), (_self_cpu_s() - c0) / max(n, 1) * 1e6
+        w.close()
+        store.close()
+    return out
+
+
+def _self_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def report(r: ThroughputResult) -> str:
     """A plain-text report of one run."""
     lines = [
-        f"rows: {r.rows}",
+        f"rows: {r.rows}   workers: {r.workers}",
         f"(a) bare Kafka consumer + decode : {r.bare_consumer_rows_s:12,.0f} rows/s",
-        f"(b) Faust worker + store writer  : {r.pipeline_rows_s:12,.0f} rows/s",
-        f"(c) bare chdb insert             : {r.bare_insert_rows_s:12,.0f} rows/s",
+        f"(b) Faust workers + store writer : {r.pipeline_rows_s:12,.0f} rows/s   worker CPU "
+        f"{r.worker_cpu_us_per_row:.2f} µs/row, store writer CPU {r.sink_cpu_us_per_row:.2f} µs/row, "
+        f"broker CPU {r.broker_cpu_us_per_row:.2f} µs/row",
+        f"(c) bare chdb insert (500k-row blocks, no views, merged): {r.bare_insert_rows_s:12,.0f} rows/s   "
+        f"CPU {r.bare_insert_cpu_us_per_row:.2f} µs/row",
         f"b/a = {r.pipeline_rows_s / r.bare_consumer_rows_s:.3f}   "
-        f"b/c = {r.pipeline_rows_s / r.bare_insert_rows_s:.3f}",
-        "peak RSS (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in r.pipeline_peak_rss_mib.items()),
-        f"paper target for a 10,000-RNIC cluster: 1.5 M probe rows/s -> {r.pipeline_rows_s / 1.5e6:.2%} of it per "
-        "worker+sink pair on this machine",
+        f"b/c = {r.pipeline_rows_s / r.bare_insert_rows_s:.3f}   "
+        f"store writer CPU / bare insert CPU = {r.sink_cpu_us_per_row / r.bare_insert_cpu_us_per_row:.2f}",
+        f"(b') store writer alone on the backlog: {r.sink_backlog_rows_s:12,.0f} rows/s   CPU "
+        f"{r.sink_backlog_cpu_us_per_row:.2f} µs/row "
+        f"(= {r.sink_backlog_cpu_us_per_row / r.bare_insert_cpu_us_per_row:.2f} x bare insert)",
+        f"minute-tier rows per probe row: {r.minute_rows_per_probe:.3f}",
+        f"worker event-loop lag: p99 <= {r.loop_lag_p99_ms:.0f} ms, max <= {r.loop_lag_max_ms:.0f} ms",
+        "peak RSS (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in r.peak_rss_mib.items()),
+        f"cores for 1.5 M rows/s (worker + store writer + broker CPU per row): "
+        f"{1.5 * (r.worker_cpu_us_per_row + r.sink_cpu_us_per_row + r.broker_cpu_us_per_row):.1f}",
     ]
     return "\n".join(lines)

@@ -18,12 +18,45 @@ def throughput(
         "messages up to 16 MiB pass (schemas.topics.MAX_MESSAGE_BYTES)",
     ),
     seed: int = 7,
+    workers: int = typer.Option(1, help="worker processes of the pipeline (b)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
 ) -> None:
     """Same batches through a bare consumer, the Faust pipeline into chdb, and a bare chdb insert."""
+    import json
+
     from bench import throughput as bench_throughput
 
     s = load()
-    print(bench_throughput.report(bench_throughput.run(s.kafka_bootstrap, rows, batch_rows, seed)))
+    r = bench_throughput.run(s.kafka_bootstrap, rows, batch_rows, seed, workers)
+    print(json.dumps(r.as_dict()) if as_json else bench_throughput.report(r))
+
+
+@bench_app.command("scale")
+def scale(
+    soak: bool = typer.Option(False, "--soak", help="a simulated week of pinglist rotation (worker state)"),
+    rnics: int = typer.Option(10_000, help="RNICs of the simulated fabric"),
+    hours: int = typer.Option(168, help="--soak: simulated hours"),
+) -> None:
+    """Scale benchmarks. --soak: path-index entries, update time and RSS per simulated hour stay flat."""
+    if not soak:
+        print("only --soak is implemented: the 10,000-RNIC run through the broker is not (BENCHMARKS.md)")
+        raise typer.Exit(2)
+    from bench import soak as bench_soak
+
+    rows = bench_soak.run(rnics, hours, progress=lambda r: print(r, flush=True))
+    print(bench_soak.report(rows))
+
+
+@bench_app.command("storage")
+def storage(
+    rows: int = typer.Option(240_000, help="simulated probes measured"),
+    rnics: int = typer.Option(10_000, help="RNICs to scale to"),
+    rate: float = typer.Option(150.0, help="probes/s per RNIC"),
+) -> None:
+    """Bytes per day under each raw retention policy (full, anomalies), from simulated probes in the store."""
+    from bench import storage as bench_storage
+
+    print(bench_storage.report(bench_storage.run(rows, rnics, rate), rnics, rate))
 
 
 @bench_app.command("replication")
@@ -96,7 +129,7 @@ def agent(
 def profile(
     rows: int = typer.Option(20_000, help="rows of the profiled batch (one agent upload)"),
 ) -> None:
-    """cProfile of the RTT worker's per-batch work (probe_batch + batch_partials): the slowest stage."""
+    """cProfile of the RTT worker's step (validate, decompose, minute tier, retention, partials): the slowest stage."""
     from bench import profile as bench_profile
 
     bench_profile.print_report(bench_profile.run(rows))

@@ -166,7 +166,8 @@ def source(
 def up(
     source: UpSource = typer.Option("auto", help="probe source: lab (netns fabric, root) | sim | synthetic; "
                                     "auto = lab where root and network namespaces work, else sim"),
-    workers: int = typer.Option(1, min=1, max=64, help="Faust workers in the consumer group"),
+    workers: int = typer.Option(0, min=0, max=64,
+                                help="Faust worker processes in the consumer group (0 = one per core)"),
     duration: float = typer.Option(0, callback=positive_seconds,
                                    help="stop after this many seconds (0 = until Ctrl-C)"),
     alerts: bool = typer.Option(False, help="also start Alertmanager (infra/alertmanager) and the alert sink"),

@@ -204,6 +204,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
                 lab.refresh_pinglists(connections=lab_job_connections(load_inventory(inv_path)))
             env["FABRICSCOPE_INVENTORY"] = str(inv_path.resolve())  # the store writer loads the ToR names
         sup.add("sink", [*exe, "sink"], logs / "sink.log", env)
+        workers = workers or os.cpu_count() or 1  # each worker analyses its share of probes.raw's partitions
         for i in range(workers):
             sup.add(f"worker{i}", [*exe, "worker"], logs / f"worker{i}.log", env)
         if alerts:

@@ -30,6 +30,7 @@ _TYPES = {
     "bool": na.bool_,
     "string": na.string,
     "binary": na.binary,
+    "map<uint16,uint64>": lambda nullable=True: na.map_(na.uint16(), na.uint64(), nullable=nullable),
 }
 
 

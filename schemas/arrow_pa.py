@@ -23,6 +23,7 @@ _TYPES: dict[str, pa.DataType] = {
     "bool": pa.bool_(),
     "string": pa.string(),
     "binary": pa.binary(),
+    "map<uint16,uint64>": pa.map_(pa.uint16(), pa.uint64()),
 }
 
 

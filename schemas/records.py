@@ -105,6 +105,39 @@ PROBE_ENRICHED_V1 = RecordSchema(
     ),
 )
 
+# The minute tier as the worker computes it (DESIGN.md "Storage": the stream computes the minute tier).
+# One row per (source batch, minute, pinglist, prober RNIC, responder RNIC): rows are keyed by the raw
+# message they came from, so a worker replaying that message re-sends the same rows under the same
+# identity and the store writer drops them (README "Exactly-once rows"). Histograms are the store's
+# sparse log-scale buckets, floor(16 * log2(ns)) -> count (schemas/ddl/005_history.sql).
+PROBE_MINUTE_V1 = RecordSchema(
+    "probe_minute",
+    1,
+    (
+        Field("minute", "int64", doc="start of the minute, s since the epoch (event time: t1, else upload_ns)"),
+        Field("pinglist", "string"),
+        Field("prober_rnic", "string"),
+        Field("responder_rnic", "string"),
+        Field("probes", "uint64", doc="probes of any status"),
+        Field("timeouts", "uint64"),
+        Field("rtt_hist", "map<uint16,uint64>", doc="network RTT histogram of the successful probes"),
+        Field("responder_hist", "map<uint16,uint64>", doc="responder delay histogram"),
+        Field("prober_hist", "map<uint16,uint64>", doc="prober delay histogram"),
+        Field("batch_id", "string", doc="identity of the source batch: topic/partition/offset (not stored)"),
+    ),
+)
+
+# The latency rule's per-flow baseline (streams.pingmesh.latency.update_baseline), as the reducer publishes it.
+FLOW_BASELINE_V1 = RecordSchema(
+    "flow_baseline",
+    1,
+    (
+        Field("flow", "string", doc="pinglist|prober RNIC|responder RNIC|source port"),
+        Field("baseline_ns", "float64", nullable=True, doc="EWMA of the flow's window P99 network RTT (ns)"),
+        Field("windows", "int64", doc="windows that built the baseline"),
+    ),
+)
+
 PATH_V1 = RecordSchema(
     "path",
     1,
@@ -333,6 +366,8 @@ SCHEMAS: dict[str, RecordSchema] = {
     for s in (
         PROBE_V1,
         PROBE_ENRICHED_V1,
+        PROBE_MINUTE_V1,
+        FLOW_BASELINE_V1,
         PATH_V1,
         VERDICT_V1,
         COVERAGE_V1,

@@ -60,6 +60,10 @@ HOSTS_TOPOLOGY = Topic(
     "hosts.topology", 1, "host", "host_topology.v1", _COMPACTED,
     "Hostping: each host's intra-host topology and healthy loopback baseline (last per host wins)",
 )
+LATENCY_BASELINES = Topic(
+    "latency.baselines", 1, "", "flow_baseline.v1", _RETAIN_7D,
+    "the reducer's per-flow P99 network RTT baselines after each window (raw retention `anomalies` reads them)",
+)
 HOSTS_INVENTORY = Topic(
     "hosts.inventory", 1, "host", "pci_function.v1", _COMPACTED,
     "Hostping: every PCI function each host agent found (one batch per host, last per host wins)",
@@ -82,6 +86,7 @@ ALL_TOPICS: tuple[Topic, ...] = (
     JOB_METRICS,
     DEADLETTER,
     HOSTS_TOPOLOGY,
+    LATENCY_BASELINES,
     HOSTS_INVENTORY,
 )
 

@@ -1,10 +1,15 @@
-"""The store writer: consumes result topics and inserts each batch into ClickHouse.
+"""The store writer: consumes result topics and inserts them into ClickHouse.
 
 Runs in its own process so an insert never blocks the Faust event loop
 (a blocked loop misses consumer-group heartbeats). Offsets are committed only
-after the insert returned; each insert carries the batch identity as its
-deduplication token, so a replay after a crash adds no row twice
-(at-least-once delivery, exactly-once rows).
+after the insert returned (at-least-once delivery, exactly-once rows).
+
+Probe rows and their minute tier (``probes.enriched``, the bulk of the data) go
+in blocks of many messages: up to ``block_rows`` rows or ``block_s`` seconds per
+partition, aligned to offsets, with their state in the store
+(:mod:`sinks.blocks`). The other topics (verdicts, dead letters, host links,
+coverage: a few messages per window) keep one insert per message, with the
+message's source identity as its deduplication token.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from schemas import topics as T
 from schemas.codec import CodecError, decode, schema_key_from_headers
 from sinks import metrics as M
+from sinks.blocks import STATE_TABLE, Entry, PartitionState, block_inserts, form_block, load_states
 from sinks.clickhouse import Store, StoreError
 
 log = logging.getLogger("fabricscope.sink")
@@ -35,6 +41,9 @@ TABLE_OF: dict[str, str] = {
     T.HOSTMETRICS_RAW.name: "host_metrics",
     T.LOOPBACK_RAW.name: "loopback",
 }
+# Topics written in offset-aligned blocks, and the table of each schema they carry.
+BLOCK_TOPICS = {T.PROBES_ENRICHED.name}
+TABLE_OF_SCHEMA = {"probe_enriched.v1": "probes", "probe_minute.v1": "probes_1m"}
 
 
 @dataclass
@@ -47,6 +56,8 @@ class SinkStats:
     store_retries: int = 0
     commit_failures: int = 0
     rows_by_table: dict[str, int] = field(default_factory=dict)
+    blocks: int = 0
+    replayed_rows_dropped: int = 0
 
 
 def dedup_token(msg: Message, table: pa.Table) -> str:
@@ -91,6 +102,8 @@ class StoreWriter:
         prefix: topic name prefix (tests and demos share one broker).
         group: consumer group id.
         kafka_config: extra client settings (SASL/TLS), never logged.
+        block_rows: a block of ``probes.enriched`` is inserted at this many rows (per partition) ...
+        block_s: ... or this many seconds after its first message was read, whichever comes first.
     """
 
     def __init__(
@@ -100,11 +113,16 @@ class StoreWriter:
         prefix: str = "",
         group: str = "fabricscope-store",
         kafka_config: dict[str, str] | None = None,
+        block_rows: int = 100_000,
+        block_s: float = 1.0,
     ) -> None:
         self.store = store
         self.prefix = prefix
         self.stats = SinkStats()
+        self.block_rows, self.block_s = block_rows, block_s
         self._lag: dict[tuple[str, int], int] = {}
+        # per (topic, partition) of the block topics; reloaded from the store after every (re)assignment
+        self._parts: dict[tuple[str, int], PartitionState] = {}
         conf = {
             "bootstrap.servers": bootstrap,
             "group.id": f"{prefix}{group}",
@@ -116,33 +134,60 @@ class StoreWriter:
         }
         conf.update(kafka_config or {})
         self._consumer = Consumer(conf)
-        self._consumer.subscribe([f"{prefix}{t}" for t in TABLE_OF])
+        self._consumer.subscribe([f"{prefix}{t}" for t in TABLE_OF], on_assign=self._forget, on_revoke=self._forget,
+                                 on_lost=self._forget)
+
+    def _forget(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Drop what is held for these partitions: the consumer restarts them at the committed offset, and
+        their state is read back from the store (another writer may have stored blocks meanwhile)."""
+        for tp in partitions:
+            self._parts.pop((tp.topic, tp.partition), None)
+
+    def _state(self, topic: str, partition: int) -> PartitionState:
+        key = (topic, partition)
+        if key not in self._parts:
+            loaded = self._retry(lambda: load_states(self.store, topic), f"read {STATE_TABLE}", lambda: False)
+            for p, st in (loaded or {}).items():
+                self._parts.setdefault((topic, p), st)
+            self._parts.setdefault(key, PartitionState())
+        return self._parts[key]
 
     def _table_for(self, topic: str) -> str:
         return TABLE_OF[topic[len(self.prefix):]]
 
-    def _insert_with_retry(self, table: str, data: pa.Table, token: str, stop: Callable[[], bool]) -> bool:
+    def _retry(self, action: Callable[[], object], what: str, stop: Callable[[], bool]) -> object | None:
+        """Run ``action`` until the store takes it (backing off to 10 s); None if ``stop()`` first."""
         delay = 0.5
         while not stop():
             try:
-                self.store.insert_arrow(table, data, dedup_token=token)
-                return True
+                return action()
             except StoreError as err:
                 self.stats.store_retries += 1
                 M.STORE_RETRIES.inc()
-                log.error("insert into %s failed, retrying in %.1f s: %s", table, delay, err)
+                log.error("%s failed, retrying in %.1f s: %s", what, delay, err)
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
-        return False
+        return None
 
-    def poll_once(self, timeout: float = 0.5, stop: Callable[[], bool] = lambda: False) -> int:
-        """Consume up to 100 messages, insert them, commit; returns rows written."""
-        msgs = self._consumer.consume(num_messages=100, timeout=timeout)
+    def _insert_with_retry(self, table: str, data: pa.Table, token: str, stop: Callable[[], bool]) -> bool:
+        def insert() -> bool:
+            self.store.insert_arrow(table, data, dedup_token=token)
+            return True
+
+        return self._retry(insert, f"insert into {table}", stop) is not None
+
+    def poll_once(self, timeout: float = 0.2, stop: Callable[[], bool] = lambda: False, force: bool = False) -> int:
+        """Consume up to 1,000 messages; insert the due blocks and the other messages, commit; rows written."""
+        msgs = self._consumer.consume(num_messages=1000, timeout=timeout)
         written = 0
+        now = time.monotonic()
         for msg in msgs:
             if msg.error():
                 if msg.error().code() != KafkaError._PARTITION_EOF:
                     log.warning("consumer error: %s", msg.error())
+                continue
+            if msg.topic()[len(self.prefix):] in BLOCK_TOPICS:
+                self._state(msg.topic(), msg.partition()).accept(self._entry(msg), now)
                 continue
             table_name = self._table_for(msg.topic())
             try:
@@ -163,8 +208,61 @@ class StoreWriter:
             self.stats.rows += data.num_rows
             self.stats.rows_by_table[table_name] = self.stats.rows_by_table.get(table_name, 0) + data.num_rows
             self._commit(msg)
+        for (topic, part), st in list(self._parts.items()):
+            while (entries := st.take_block(self.block_rows, self.block_s, time.monotonic(), force)) is not None:
+                n = self._write_block(topic, part, st, entries, stop)
+                if n is None:
+                    return written  # stopping: the block is recorded; the next start re-forms it
+                written += n
         self._observe_lag(msgs)
         return written
+
+    def _entry(self, msg: Message) -> Entry:
+        """Decode one message of a block topic; an undecodable one becomes a dead-letter row of the block."""
+        try:
+            key, data = decode(msg.value(), schema_key_from_headers(msg.headers()))
+            table = TABLE_OF_SCHEMA.get(key)
+            if table is None:
+                raise CodecError(f"schema {key} does not belong on {msg.topic()}")
+            return Entry(msg.offset(), table, data)
+        except CodecError as err:
+            self.stats.undecodable += 1
+            M.UNDECODABLE.inc()
+            log.error("undecodable message %s/%d/%d: %s", msg.topic(), msg.partition(), msg.offset(), err)
+            return Entry(msg.offset(), "deadletters", _undecodable_row(msg, str(err)))
+
+    def _write_block(self, topic: str, part: int, st: PartitionState, entries: list[Entry],
+                     stop: Callable[[], bool]) -> int | None:
+        """Record, insert and commit one block (:mod:`sinks.blocks`); rows written, None if stopped first."""
+        block = form_block(entries, st.hwm)
+        rows = 0
+        for table, data, token in block_inserts(topic, part, block, time.time_ns()):
+            if not self._insert_with_retry(table, data, token, stop):
+                return None  # stopping; the block is re-formed from its recorded state at the next start
+            if token is None:
+                continue  # the state row
+            rows += data.num_rows
+            M.ROWS_WRITTEN.labels(table).inc(data.num_rows)
+            self.stats.rows_by_table[table] = self.stats.rows_by_table.get(table, 0) + data.num_rows
+        st.hwm = block.hwm_after
+        self.stats.blocks += 1
+        self.stats.batches += len(entries)
+        self.stats.rows += rows
+        self.stats.replayed_rows_dropped += block.dropped_rows
+        M.BATCHES_WRITTEN.inc(len(entries))
+        if block.dropped_rows:
+            log.warning("block %s: dropped %d rows a worker sent again (already stored)", block.token(topic, part),
+                        block.dropped_rows)
+        self._commit_offset(topic, part, block.last + 1)
+        return rows
+
+    def _commit_offset(self, topic: str, part: int, offset: int) -> None:
+        try:
+            self._consumer.commit(offsets=[TopicPartition(topic, part, offset)], asynchronous=False)
+        except KafkaException as err:
+            self.stats.commit_failures += 1
+            log.warning("offset commit for %s/%d at %d refused (%s); the block is recorded in %s, a re-read "
+                        "skips it", topic, part, offset, err.args[0].str() if err.args else err, STATE_TABLE)
 
     def _observe_lag(self, msgs: list[Message]) -> None:
         """Consumer lag per topic from the last message of each partition (cached watermarks: no round trip)."""
@@ -188,9 +286,11 @@ class StoreWriter:
                         msg.topic(), msg.partition(), msg.offset(), err.args[0].str() if err.args else err)
 
     def run(self, stop: Callable[[], bool]) -> None:
-        """Loop until ``stop()`` is true."""
+        """Loop until ``stop()`` is true, then insert what is held (best effort: a crash loses nothing either)."""
         while not stop():
             self.poll_once(stop=stop)
+        deadline = time.monotonic() + 5.0
+        self.poll_once(timeout=0, force=True, stop=lambda: time.monotonic() > deadline)
 
     def close(self) -> None:
         self._consumer.close()

@@ -12,6 +12,7 @@ from bench.history_fabric import HOUR_NS, fabric, grouped_quantiles, probe_table
 from schemas.saved_queries import SavedQueryError, parse_duration, render_named
 from sinks.clickhouse import ChdbStore, StoreError, migrate
 from sinks.history import load_inventory, record_feedback
+from sinks.probe_tiers import insert_probes
 
 
 @pytest.fixture
@@ -35,13 +36,13 @@ def test_views_fill_every_rollup_and_a_replay_counts_once(store):
     p = simulate(fab, start, hours=2, per_hour=50, seed=1)
     batch = probe_table(fab, p, slice(None), "probes.raw/0/7")
     for _ in range(3):  # the sink replays after a crash: same token
-        store.insert_arrow("probes", batch, dedup_token="probes.raw/0/7")
+        insert_probes(store, batch, "probes.raw/0/7")
     n, t = len(p.t1), int(p.timeout.sum())
     expected = {"n": n, "t": t, "h": n - t}
     for table in ("probes_1m", "probes_1h_rnic", "probes_1h_tor"):
         assert _totals(store, table) == expected, table
     # A different batch is new data, counted again.
-    store.insert_arrow("probes", batch, dedup_token="probes.raw/0/8")
+    insert_probes(store, batch, "probes.raw/0/8")
     assert _totals(store, "probes_1h_tor") == {k: 2 * v for k, v in expected.items()}
 
 
@@ -52,8 +53,8 @@ def test_tor_rollup_uses_the_inventory_and_merges_histograms_exactly(store):
     p = simulate(fab, start, hours=2, per_hour=200, seed=2)
     # Two inserts split mid-hour: the rollup must merge their histograms.
     half = len(p.t1) // 2
-    store.insert_arrow("probes", probe_table(fab, p, slice(0, half), "b1"), dedup_token="b1")
-    store.insert_arrow("probes", probe_table(fab, p, slice(half, None), "b2"), dedup_token="b2")
+    insert_probes(store, probe_table(fab, p, slice(0, half), "b1"), "b1")
+    insert_probes(store, probe_table(fab, p, slice(half, None), "b2"), "b2")
     got = store.query_arrow(
         "SELECT prober_tor, responder_tor, sum(probes) AS n, round(fs_hist_quantile(sumMap(rtt_hist), 0.99)) AS p99 "
         "FROM probes_1h_tor GROUP BY prober_tor, responder_tor ORDER BY prober_tor, responder_tor"
@@ -75,7 +76,7 @@ def test_rnic_missing_from_the_inventory_rolls_up_under_empty_tor(store):
     fab = fabric(tors=2, rnics_per_tor=4)
     start = (time.time_ns() // HOUR_NS - 2) * HOUR_NS
     p = simulate(fab, start, hours=1, per_hour=5, seed=3)
-    store.insert_arrow("probes", probe_table(fab, p, slice(None), "b"), dedup_token="b")
+    insert_probes(store, probe_table(fab, p, slice(None), "b"), "b")
     got = store.query_arrow("SELECT prober_tor, responder_tor, sum(probes) AS n FROM probes_1h_tor "
                             "GROUP BY prober_tor, responder_tor").to_pylist()
     assert got == [{"prober_tor": "", "responder_tor": "", "n": len(p.t1)}]
@@ -137,7 +138,7 @@ def test_grafana_dashboard_queries_run_on_the_store(store):
     fab = fabric(tors=2, rnics_per_tor=4)
     load_inventory(store, fab.inventory)
     p = simulate(fab, (time.time_ns() // HOUR_NS - 2) * HOUR_NS, hours=1, per_hour=20, seed=4)
-    store.insert_arrow("probes", probe_table(fab, p, slice(None), "g"), dedup_token="g")
+    insert_probes(store, probe_table(fab, p, slice(None), "g"), "g")
     assert len(dash["panels"]) >= 6
     for panel in dash["panels"]:
         sql = re.sub(r"\$__timeFilter\(([\w.]+)\)", r"\1 >= now() - INTERVAL 7 DAY", panel["targets"][0]["rawSql"])

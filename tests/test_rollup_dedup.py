@@ -15,6 +15,7 @@ import pytest
 
 from schemas.arrow_pa import table_from_columns
 from sinks.clickhouse import ChdbStore, migrate
+from sinks.probe_tiers import insert_probes
 from streams.pingmesh.rtt import decompose
 
 from probe_rows import columns, known_rows
@@ -54,7 +55,8 @@ def test_a_replayed_batch_counts_once_in_a_materialized_view_rollup(store):
 
 
 def test_every_shipped_rollup_deduplicates_replays(store):
-    """The rollups of ``schemas/ddl`` (005+): each target table keeps a dedup window, and a replay adds no row."""
+    """The rollups of ``schemas/ddl`` (the hourly views over the minute tier since 011): each target table keeps
+    a dedup window, and a replay adds no row to it."""
     views = store.query_arrow(
         "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase() "
         "AND engine = 'MaterializedView'"
@@ -73,11 +75,12 @@ def test_every_shipped_rollup_deduplicates_replays(store):
         assert "non_replicated_deduplication_window" in t["engine"], (
             f"rollup table {t['name']} lacks non_replicated_deduplication_window: replays would be counted twice"
         )
-    store.insert_arrow("probes", _batch("probes.raw/0/1"), dedup_token="probes.raw/0/1")
+    insert_probes(store, _batch("probes.raw/0/1"), "probes.raw/0/1")  # minute tier, then the hourly views
     before = {t["name"]: store.query_arrow(f"SELECT count() AS n FROM {t['name']}")["n"][0].as_py()
               for t in target_tables}
     for _ in range(2):
-        store.insert_arrow("probes", _batch("probes.raw/0/1"), dedup_token="probes.raw/0/1")
+        insert_probes(store, _batch("probes.raw/0/1"), "probes.raw/0/1")
     after = {t["name"]: store.query_arrow(f"SELECT count() AS n FROM {t['name']}")["n"][0].as_py()
              for t in target_tables}
+    assert all(before.values()), before  # the views did fire
     assert after == before

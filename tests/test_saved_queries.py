@@ -19,6 +19,7 @@ from bench.history_fabric import HOUR_NS, fabric, grouped_quantiles, probe_table
 from schemas.saved_queries import names, render_named
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.history import load_inventory, record_feedback
+from sinks.probe_tiers import insert_probes
 
 DAYS = 30
 KINDS = ("rnic", "switch", "host_down", "busy_host", "undetermined")
@@ -76,7 +77,7 @@ def month(tmp_path_factory):
     t0 = time.perf_counter()
     for d in range(DAYS):
         batch = f"probes.raw/0/{d}"
-        store.insert_arrow("probes", probe_table(fab, p, slice(d * per_day, (d + 1) * per_day), batch), batch)
+        insert_probes(store, probe_table(fab, p, slice(d * per_day, (d + 1) * per_day), batch), batch)
     load_s = time.perf_counter() - t0
     verdicts = _verdicts(fab, now_s)
     store.insert_arrow("verdicts", pa.Table.from_pylist(verdicts, schema=_verdict_schema()), "verdicts/0/0")

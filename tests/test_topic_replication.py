@@ -73,7 +73,12 @@ def test_faust_app_producers_are_idempotent_with_acks_all():
 
 @pytest.mark.kafka
 def test_describe_shows_existing_against_expected(kafka_bootstrap, topic_prefix):
-    brokers, states = describe_topics(kafka_bootstrap, topic_prefix)
+    # CreateTopics returns before every broker's metadata lists the new topics: wait until they show.
+    def described():
+        d = describe_topics(kafka_bootstrap, topic_prefix)
+        return d if all(s.partitions is not None for s in d[1]) else None
+
+    brokers, states = wait_for(described, timeout=30, what="the test's topics in the metadata")
     assert brokers >= 1
     rf = replication_for(brokers)
     by = {s.topic: s for s in states}

@@ -95,41 +95,156 @@ def latest_paths(paths: pa.Table) -> pa.Table:
     cols = ["direction", *KEY]
     if paths.num_rows == 0:
         return paths.select([*cols, "hops"])
-    return PathIndex(paths).latest  # type: ignore[return-value]
+    return PathIndex(paths).latest.select([*cols, "hops"])  # type: ignore[union-attr]
+
+
+HOUR_NS = 3_600_000_000_000
+# Inter-ToR 5-tuples rotate every hour (R-Pingmesh §4.1, Eq. 1 picks new source ports): a tuple no probe
+# has used for two rotation periods is gone from every pinglist.
+EVICT_AFTER_NS = 2 * HOUR_NS
+_COLS = ("direction", *KEY)
 
 
 class PathIndex:
-    """The newest trace per (direction, 5-tuple), built once and reused for every batch.
+    """The newest trace per (direction, 5-tuple), kept up to date for every batch; bounded.
 
-    Build it from all ``path.v1`` rows known (:meth:`update` with each new path batch);
-    :func:`attach_paths` joins probes against it.
+    :meth:`update` folds in a ``path.v1`` batch in O(new paths) (a dict keyed by direction and
+    5-tuple; newer ``trace_ns`` wins, ties go to the smaller hop string). :attr:`latest` is the
+    index as an Arrow table, rebuilt only when it changed, once per worker step at most.
+    :func:`attach_paths` records which entries probes used (:meth:`touch`); an entry no probe has
+    used for ``evict_after_ns`` of event time (two inter-ToR rotation periods) is evicted, so the
+    index holds what the pinglists probe now, not every tuple ever traced.
+
+    Attributes:
+        evicted: entries evicted so far.
     """
 
-    def __init__(self, paths: pa.Table | None = None) -> None:
-        self._raw: pa.Table | None = None
-        self.latest: pa.Table | None = None
+    def __init__(self, paths: pa.Table | None = None, evict_after_ns: int = EVICT_AFTER_NS) -> None:
+        self.evict_after_ns = evict_after_ns
+        self.evicted = 0
+        self._pos: dict[tuple, int] = {}
+        self._keys: list[tuple] = []
+        self._hops: list[str] = []
+        self._trace_ns: list[int] = []
+        self._complete: list[bool] = []
+        self._trace: list[str] = []  # hops as traced; ``_hops`` holds them resolved (incomplete traces)
         self._ends = _TraceEnds()
+        self._used_ns = np.zeros(0, dtype=np.int64)
+        self._now_ns = 0
+        self._swept_ns = 0
+        self._latest: pa.Table | None = None
         if paths is not None:
             self.update(paths)
 
+    def __len__(self) -> int:
+        return len(self._pos)
+
     def update(self, paths: pa.Table) -> None:
-        """Fold a ``path.v1`` batch in: per direction and 5-tuple the newest complete trace wins,
-        else the newest incomplete one (its tail resolved as the module docstring says)."""
+        """Fold a ``path.v1`` batch in (newer ``trace_ns`` wins per direction and 5-tuple): O(rows of the batch)."""
         if paths.num_rows == 0:
             return
-        cols = ["direction", *KEY, "hops", "trace_ns", "complete"]
-        new = paths.select(cols) if "complete" in paths.column_names else paths.select(cols[:-1]).append_column(
-            "complete", pa.array(np.ones(paths.num_rows, bool)))
-        new = new.append_column("trace", new["hops"])  # the hops as traced (``hops`` may be resolved)
-        both = new if self._raw is None else pa.concat_tables([self._raw, new], promote_options="permissive")
-        t = both.sort_by([("complete", "descending"), ("trace_ns", "descending"), ("trace", "ascending")])
-        idx = t.select(cols[:5]).append_column("_i", pa.array(np.arange(t.num_rows))).group_by(
-            cols[:5]).aggregate([("_i", "min")])
-        self._ends.learn(new.filter(new["complete"]))
-        self._raw = t.take(idx["_i_min"])
-        if not pc.all(self._raw["complete"]).as_py():
-            self._raw = _resolve_incomplete(self._raw, self._ends)
-        self.latest = self._raw.select(cols[:6])
+        cols = [paths[c].to_pylist() for c in (*_COLS, "hops", "trace_ns")]
+        complete = (paths["complete"].to_pylist() if "complete" in paths.column_names
+                    else [True] * paths.num_rows)
+        grown = []
+        dark = False
+        for *key, hops, trace_ns, done in zip(*cols, complete, strict=True):
+            k = tuple(key)
+            i = self._pos.get(k)
+            done = bool(done)
+            if i is None:
+                self._pos[k] = len(self._keys)
+                grown.append(trace_ns)
+                self._keys.append(k)
+                self._hops.append(hops)
+                self._trace.append(hops)
+                self._trace_ns.append(trace_ns)
+                self._complete.append(done)
+            else:
+                # a complete trace beats an incomplete one (a silent fault does not reroute); else newer wins,
+                # ties to the smaller hop string
+                old_ns, old_done = self._trace_ns[i], self._complete[i]
+                if (done and not old_done) or (done == old_done and (
+                        trace_ns > old_ns or (trace_ns == old_ns and hops < self._trace[i]))):
+                    self._hops[i], self._trace[i], self._trace_ns[i], self._complete[i] = hops, hops, trace_ns, done
+            dark |= not done
+        ok = [j for j, d in enumerate(complete) if d]
+        self._ends.learn([cols[1][j] for j in ok], [cols[2][j] for j in ok], [cols[5][j] for j in ok])
+        if dark or any(not c for c in self._complete):
+            self._resolve()
+        if grown:  # a fresh trace counts as a use: the tuple is on a pinglist now
+            self._used_ns = np.concatenate([self._used_ns, np.asarray(grown, dtype=np.int64)])
+        self._now_ns = max(self._now_ns, int(max(cols[-1])))
+        self._latest = None
+
+    def _resolve(self) -> None:
+        """Complete the tails of incomplete traces from the complete ones where the next hop is unique
+        (the module docstring), else ``X,*``. Loops over incomplete entries only (few: a fault's)."""
+        ends = self._ends
+        for i, done in enumerate(self._complete):
+            if done:
+                continue
+            hops = [x for x in (self._trace[i] or "").split(",") if x and x != NO_ANSWER]
+            dst = ends.ip_rnic.get(self._keys[i][2])
+            tor = ends.tor_of.get(dst) if dst else None
+            last = hops[-1] if hops else None
+            if not hops or last == dst:
+                out = ",".join(hops)
+            elif last == tor:
+                out = ",".join([*hops, dst])  # type: ignore[list-item]
+            elif tor is not None and len(hops) >= 2 and (way := ends.descent(last, tor, hops[-2])) is not None:
+                out = ",".join([*hops, *way, dst])  # type: ignore[list-item]
+            else:
+                out = f"{last},{NO_ANSWER}"
+            if out != self._hops[i]:
+                self._hops[i] = out
+                self._latest = None
+
+    @property
+    def latest(self) -> pa.Table | None:
+        """``direction``, the 5-tuple, ``hops`` and ``_entry`` (position, for :meth:`touch`); None when empty."""
+        if not self._pos:
+            return None
+        if self._latest is None:
+            live = np.fromiter(self._pos.values(), dtype=np.int64, count=len(self._pos))
+            keys = [self._keys[i] for i in live]
+            cols = list(zip(*keys, strict=True))
+            self._latest = pa.table({
+                "direction": pa.array(cols[0], pa.string()), "src_ip": pa.array(cols[1], pa.string()),
+                "dst_ip": pa.array(cols[2], pa.string()), "src_port": pa.array(cols[3], pa.uint16()),
+                "dst_port": pa.array(cols[4], pa.uint16()),
+                "hops": pa.array([self._hops[i] for i in live], pa.string()),
+                "_entry": pa.array(live, pa.int64()),
+            })
+        return self._latest
+
+    def touch(self, entries: np.ndarray, at_ns: int) -> None:
+        """Entries (``_entry`` values) used by probes up to event time ``at_ns``; evicts stale ones now and then."""
+        if len(entries):
+            np.maximum.at(self._used_ns, entries, at_ns)
+        self._now_ns = max(self._now_ns, at_ns)
+        if self._now_ns - self._swept_ns >= self.evict_after_ns // 4:
+            self.evict(self._now_ns - self.evict_after_ns)
+            self._swept_ns = self._now_ns
+
+    def evict(self, before_ns: int) -> int:
+        """Drop entries no probe used since ``before_ns`` (event time); compacts storage; returns how many."""
+        live = np.fromiter(self._pos.values(), dtype=np.int64, count=len(self._pos))
+        keep = live[self._used_ns[live] >= before_ns]
+        gone = len(live) - len(keep)
+        if gone == 0 and len(self._keys) < 2 * len(live) + 1024:
+            return 0
+        keep.sort()
+        self._keys = [self._keys[i] for i in keep]
+        self._hops = [self._hops[i] for i in keep]
+        self._trace_ns = [self._trace_ns[i] for i in keep]
+        self._complete = [self._complete[i] for i in keep]
+        self._trace = [self._trace[i] for i in keep]
+        self._used_ns = self._used_ns[keep]
+        self._pos = {k: j for j, k in enumerate(self._keys)}
+        self.evicted += gone
+        self._latest = None
+        return gone
 
 
 class _TraceEnds:
@@ -161,11 +276,12 @@ class _TraceEnds:
                 if u != node and mine <= kids and (u, tor) in self.desc}
         return ways.pop() if len(ways) == 1 else None
 
-    def learn(self, done: pa.Table) -> None:
-        if done.num_rows == 0:
+    def learn(self, src_ip: list[str], dst_ip: list[str], hops: list[str]) -> None:
+        """Fold in complete traces (their addresses and hop strings)."""
+        if not hops:
             return
-        for h in pc.unique(pc.fill_null(done["trace"], "")).to_pylist():
-            p = h.split(",")
+        for h in set(hops):
+            p = (h or "").split(",")
             n = len(p)
             if n < 3:
                 continue
@@ -174,36 +290,11 @@ class _TraceEnds:
             for j in range((n - 1) // 2, n - 2):
                 self.desc.setdefault((p[j], p[-2]), tuple(p[j + 1:-1]))
                 self.below.setdefault(p[j], set()).add(p[j + 1])
-        g = done.group_by(["src_ip", "dst_ip", "trace"]).aggregate([])
-        for s_ip, d_ip, h in zip(g["src_ip"].to_pylist(), g["dst_ip"].to_pylist(), g["trace"].to_pylist(),
-                                 strict=True):
+        for s_ip, d_ip, h in zip(src_ip, dst_ip, hops, strict=True):
             if s_ip not in self.ip_rnic or d_ip not in self.ip_rnic:
                 p = (h or "").split(",")
                 self.ip_rnic.setdefault(s_ip, p[0])
                 self.ip_rnic.setdefault(d_ip, p[-1])
-
-
-def _resolve_incomplete(t: pa.Table, ends: _TraceEnds) -> pa.Table:
-    """Complete the tails of incomplete traces from the complete ones where the next hop is unique."""
-    tor_of, ip_rnic = ends.tor_of, ends.ip_rnic
-    mask = pc.invert(t["complete"])
-    sub = t.filter(mask)
-    out = []
-    for tr, d_ip in zip(sub["trace"].to_pylist(), sub["dst_ip"].to_pylist(), strict=True):
-        hops = [x for x in (tr or "").split(",") if x and x != NO_ANSWER]
-        dst = ip_rnic.get(d_ip)
-        tor = tor_of.get(dst) if dst else None
-        last = hops[-1] if hops else None
-        if not hops or last == dst:
-            out.append(",".join(hops))
-        elif last == tor:
-            out.append(",".join([*hops, dst]))
-        elif tor is not None and len(hops) >= 2 and (way := ends.descent(last, tor, hops[-2])) is not None:
-            out.append(",".join([*hops, *way, dst]))
-        else:
-            out.append(f"{last},{NO_ANSWER}")
-    hops_col = pc.replace_with_mask(t["hops"].combine_chunks(), mask.combine_chunks(), pa.array(out, pa.string()))
-    return t.set_column(t.schema.get_field_index("hops"), "hops", hops_col)
 
 
 def attach_paths(probes: pa.Table, paths: pa.Table | PathIndex | None) -> pa.Table:
@@ -225,15 +316,21 @@ def attach_paths(probes: pa.Table, paths: pa.Table | PathIndex | None) -> pa.Tab
         return probes.append_column("fwd_hops", empty).append_column("rev_hops", empty)
     key = probes.select(list(KEY)).append_column("_row", pa.array(np.arange(n), pa.int64()))
     found = {}
+    used = []
     for direction, names, col in (
         ("forward", list(KEY), "fwd_hops"),
         ("reverse", ["dst_ip", "src_ip", "src_port", "dst_port"], "rev_hops"),
         ("reverse", ["dst_ip", "src_ip", "dst_port", "src_port"], "rev_swapped"),
     ):
         side = lp.filter(pc.equal(lp["direction"], direction)).drop(["direction"])
-        side = side.rename_columns([*names, col])
+        side = side.rename_columns([*names, col, *(["_entry"] if "_entry" in side.column_names else [])])
         j = key.join(side, list(names), join_type="left outer").sort_by("_row")
         found[col] = j[col]
+        if "_entry" in j.column_names:
+            used.append(pc.drop_null(j["_entry"]).to_numpy())
+    if isinstance(paths, PathIndex):  # what the pinglists probe now keeps its traces (eviction)
+        at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
+        paths.touch(np.unique(np.concatenate(used)) if used else np.zeros(0, np.int64), int(at or 0))
     rev = pc.fill_null(pc.coalesce(found["rev_hops"], found["rev_swapped"]), "")
     return probes.append_column("fwd_hops", pc.fill_null(found["fwd_hops"], "")).append_column("rev_hops", rev)
 

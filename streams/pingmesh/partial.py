@@ -88,10 +88,26 @@ class WindowPartial:
 
 def _group_sum(t: pa.Table, keys: list[str], vals: list[str]) -> pa.Table:
     if t.num_rows == 0:
-        return t.select([*keys, *vals])
+        return _plain(t.select([*keys, *vals]))
     g = t.group_by(keys).aggregate([(v, "sum") for v in vals])
-    g = g.select([*keys, *[f"{v}_sum" for v in vals]]).rename_columns([*keys, *vals])
+    g = _plain(g.select([*keys, *[f"{v}_sum" for v in vals]]).rename_columns([*keys, *vals]))
     return g.sort_by([(k, "ascending") for k in keys])
+
+
+def _plain(t: pa.Table) -> pa.Table:
+    """Dictionary-encoded key columns back to their value type (on the small grouped result)."""
+    for i, f in enumerate(t.schema):
+        if pa.types.is_dictionary(f.type):
+            t = t.set_column(i, f.name, pc.cast(t[f.name], f.type.value_type))
+    return t
+
+
+def _encoded(t: pa.Table) -> pa.Table:
+    """String columns as dictionaries: the group-bys hash integer ids instead of strings (the hot path)."""
+    for i, f in enumerate(t.schema):
+        if pa.types.is_string(f.type):
+            t = t.set_column(i, f.name, pc.dictionary_encode(t[f.name].combine_chunks()))
+    return t
 
 
 def link_counts(groups: pa.Table) -> pa.Table:
@@ -119,7 +135,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     Returns:
         The partial; vectorised over rows (group-bys), no per-row Python.
     """
-    t = attach_paths(probes, paths)
+    t = _encoded(attach_paths(probes, paths))
     n = t.num_rows
     one = pa.array(np.ones(n, dtype=np.int64))
     timeout = pc.equal(t["status"], "timeout")
@@ -146,7 +162,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
                                     ("prober", "prober_host", "prober_delay_ns")):
         sub = ok.filter(pc.is_valid(ok[val_col]))
         parts.append(pa.table({
-            "host": sub[host_col],
+            "host": pc.cast(sub[host_col], pa.string()),  # two dictionaries (responder, prober hosts)
             "role": pa.array([role] * sub.num_rows, pa.string()),
             "slot": sub["slot"],
             "bucket": pa.array(bucket_of(sub[val_col].to_numpy()), pa.int64()),
@@ -165,7 +181,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
 
     if n:
         up = t.group_by(["prober_host"]).aggregate([("upload_ns", "max")])
-        uploads = up.select(["prober_host", "upload_ns_max"]).rename_columns(["host", "upload_ns"])
+        uploads = _plain(up.select(["prober_host", "upload_ns_max"]).rename_columns(["host", "upload_ns"]))
     else:
         uploads = pa.table({"host": pa.array([], pa.string()), "upload_ns": pa.array([], pa.int64())})
     return WindowPartial(window_start_ns, pairs, failing, crossing, delays, flows, service,

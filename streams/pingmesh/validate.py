@@ -80,14 +80,15 @@ def split_probes(t: pa.Table, known_rnics: set[str] | None = None) -> Split:
             for i in np.nonzero(m & (reason == None))[0]:  # noqa: E711 - only over the (rare) bad rows
                 reason[i] = f"unknown RNIC {bad_names[i]!r} in {col} (not in the registry)"
     if n:
-        keys = np.char.add(
-            np.asarray(t["agent_id"].to_numpy(zero_copy_only=False), dtype=str),
-            np.char.add("/", np.asarray(t["seq"].to_numpy(zero_copy_only=False)).astype(str)),
-        )
-        _, first = np.unique(keys, return_index=True)
-        dup = np.ones(n, dtype=bool)
-        dup[first] = False
-        reason[dup & (reason == None)] = "duplicate (agent_id, seq) in the batch"  # noqa: E711
+        # integer keys (dictionary id of the agent, seq), sorted stably: a row equal to the one before it
+        # is a repeat (the first occurrence stays good); no per-row strings
+        agent = pc.fill_null(t["agent_id"], "").combine_chunks().dictionary_encode().indices.to_numpy(
+            zero_copy_only=False)
+        seq = np.asarray(pc.fill_null(t["seq"], 0).to_numpy(zero_copy_only=False), dtype=np.uint64)
+        order = np.lexsort((seq, agent))
+        repeat = np.zeros(n, dtype=bool)
+        repeat[order[1:]] = (agent[order[1:]] == agent[order[:-1]]) & (seq[order[1:]] == seq[order[:-1]])
+        reason[repeat & (reason == None)] = "duplicate (agent_id, seq) in the batch"  # noqa: E711
     bad_mask = reason != None  # noqa: E711
     bad_idx = np.nonzero(bad_mask)[0]
     good_idx = np.nonzero(~bad_mask)[0]

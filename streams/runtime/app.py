@@ -1,15 +1,17 @@
 """The Faust app: the whole stream topology at a glance.
 
-    probes.raw ──rtt (N workers)──▶ probes.enriched ──▶ (sink) ClickHouse `probes`
-        │                        └─▶ deadletter      ──▶ (sink) ClickHouse `deadletters`
-        └─ per window: summarize(rows, paths) ──▶ window.partials (1 partition)
-    paths.traced ──(mirror in every worker)──▶ PathIndex
+    probes.raw ──rtt (N workers, a step of many messages)──▶ probes.enriched ──▶ (sink) `probes_1m`, `probes`
+        │   per raw message: minute tier + rows kept,   │                       (hourly tiers by view)
+        │   to the partition of its raw partition       └─▶ deadletter ──▶ (sink) `deadletters`
+        └─ per step and window: summarize(rows, paths) ──▶ window.partials (1 partition)
+    paths.traced ──(mirror in every worker)──▶ PathIndex (bounded)
     window.partials ──reducer (one owner)──▶ verdicts ──▶ (sink) `verdicts`, chatops
         registry, jobs.metrics ──(mirror)──▶      └───▶ coverage ──▶ (sink) `coverage`
+                                                  └───▶ latency.baselines ──(mirror)──▶ raw retention
 
     loopback.raw ──hostlink──▶ host_links, verdicts     (Hostping: :mod:`streams.runtime.hostping_agents`)
 
-Analytics live in plain modules (:mod:`streams.runtime.probe_batch`, :mod:`streams.pingmesh.reducer`,
+Analytics live in plain modules (:mod:`streams.runtime.probe_step`, :mod:`streams.pingmesh.reducer`,
 :mod:`streams.pingmesh.analyzer`); this file is plumbing only. Its configuration is the
 :class:`~streams.runtime.config.RuntimeConfig` the worker was started with
 (:func:`streams.runtime.worker.run_worker`): Kafka servers and security, the topic prefix,
@@ -26,18 +28,21 @@ import time
 
 import faust
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
+from schemas.minute_tier import MINUTE
 from streams.pingmesh.links import PathIndex
-from streams.pingmesh.reducer import UploadMark, WindowReducer, batch_partials, message_args
+from streams.pingmesh.reducer import UploadMark, WindowReducer, message_args
+from streams.pingmesh.retention import RetentionPolicy
 from streams.pingmesh.windows import WINDOW_NS
 from streams.runtime import hostping_agents
 from streams.runtime import metrics as M
 from streams.runtime.config import current
 from streams.runtime.deadletter import whole_message
 from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
-from streams.runtime.probe_batch import process_probe_message
+from streams.runtime.probe_step import RawMessage, process_step, reducer_messages
 from streams.runtime.reducer_recovery import rebuild
 from streams.runtime.topic_mirror import TopicMirror
 
@@ -83,6 +88,7 @@ window_partials = _topic(T.WINDOW_PARTIALS)
 verdicts = _topic(T.VERDICTS)
 coverage = _topic(T.COVERAGE)
 windows_closed = _topic(T.WINDOWS_CLOSED)
+latency_baselines = _topic(T.LATENCY_BASELINES)
 
 # Per-process state, built on first use (the worker's own side readers).
 _paths: PathIndex | None = None
@@ -140,76 +146,122 @@ def _partitions_of(topic: str) -> dict:
     return md.topics[topic].partitions
 
 
-def _marks(enriched: pa.Table | None, headers: dict[str, bytes]) -> list[UploadMark]:
-    """Upload marks of a batch: from its rows, or from the agent's headers for an idle heartbeat."""
-    if enriched is not None and enriched.num_rows:
-        g = enriched.group_by(["agent_id", "prober_host"]).aggregate([("upload_ns", "max")])
-        return [UploadMark(a, int(u), h) for a, h, u in
-                zip(g["agent_id"].to_pylist(), g["prober_host"].to_pylist(), g["upload_ns_max"].to_pylist(),
-                    strict=True)]
-    if "agent_id" in headers and "upload_ns" in headers:
-        host = headers.get("host", b"").decode() or None
-        return [UploadMark(headers["agent_id"].decode(), int(headers["upload_ns"]), host)]
-    return []
-
-
-def _mark_headers(m: UploadMark, ws: int | None, partition: int, offset: int) -> list[tuple[str, bytes]]:
-    # src_offset: the probes.raw message the partial came from, so a batch processed again after a
-    # crash (its offset not yet committed) is merged once (WindowReducer.add drops the repeat)
+def _mark_headers(m: UploadMark, ws: int | None, partition: int) -> list[tuple[str, bytes]]:
     return [("agent_id", m.agent_id.encode()), ("upload_ns", str(m.upload_ns).encode()),
             ("host", (m.host or "").encode()), ("window_start_ns", b"" if ws is None else str(ws).encode()),
-            ("src_partition", str(partition).encode()), ("src_offset", str(offset).encode())]
+            ("src_partition", str(partition).encode())]
+
+
+_baseline: pa.Table | None = None
+_baseline_mirror: TopicMirror | None = None
+
+
+def _retention() -> RetentionPolicy:
+    """The raw retention policy (FABRICSCOPE_RAW_RETENTION, _SAMPLE, _SAMPLE_SEED)."""
+    return CONFIG.retention
+
+
+def _baselines_mirror() -> TopicMirror:
+    """The reducer's per-flow latency baselines, newest per flow (``anomalies`` retention keeps rows over them)."""
+    global _baseline_mirror
+
+    def upsert(t: pa.Table) -> None:
+        global _baseline
+        t = t.select(["flow", "baseline_ns"])
+        if _baseline is not None and _baseline.num_rows:
+            old = _baseline.filter(pc.invert(pc.is_in(_baseline["flow"], value_set=t["flow"].combine_chunks())))
+            t = pa.concat_tables([old, t])
+        _baseline = t
+
+    if _baseline_mirror is None:
+        _baseline_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.LATENCY_BASELINES, PREFIX), upsert, SECURITY)
+    return _baseline_mirror
+
+
+_sent_marks: dict[tuple[int, str], UploadMark] = {}  # last upload mark sent per (raw partition, agent)
+STEP_MESSAGES = CONFIG.step_messages
+STEP_S = CONFIG.step_s
 
 
 @app.agent(probes_raw)
 async def rtt(stream: faust.StreamT) -> None:
-    """Decompose every probe batch (R-Pingmesh §4.2.1), forward it, and send its window partials.
+    """Decompose probe batches (R-Pingmesh §4.2.1) a step of many messages at a time; forward the rows and
+    their minute tier to the store writer, and the step's window partials to the reducer.
 
-    An unexpected error on one batch dead-letters that batch with the reason and the stream goes on
-    (a crashed Faust agent stops consuming while the process stays up)."""
-    async for event in stream.events():
-        msg = event.message
+    A step is up to ``FABRICSCOPE_STEP_MESSAGES`` messages or what arrived within ``FABRICSCOPE_STEP_S``
+    seconds; Faust acks (and later commits) them after the step's sends. An unexpected error in a step
+    retries its messages one at a time, so only the message that fails is dead-lettered (a crashed Faust
+    agent stops consuming while the process stays up)."""
+    async for events in stream.take_events(STEP_MESSAGES, within=STEP_S):
         try:
-            await _rtt_one(event)
-        except Exception as err:  # noqa: BLE001 - a bug on one batch must not stop the stream
-            log.exception("worker error on %s/%d/%d; batch dead-lettered", msg.topic, msg.partition, msg.offset)
-            M.DEAD_LETTERS.inc()
-            dead = whole_message(msg.topic, msg.partition, msg.offset,
-                                 schema_key_from_headers(dict(event.headers or {})) or "",
-                                 f"worker error: {type(err).__name__}: {err}", event.value or b"")
-            await deadletter.send(key=msg.topic.encode(), value=encode(dead), headers=headers_for("deadletter.v1"))
+            await _rtt_step(events)
+        except Exception:  # noqa: BLE001 - a bug on one batch must not stop the stream
+            log.exception("worker error in a step of %d messages; retrying them one at a time", len(events))
+            for event in events:
+                await _rtt_alone(event)
 
 
-async def _rtt_one(event: faust.types.EventT) -> None:
-    """One probe batch: validate and decompose, forward, catch up on paths, send the window partials."""
-    loop = asyncio.get_running_loop()
+async def _rtt_alone(event: faust.types.EventT) -> None:
     msg = event.message
-    headers = dict(event.headers or {})
-    M.PROBE_BATCHES.inc()
-    await loop.run_in_executor(None, _registry_rnics().catch_up)  # every RNIC registered before this batch
-    result = process_probe_message(event.value, schema_key_from_headers(headers), msg.topic, msg.partition,
-                                   msg.offset, known_rnics=_rnics or None)
-    if result.enriched is not None:
-        M.PROBE_ROWS.labels("ok").inc(result.enriched.num_rows)
-        await probes_enriched.send(key=event.key, value=encode(result.enriched),
-                                   headers=headers_for("probe_enriched.v1"))
-    if result.dead is not None:
-        M.PROBE_ROWS.labels("dead_letter").inc(result.dead.num_rows)
-        M.DEAD_LETTERS.inc(result.dead.num_rows)
-        await deadletter.send(key=msg.topic.encode(), value=encode(result.dead),
-                              headers=headers_for("deadletter.v1"))
+    try:
+        await _rtt_step([event])
+    except Exception as err:  # noqa: BLE001
+        log.exception("worker error on %s/%d/%d; batch dead-lettered", msg.topic, msg.partition, msg.offset)
+        M.DEAD_LETTERS.inc()
+        dead = whole_message(msg.topic, msg.partition, msg.offset,
+                             schema_key_from_headers(dict(event.headers or {})) or "",
+                             f"worker error: {type(err).__name__}: {err}", event.value or b"")
+        await deadletter.send(key=msg.topic.encode(), value=encode(dead), headers=headers_for("deadletter.v1"))
+
+
+async def _rtt_step(events: list[faust.types.EventT]) -> None:
+    """One step: catch up on the registry and paths, analyse off the event loop, then send in input order."""
+    loop = asyncio.get_running_loop()
+    M.PROBE_BATCHES.inc(len(events))
+    await loop.run_in_executor(None, _registry_rnics().catch_up)  # every RNIC registered before this step
     paths, mirror = _path_index()
-    await loop.run_in_executor(None, mirror.catch_up)  # every path published before this batch
-    marks = _marks(result.enriched, headers)
-    parts = batch_partials(result.enriched, paths, WINDOW_NS) if result.enriched is not None else {}
-    for m in marks[:-1]:
-        await window_partials.send(key=b"mark", value=b"", headers=_mark_headers(m, None, msg.partition, msg.offset))
-    last = marks[-1] if marks else None
-    for ws, blob in sorted(parts.items()):
-        await window_partials.send(key=str(ws).encode(), value=blob,
-                                   headers=_mark_headers(last, ws, msg.partition, msg.offset))
-    if last is not None and not parts:
-        await window_partials.send(key=b"mark", value=b"", headers=_mark_headers(last, None, msg.partition, msg.offset))
+    await loop.run_in_executor(None, mirror.catch_up)  # every path published before this step
+    raw = [RawMessage(e.value or b"", schema_key_from_headers(dict(e.headers or {})), e.message.topic,
+                      e.message.partition, e.message.offset, dict(e.headers or {})) for e in events]
+    # CPU work in a thread: pyarrow and numpy release the GIL, so heartbeats and commits keep running
+    policy = _retention()
+    baseline = None
+    if policy.mode == "anomalies":
+        await loop.run_in_executor(None, _baselines_mirror().catch_up)
+        baseline = _baseline
+    out = await loop.run_in_executor(None, process_step, raw, paths, WINDOW_NS, _rnics or None, policy, baseline)
+    for event, mo in zip(events, out.messages, strict=True):
+        msg = event.message
+        if mo.dead is not None:
+            M.PROBE_ROWS.labels("dead_letter").inc(mo.dead.num_rows)
+            M.DEAD_LETTERS.inc(mo.dead.num_rows)
+            await deadletter.send(key=msg.topic.encode(), value=encode(mo.dead), headers=headers_for("deadletter.v1"))
+        if mo.enriched is not None:
+            M.PROBE_ROWS.labels("ok").inc(mo.enriched.num_rows)
+            await _send_to_store(event.key, msg.partition, mo.stored, mo.minute)
+    for part, mark, ws, blob in reducer_messages(out, _sent_marks):  # partials first, then the marks
+        await window_partials.send(key=b"mark" if ws is None else str(ws).encode(), value=blob or b"",
+                                   headers=_mark_headers(mark, ws, part))
+
+
+_enriched_partitions: int | None = None
+
+
+async def _send_to_store(key: bytes | None, raw_partition: int, enriched: pa.Table | None,
+                         minute: pa.Table | None) -> None:
+    """The rows of one raw message and their minute tier, to the store writer.
+
+    Everything from one raw partition goes to one partition of ``probes.enriched``, in raw-offset order:
+    the writer drops a worker's replay by raw offset per raw partition (README "Exactly-once rows")."""
+    global _enriched_partitions
+    if _enriched_partitions is None:
+        _enriched_partitions = len(_partitions_of(T.topic_name(T.PROBES_ENRICHED, PREFIX)))
+    part = raw_partition % _enriched_partitions
+    if minute is not None:
+        await probes_enriched.send(key=key, value=encode(minute), partition=part, headers=headers_for(MINUTE))
+    if enriched is not None and enriched.num_rows:
+        await probes_enriched.send(key=key, value=encode(enriched), partition=part,
+                                   headers=headers_for("probe_enriched.v1"))
 
 
 @app.agent(window_partials)
@@ -252,6 +304,26 @@ def _fresh_reducer() -> WindowReducer:
     return red
 
 
+LAG_TICK_S = 0.1
+loop_lag_max_s = 0.0  # worst lag seen; the throughput benchmark reads it from the log at exit
+
+
+@app.task
+async def event_loop_lag() -> None:
+    """Measure how late the event loop wakes a 100 ms sleep: CPU work left on the loop shows up here
+    before it costs a missed heartbeat (session timeout 6 s)."""
+    global loop_lag_max_s
+    loop = asyncio.get_running_loop()
+    while True:
+        t0 = loop.time()
+        await asyncio.sleep(LAG_TICK_S)
+        lag = max(0.0, loop.time() - t0 - LAG_TICK_S)
+        M.EVENT_LOOP_LAG.observe(lag)
+        if lag > loop_lag_max_s:
+            loop_lag_max_s = lag
+            log.info("event loop lag: new maximum %.1f ms", lag * 1000)
+
+
 @app.timer(interval=1.0)
 async def close_idle_windows() -> None:
     """Close windows held only by idle partitions (processing-time idleness; see WindowReducer)."""
@@ -262,6 +334,8 @@ async def close_idle_windows() -> None:
 async def _emit(results: list) -> None:
     """Verdicts and coverage of each closed window, then its ``windows.closed`` summary once the broker
     acknowledged them (the summary is the reducer's record that the window was emitted)."""
+    if results and _reducer is not None and _retention().mode == "anomalies":
+        await _publish_baselines(_reducer.state.flow_baseline)
     for ws, res in results:
         if ws in _emitted_before:  # emitted before a restart (redelivered messages closed it again)
             continue
@@ -287,6 +361,19 @@ async def _emit(results: list) -> None:
         summary = {"window_start_ns": ws, "verdicts": res.verdicts.num_rows, **res.stats}
         # acknowledged before the next window: a reducer rebuilt elsewhere reads it and does not emit again
         await (await windows_closed.send(key=str(ws).encode(), value=json.dumps(summary).encode()))
+
+
+async def _publish_baselines(baseline: pa.Table | None, chunk: int = 100_000) -> None:
+    """The latency rule's flow baselines after a window, for the workers' ``anomalies`` retention."""
+    if baseline is None or baseline.num_rows == 0:
+        return
+    from schemas.arrow_pa import arrow_schema  # noqa: PLC0415
+
+    t = pa.Table.from_arrays([baseline["flow"], pc.cast(baseline["baseline_ns"], pa.float64()),
+                              pc.cast(baseline["windows"], pa.int64())], schema=arrow_schema("flow_baseline.v1"))
+    for i in range(0, t.num_rows, chunk):  # under the 16 MiB message limit at 10,000 RNICs
+        await latency_baselines.send(key=b"baseline", value=encode(t.slice(i, chunk)),
+                                     headers=headers_for("flow_baseline.v1"))
 
 
 def _as_coverage(t: pa.Table) -> pa.Table:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from streams.pingmesh.impact import JobThreshold
+from streams.pingmesh.retention import RetentionPolicy
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,9 @@ class RuntimeConfig:
         partition_idle_s: seconds after which an idle partition stops holding the watermark.
         hostping_impact: impact class of Hostping verdicts (``P0``..``P3``).
         hostping_bus_lookback_s: how far back (s) a starting worker reads bus readings.
+        retention: which raw probe rows the store keeps (the tiers count every probe).
+        step_messages: probe messages per worker step at most ...
+        step_s: ... or what arrived within this many seconds.
         acks: producer acks, ``"all"``, ``"1"`` or ``"0"`` (``KAFKA_ACKS``).
         idempotence: idempotent producers (``KAFKA_IDEMPOTENCE``; needs ``acks="all"``).
         replication: replicas of topics Faust creates itself; None = Faust's default of 1
@@ -44,6 +48,9 @@ class RuntimeConfig:
     partition_idle_s: float = 30.0
     hostping_impact: str = "P2"
     hostping_bus_lookback_s: float = 600.0
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
+    step_messages: int = 64
+    step_s: float = 0.5
     acks: str = "all"
     idempotence: bool = True
     replication: int | None = None
@@ -61,7 +68,10 @@ class RuntimeConfig:
 
         ``FABRICSCOPE_JOB_THRESHOLDS`` (JSON ``{"job": {"value": 100.0, "higher_is_worse":
         false}}``), ``FABRICSCOPE_PARTITION_IDLE_S`` (default 30), ``FABRICSCOPE_HOSTPING_IMPACT``
-        (default P2) and ``FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S`` (default 600).
+        (default P2), ``FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S`` (default 600), the raw retention
+        policy ``FABRICSCOPE_RAW_RETENTION`` (full | anomalies), ``FABRICSCOPE_RAW_SAMPLE`` (0.01)
+        and ``FABRICSCOPE_RAW_SAMPLE_SEED`` (0), and the worker step ``FABRICSCOPE_STEP_MESSAGES``
+        (64) and ``FABRICSCOPE_STEP_S`` (0.5).
 
         Raises:
             ValueError: a variable is not valid JSON or not a number (the message names it).
@@ -85,6 +95,11 @@ class RuntimeConfig:
             partition_idle_s=_number(environ, "FABRICSCOPE_PARTITION_IDLE_S", "30"),
             hostping_impact=environ.get("FABRICSCOPE_HOSTPING_IMPACT", "P2"),
             hostping_bus_lookback_s=_number(environ, "FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S", "600"),
+            retention=RetentionPolicy(environ.get("FABRICSCOPE_RAW_RETENTION", "full"),
+                                      _number(environ, "FABRICSCOPE_RAW_SAMPLE", "0.01"),
+                                      int(_number(environ, "FABRICSCOPE_RAW_SAMPLE_SEED", "0"))),
+            step_messages=max(1, int(_number(environ, "FABRICSCOPE_STEP_MESSAGES", "64"))),
+            step_s=_number(environ, "FABRICSCOPE_STEP_S", "0.5"),
         )
 
 
@@ -93,7 +108,7 @@ def _number(environ: Mapping[str, str], name: str, default: str) -> float:
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"{name}={raw!r} is not a number of seconds") from None
+        raise ValueError(f"{name}={raw!r} is not a number") from None
 
 
 _current: RuntimeConfig | None = None

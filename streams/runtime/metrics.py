@@ -21,3 +21,9 @@ AGENT_LAST_UPLOAD = Gauge("fabricscope_reducer_agent_last_upload_seconds",
                           "event time (s since the epoch) of each agent's newest upload the reducer saw", ["agent"])
 JOB_LINKS_UNCOVERED = Gauge("fabricscope_reducer_job_links_uncovered",
                             "links on a job's paths no probe crossed enough in the newest closed window", ["job"])
+
+EVENT_LOOP_LAG = Histogram(
+    "fabricscope_worker_event_loop_lag_seconds",
+    "how late a 100 ms sleep of the worker's event loop wakes up (CPU work starving heartbeats and commits)",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, float("inf")),
+)

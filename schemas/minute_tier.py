@@ -1,0 +1,155 @@
+"""The minute tier, computed in the stream (DESIGN.md "Storage").
+
+The worker already holds every probe it decomposes, so it counts them per
+(pinglist, prober RNIC, responder RNIC, minute) itself and the store only rolls
+minutes up into hours: views over every raw row cost more than the insert
+(1.1 M rows/s into ``probes`` without views, 304 k with three, same blocks).
+
+Rows are also keyed by ``batch_id``, the raw message they came from. That is
+what makes the tier exactly-once under replays (README "Exactly-once rows"): a
+restarted worker that re-reads a message re-sends the same rows under the same
+identity, whatever steps it groups messages into, and the store writer drops
+what it has already stored. ``probes_1m`` is an AggregatingMergeTree, so the
+engine merges the per-batch rows of one key (``sum``/``sumMap``); queries
+aggregate anyway.
+
+The histograms are the store's: ``bucket(ns) = floor(16 * log2(max(ns, 1)))``,
+a ``Map(UInt16, UInt64)`` merged with ``sumMap`` (schemas/ddl/005_history.sql).
+Equal, bucket for bucket, to what the former materialized view computed from the
+same rows (tests/test_minute_tier.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from schemas.arrow_pa import arrow_schema
+
+MINUTE = "probe_minute.v1"
+STORE_BUCKETS_PER_OCTAVE = 16
+KEYS = ("batch_id", "pinglist", "prober_rnic", "responder_rnic")
+HISTS = (("rtt_hist", "network_rtt_ns"), ("responder_hist", "responder_delay_ns"),
+         ("prober_hist", "prober_delay_ns"))
+_MAP = pa.map_(pa.uint16(), pa.uint64())
+
+
+def store_bucket(ns: np.ndarray) -> np.ndarray:
+    """Store histogram bucket (uint16) of latencies in ns: ``floor(16 * log2(max(ns, 1)))``."""
+    v = np.maximum(np.asarray(ns, dtype=np.float64), 1.0)
+    return np.floor(STORE_BUCKETS_PER_OCTAVE * np.log2(v)).astype(np.uint16)
+
+
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
+    """Dense integer ids of a key column (dictionary encoding) and how many distinct values it has."""
+    if isinstance(col, pa.ChunkedArray):  # one dictionary for the whole column, not one per chunk
+        col = col.combine_chunks()
+    d = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+    return d.indices.to_numpy(zero_copy_only=False).astype(np.int64), max(len(d.dictionary), 1)
+
+
+def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray) -> pa.Array:
+    """One ``Map(bucket -> count)`` per group over the non-null ``values``; keys ascending."""
+    valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
+    g = gid[valid]
+    b = store_bucket(pc.drop_null(values).to_numpy(zero_copy_only=False)).astype(np.int64)
+    pair, counts = np.unique(g * 65536 + b, return_counts=True)  # sorted by group, then bucket
+    owner = pair // 65536
+    offsets = np.zeros(n_groups + 1, dtype=np.int32)
+    np.cumsum(np.bincount(owner, minlength=n_groups), out=offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array((pair % 65536).astype(np.uint16)),
+                                   pa.array(counts.astype(np.uint64)), type=_MAP)
+
+
+def minute_rows(enriched: pa.Table) -> pa.Table:
+    """The minute tier of ``probe_enriched.v1`` rows, one row per (batch_id, minute, pinglist, prober, responder).
+
+    Args:
+        enriched: decomposed probes (any number of source batches; ``batch_id`` per row).
+
+    Returns:
+        A ``probe_minute.v1`` table, rows of one batch together (batches in order of appearance), then
+        sorted by minute and key; vectorised (numpy/Arrow), no per-row Python.
+    """
+    schema = arrow_schema(MINUTE)
+    if enriched.num_rows == 0:
+        return schema.empty_table()
+    event_ns = pc.coalesce(enriched["t1"], enriched["upload_ns"]).to_numpy(zero_copy_only=False)
+    minute = np.floor_divide(event_ns, 60_000_000_000) * 60  # toStartOfMinute, in s
+    minutes, minute_code = np.unique(minute, return_inverse=True)
+    # mixed radix over dictionary ids, source batch outermost (rows of one batch stay contiguous, in the
+    # order the batches appear): one int64 per key tuple
+    composite, _ = _codes(enriched["batch_id"])
+    composite = composite * len(minutes) + minute_code.astype(np.int64)
+    for k in KEYS[1:]:
+        codes, card = _codes(enriched[k])
+        composite = composite * card + codes
+    _, first, gid = np.unique(composite, return_index=True, return_inverse=True)
+    gid = gid.astype(np.int64)
+    n_groups = len(first)
+    timeout = pc.equal(enriched["status"], "timeout").to_numpy(zero_copy_only=False)
+    take = pa.array(first, pa.int64())
+    cols = {
+        "minute": pa.array(minute[first], pa.int64()),
+        "pinglist": enriched["pinglist"].take(take),
+        "prober_rnic": enriched["prober_rnic"].take(take),
+        "responder_rnic": enriched["responder_rnic"].take(take),
+        "probes": pa.array(np.bincount(gid, minlength=n_groups).astype(np.uint64)),
+        "timeouts": pa.array(np.bincount(gid, weights=timeout, minlength=n_groups).astype(np.uint64)),
+    }
+    for name, col in HISTS:
+        cols[name] = _histogram(gid, n_groups, enriched[col])
+    cols["batch_id"] = enriched["batch_id"].take(take)
+    return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
+
+
+def _sum_maps(gid: np.ndarray, n_groups: int, maps: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """Per group, the bucket-wise sum of ``Map(bucket -> count)`` values (``sumMap``), keys ascending."""
+    chunks = maps.chunks if isinstance(maps, pa.ChunkedArray) else [maps]
+    maps = pa.concat_arrays(chunks)  # fresh buffers: offsets from 0, children exactly the entries
+    offsets = maps.offsets.to_numpy()
+    owner = np.repeat(gid, np.diff(offsets))
+    keys = maps.keys.to_numpy()[offsets[0]:offsets[-1]].astype(np.int64)
+    counts = maps.items.to_numpy()[offsets[0]:offsets[-1]].astype(np.uint64)
+    pair, inv = np.unique(owner * 65536 + keys, return_inverse=True)
+    total = np.zeros(len(pair), dtype=np.uint64)
+    np.add.at(total, inv.ravel(), counts)
+    out_offsets = np.zeros(n_groups + 1, dtype=np.int32)
+    np.cumsum(np.bincount(pair // 65536, minlength=n_groups), out=out_offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(out_offsets, pa.int32()), pa.array((pair % 65536).astype(np.uint16)),
+                                   pa.array(total), type=_MAP)
+
+
+def merge_minute_rows(rows: pa.Table) -> pa.Table:
+    """Merge minute-tier rows of one key (minute, pinglist, prober, responder) into one: what the engine's
+    ``sum``/``sumMap`` would do later, done before the insert. The store writer applies it to a block's
+    rows after dropping replays (so the source identity is no longer needed): a block of many
+    messages inserts one row per key instead of one per key and source message.
+
+    Returns the table without ``batch_id``, sorted by key.
+    """
+    names = [n for n in rows.column_names if n != "batch_id"]
+    if rows.num_rows == 0:
+        return rows.select(names)
+    _, minute_code = np.unique(rows["minute"].to_numpy(), return_inverse=True)
+    composite = minute_code.astype(np.int64).ravel()
+    for k in KEYS[1:]:
+        codes, card = _codes(rows[k])
+        composite = composite * card + codes
+    _, first, gid = np.unique(composite, return_index=True, return_inverse=True)
+    gid = gid.astype(np.int64).ravel()
+    n_groups = len(first)
+    take = pa.array(first, pa.int64())
+    cols = {
+        "minute": rows["minute"].take(take),
+        "pinglist": rows["pinglist"].take(take),
+        "prober_rnic": rows["prober_rnic"].take(take),
+        "responder_rnic": rows["responder_rnic"].take(take),
+        "probes": pa.array(np.bincount(gid, weights=rows["probes"].to_numpy(), minlength=n_groups).astype(np.uint64)),
+        "timeouts": pa.array(np.bincount(gid, weights=rows["timeouts"].to_numpy(),
+                                         minlength=n_groups).astype(np.uint64)),
+    }
+    for name, _col in HISTS:
+        cols[name] = _sum_maps(gid, n_groups, rows[name])
+    return pa.table({n: cols[n] for n in names})

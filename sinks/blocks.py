@@ -1,0 +1,213 @@
+"""Offset-aligned insert blocks with their state in the store: exactly-once rows with batching.
+
+The design is ClickHouse Kafka Connect's exactly-once mode (its "state" per
+topic partition), with the state kept in the store itself (table
+``sink_blocks``, schemas/ddl/012) because chdb has no Keeper. README
+"Exactly-once rows" says why this and not Kafka transactions.
+
+- A *block* covers a contiguous offset range ``[first, last]`` of one partition of
+  a consumed topic. Its rows go to each target table in one insert whose
+  deduplication token is ``topic/partition/first-last``.
+- Before the first insert of a block, its range and the source high-water marks
+  it is filtered with are written to ``sink_blocks``. A restarted writer reads
+  them back, skips offsets below ``first`` (earlier blocks, all stored), re-forms
+  exactly ``[first, last]`` with the same filter and inserts it under the same
+  tokens (a no-op where the first attempt got through), and goes on. Kafka
+  offsets are committed after the inserts; a lost commit only means a re-read.
+- A worker that crashed re-sends results for raw messages it had not committed,
+  at new offsets. Every message carries its source identity (``batch_id`` =
+  raw ``topic/partition/offset``), a worker's output for one raw partition goes
+  to one partition here in raw-offset order, so per (table, raw partition) the
+  writer keeps the highest raw offset stored and drops anything at or below it.
+
+No Kafka client here: messages come in as ``(offset, schema, table)``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from schemas.minute_tier import merge_minute_rows
+from sinks.clickhouse import Store
+
+STATE_TABLE = "sink_blocks"
+
+
+def source_of(table: pa.Table) -> tuple[str, int] | None:
+    """``(raw topic/partition, raw offset)`` of a message's rows from its ``batch_id``, or None.
+
+    A worker emits one message per raw message and table, so the first row speaks for all.
+
+    Raises:
+        ValueError: ``batch_id`` is not ``topic/partition/offset``.
+    """
+    if "batch_id" not in table.column_names or table.num_rows == 0:
+        return None
+    bid = table["batch_id"][0].as_py()
+    topic_part, sep, off = bid.rpartition("/")
+    if not sep or not off.isdigit() or "/" not in topic_part:
+        raise ValueError(f"batch_id {bid!r} is not topic/partition/offset")
+    return topic_part, int(off)
+
+
+@dataclass
+class Entry:
+    """One consumed message: its offset, the table it goes to, and its rows (None: nothing to insert)."""
+
+    offset: int
+    table: str
+    rows: pa.Table | None
+
+
+@dataclass
+class Block:
+    """A formed block: what to insert where, and the state to record first."""
+
+    first: int
+    last: int
+    tables: dict[str, pa.Table]
+    hwm_before: dict[str, int]
+    hwm_after: dict[str, int]
+    dropped_rows: int
+
+    def token(self, topic: str, partition: int) -> str:
+        """The deduplication token of every insert of this block."""
+        return f"{topic}/{partition}/{self.first}-{self.last}"
+
+
+def form_block(entries: list[Entry], hwm: dict[str, int]) -> Block:
+    """Filter ``entries`` (one partition, ascending offsets) against ``hwm`` and group rows by table.
+
+    A message whose source offset is at or below the mark of its (table, raw partition) is a worker's
+    replay of rows already stored (or already in this block): it is dropped. Deterministic: the same
+    entries and marks give the same block.
+    """
+    after = dict(hwm)
+    by_table: dict[str, list[pa.Table]] = {}
+    dropped = 0
+    for e in entries:
+        if e.rows is None or e.rows.num_rows == 0:
+            continue
+        src = source_of(e.rows)
+        if src is not None:
+            key = f"{e.table}|{src[0]}"
+            if src[1] <= after.get(key, -1):
+                dropped += e.rows.num_rows
+                continue
+            after[key] = src[1]
+        by_table.setdefault(e.table, []).append(e.rows)
+    tables = {t: pa.concat_tables(parts, promote_options="permissive") for t, parts in by_table.items()}
+    if "probes_1m" in tables:  # replays are out: one row per key for the whole block
+        tables["probes_1m"] = merge_minute_rows(tables["probes_1m"])
+    return Block(entries[0].offset, entries[-1].offset, tables, dict(hwm), after, dropped)
+
+
+@dataclass
+class PartitionState:
+    """What the writer knows of one consumed partition.
+
+    Attributes:
+        hwm: highest raw offset stored per ``table|raw topic/partition``.
+        skip_below: offsets below this are in blocks already stored.
+        redo: ``(first, last)`` of the last recorded block, to re-form exactly before anything else.
+        pending: messages read and not yet in a block.
+        pending_rows: their rows.
+        first_read_s: when the oldest pending message was read (monotonic s).
+    """
+
+    hwm: dict[str, int] = field(default_factory=dict)
+    skip_below: int = -1
+    redo: tuple[int, int] | None = None
+    redo_hwm_after: dict[str, int] = field(default_factory=dict)
+    pending: list[Entry] = field(default_factory=list)
+    pending_rows: int = 0
+    first_read_s: float | None = None
+
+    def accept(self, entry: Entry, now_s: float) -> None:
+        """Take one message read from the partition (in offset order)."""
+        if entry.offset < self.skip_below:
+            return  # in a block stored before the last recorded one
+        if self.redo is not None and entry.offset > self.redo[1] and not self.pending:
+            # the recorded block was committed: the consumer starts past it
+            self.hwm, self.redo = dict(self.redo_hwm_after), None
+        if not self.pending:
+            self.first_read_s = now_s
+        self.pending.append(entry)
+        self.pending_rows += entry.rows.num_rows if entry.rows is not None else 0
+
+    def take_block(self, max_rows: int, max_s: float, now_s: float, force: bool = False) -> list[Entry] | None:
+        """The entries of the next block if one is due, else None.
+
+        A block being re-formed after a restart is due once its last offset has been read, and holds
+        exactly its recorded range. Otherwise a block is due at ``max_rows`` rows or ``max_s`` seconds
+        after its first message was read (or when ``force``d: stopping, partitions revoked).
+        """
+        if not self.pending:
+            return None
+        if self.redo is not None:
+            first, last = self.redo
+            if self.pending[-1].offset < last:
+                return None
+            n = sum(1 for e in self.pending if e.offset <= last)
+            out = [e for e in self.pending[:n] if e.offset >= first]
+            self._drop(n)
+            self.redo = None
+            return out or None
+        due = force or self.pending_rows >= max_rows or now_s - (self.first_read_s or now_s) >= max_s
+        if not due:
+            return None
+        out = self.pending
+        self._drop(len(out))
+        return out
+
+    def _drop(self, n: int) -> None:
+        self.pending = self.pending[n:]
+        self.pending_rows = sum(e.rows.num_rows for e in self.pending if e.rows is not None)
+        self.first_read_s = self.first_read_s if self.pending else None
+
+
+def load_states(store: Store, topic: str) -> dict[int, PartitionState]:
+    """The recorded last block of every partition of ``topic`` (newest row per partition)."""
+    t = store.query_arrow(
+        "SELECT partition, argMax(first_offset, written_ns) AS f, argMax(last_offset, written_ns) AS l, "
+        f"argMax(source_hwm, written_ns) AS h FROM {STATE_TABLE} WHERE topic = '{_quote(topic)}' GROUP BY partition"
+    )
+    out = {}
+    for r in t.to_pylist():
+        marks = json.loads(r["h"])
+        out[int(r["partition"])] = PartitionState(hwm=marks["before"], skip_below=int(r["f"]),
+                                                  redo=(int(r["f"]), int(r["l"])), redo_hwm_after=marks["after"])
+    return out
+
+
+def state_row(topic: str, partition: int, block: Block, now_ns: int) -> pa.Table:
+    """The ``sink_blocks`` row recorded before ``block``'s inserts."""
+    return pa.table({
+        "topic": [topic], "partition": pa.array([partition], pa.uint32()),
+        "first_offset": [block.first], "last_offset": [block.last],
+        "source_hwm": [json.dumps({"before": block.hwm_before, "after": block.hwm_after}, sort_keys=True)],
+        "written_ns": [now_ns],
+    })
+
+
+# Tiers before raw rows: a store refusing a tier holds back the block's raw rows too.
+INSERT_ORDER = ("probes_1m", "probes", "deadletters")
+STORAGE_ONLY_COLUMNS = {"probes_1m": ["batch_id"]}  # carried for deduplication, not stored
+
+
+def block_inserts(topic: str, partition: int, block: Block, now_ns: int) -> list[tuple[str, pa.Table, str | None]]:
+    """The statements of one block, in order: ``(table, rows, dedup token)``; the state row comes first."""
+    token = block.token(topic, partition)
+    out: list[tuple[str, pa.Table, str | None]] = [(STATE_TABLE, state_row(topic, partition, block, now_ns), None)]
+    for table in sorted(block.tables, key=INSERT_ORDER.index):
+        data = block.tables[table]
+        out.append((table, data.drop_columns([c for c in STORAGE_ONLY_COLUMNS.get(table, [])
+                                              if c in data.column_names]), token))
+    return out
+
+
+def _quote(s: str) -> str:
+    return s.replace("\\", "\\\\").replace("'", "\\'")

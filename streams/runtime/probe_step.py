@@ -1,0 +1,164 @@
+"""One worker step: many probe messages, analysed once as one Arrow table (no Kafka here).
+
+The Faust agent takes up to ``FABRICSCOPE_STEP_MESSAGES`` messages (or what came
+within ``FABRICSCOPE_STEP_S``) per step. Per message it decodes, validates and
+decomposes (a bad message must dead-letter alone, and every output keeps its
+source identity, README "Exactly-once rows"); then, once per step, on the
+concatenated rows: the minute tier (split back per source message) and the
+window partials. Per-call overheads (group-by setup, path-index join) are paid
+once per step instead of once per message.
+
+Nothing here depends on how messages are grouped into steps: the outputs per
+message are functions of that message, and window partials merge exactly
+(tests/test_step_grouping.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from schemas.minute_tier import minute_rows
+from streams.pingmesh.links import PathIndex
+from streams.pingmesh.reducer import UploadMark, batch_partials
+from streams.pingmesh.retention import RetentionPolicy, retained
+from streams.runtime.probe_batch import BatchResult, process_probe_message
+
+
+@dataclass(frozen=True)
+class RawMessage:
+    """One ``probes.raw`` message as the step needs it."""
+
+    payload: bytes
+    schema: str | None
+    topic: str
+    partition: int
+    offset: int
+    headers: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass
+class MessageOutput:
+    """What one source message yields: enriched rows, the rows the store keeps (retention policy), their
+    minute tier (of every row), dead-letter rows (each maybe None)."""
+
+    source: RawMessage
+    enriched: pa.Table | None
+    minute: pa.Table | None
+    dead: pa.Table | None
+    stored: pa.Table | None = None
+
+
+@dataclass
+class StepOutput:
+    """Outputs of one step: per message (in input order), the window partials, the upload marks per partition.
+
+    ``first_marks`` are the marks of the step's first message that has any (what a one-message step would
+    send with its partials)."""
+
+    messages: list[MessageOutput]
+    partials: dict[int, bytes]
+    marks: list[tuple[int, UploadMark]]
+    first_marks: list[tuple[int, UploadMark]] = field(default_factory=list)
+
+
+def reducer_messages(out: StepOutput, sent: dict[tuple[int, str], UploadMark]
+                     ) -> list[tuple[int, UploadMark, int | None, bytes | None]]:
+    """What to send to the reducer for a step, in order: ``(raw partition, mark, window start, partial)``.
+
+    The partials go first, and they carry a mark that moves no watermark: the last mark this worker
+    already sent for one of the step's (partition, agent) (``sent``, updated here), else the first
+    message's own mark (what a one-message step sends). Only then the step's marks, oldest first. So
+    the watermark never passes a window before every row of the step for it is in, whatever the step
+    size: the verdicts do not depend on the grouping (tests/test_step_grouping.py).
+    """
+    msgs: list[tuple[int, UploadMark, int | None, bytes | None]] = []
+    if out.partials:
+        carrier = next(((p, sent[(p, m.agent_id)]) for p, m in out.marks if (p, m.agent_id) in sent), None)
+        if carrier is None and out.first_marks:
+            carrier = out.first_marks[0]
+        if carrier is None:
+            return []  # rows without any mark cannot happen: every row carries agent and upload time
+        msgs += [(carrier[0], carrier[1], ws, blob) for ws, blob in sorted(out.partials.items())]
+    # Marks oldest upload first, as one message at a time would bring them: an agent's newest upload
+    # jumping ahead of a laggard's intermediate uploads would eject the laggard from the live set
+    # (windows.WatermarkTracker.live_agents) and close a window before the laggard's rows came in.
+    for p, m in sorted(out.marks, key=lambda pm: (pm[1].upload_ns, pm[0], pm[1].agent_id)):
+        msgs.append((p, m, None, None))
+        sent[(p, m.agent_id)] = m
+    return msgs
+
+
+def validate_messages(messages: list[RawMessage], known_rnics: set[str] | None) -> list[BatchResult]:
+    """Decode, validate and decompose each message on its own (bad input dead-letters per message)."""
+    return [process_probe_message(m.payload, m.schema, m.topic, m.partition, m.offset, known_rnics=known_rnics)
+            for m in messages]
+
+
+def split_by_batch(minute: pa.Table) -> dict[str, pa.Table]:
+    """``{batch_id: rows}`` of a minute-tier table whose rows are grouped by ``batch_id`` (contiguous)."""
+    if minute.num_rows == 0:
+        return {}
+    ids = minute["batch_id"].combine_chunks()
+    codes = ids.dictionary_encode().indices.to_numpy(zero_copy_only=False)
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    ends = np.r_[starts[1:], len(codes)]
+    return {ids[int(s)].as_py(): minute.slice(int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)}
+
+
+def upload_marks(results: list[tuple[RawMessage, pa.Table | None]]) -> list[tuple[int, UploadMark]]:
+    """Newest upload per (partition, agent, host) of a step: from the rows, or from an idle heartbeat's headers.
+
+    Returns ``[(raw partition, mark)]`` sorted by partition, agent, host.
+    """
+    rows = [(m.partition, t) for m, t in results if t is not None and t.num_rows]
+    newest: dict[tuple[int, str, str | None], int] = {}
+    if rows:
+        t = pa.concat_tables([tb.select(["agent_id", "prober_host", "upload_ns"]).append_column(
+            "partition", pa.array(np.full(tb.num_rows, p, np.int64))) for p, tb in rows])
+        g = t.group_by(["partition", "agent_id", "prober_host"]).aggregate([("upload_ns", "max")])
+        for p, a, h, u in zip(g["partition"].to_pylist(), g["agent_id"].to_pylist(), g["prober_host"].to_pylist(),
+                              g["upload_ns_max"].to_pylist(), strict=True):
+            newest[(p, a, h)] = max(newest.get((p, a, h), u), u)
+    for m, t in results:
+        if (t is None or not t.num_rows) and "agent_id" in m.headers and "upload_ns" in m.headers:
+            host = m.headers.get("host", b"").decode() or None
+            k = (m.partition, m.headers["agent_id"].decode(), host)
+            u = int(m.headers["upload_ns"])
+            newest[k] = max(newest.get(k, u), u)
+    return [(p, UploadMark(a, u, h)) for (p, a, h), u in sorted(newest.items(), key=lambda kv: (
+        kv[0][0], kv[0][1], kv[0][2] or ""))]
+
+
+def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns: int,
+                 known_rnics: set[str] | None = None, retention: RetentionPolicy = RetentionPolicy(),
+                 baseline: pa.Table | None = None) -> StepOutput:
+    """Analyse a step of probe messages.
+
+    Args:
+        messages: in consumption order (any partitions).
+        paths: the worker's path index, caught up before the step.
+        window_ns: analysis window length (20 s).
+        known_rnics: the registry's RNICs (unknown-RNIC rule), or None while it is empty.
+        retention: which raw rows go to the store (the minute tier and the partials count all rows).
+        baseline: the latency rule's per-flow baselines, for ``anomalies`` retention.
+
+    Returns:
+        :class:`StepOutput`. Raises nothing for bad input (dead-letter rows instead).
+    """
+    results = validate_messages(messages, known_rnics)
+    good = [r.enriched for r in results if r.enriched is not None and r.enriched.num_rows]
+    step = pa.concat_tables(good) if good else None
+    by_batch = split_by_batch(minute_rows(step)) if step is not None else {}
+    outs = []
+    for m, r in zip(messages, results, strict=True):
+        minute = by_batch.get(f"{m.topic}/{m.partition}/{m.offset}") if r.enriched is not None else None
+        stored = retained(r.enriched, retention, baseline) if r.enriched is not None else None
+        outs.append(MessageOutput(m, r.enriched, minute, r.dead, stored))
+    partials = batch_partials(step, paths, window_ns) if step is not None else {}
+    pairs = [(m, r.enriched) for m, r in zip(messages, results, strict=True)]
+    marks = upload_marks(pairs)
+    first = next((upload_marks([pair]) for pair in pairs if upload_marks([pair])), [])
+    return StepOutput(outs, partials, marks, first)

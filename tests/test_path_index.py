@@ -1,0 +1,60 @@
+"""The bounded path index: newest trace per (direction, 5-tuple), O(new paths) updates, eviction of tuples
+no probe used for two rotation periods (event time)."""
+
+from __future__ import annotations
+
+import random
+
+import pyarrow as pa
+
+from streams.pingmesh.links import HOUR_NS, PathIndex, attach_paths, latest_paths
+
+T0 = 1_800_000_000 * 10**9
+
+
+def _paths(rows: list[tuple]) -> pa.Table:
+    """rows: (direction, src_ip, dst_ip, src_port, hops, trace_ns)."""
+    cols = list(zip(*rows, strict=True))
+    return pa.table({"direction": pa.array(cols[0]), "src_ip": pa.array(cols[1]), "dst_ip": pa.array(cols[2]),
+                     "src_port": pa.array(cols[3], pa.uint16()), "dst_port": pa.array([4791] * len(rows), pa.uint16()),
+                     "hops": pa.array(cols[4]), "trace_ns": pa.array(cols[5], pa.int64())})
+
+
+def _probes(tuples: list[tuple[str, str, int]], at_ns: int) -> pa.Table:
+    cols = list(zip(*tuples, strict=True))
+    return pa.table({"src_ip": pa.array(cols[0]), "dst_ip": pa.array(cols[1]),
+                     "src_port": pa.array(cols[2], pa.uint16()),
+                     "dst_port": pa.array([4791] * len(tuples), pa.uint16()),
+                     "upload_ns": pa.array([at_ns] * len(tuples), pa.int64())})
+
+
+def test_incremental_updates_equal_the_newest_trace_of_everything():
+    rng = random.Random(4)
+    batches = [[(rng.choice(["forward", "reverse"]), f"10.0.0.{rng.randrange(4)}", f"10.0.1.{rng.randrange(4)}",
+                 49152 + rng.randrange(3), rng.choice(["a,S1,b", "a,S2,b", "a,S3,b"]), T0 + rng.randrange(5))
+                for _ in range(40)] for _ in range(6)]
+    index = PathIndex()
+    for b in batches:
+        index.update(_paths(b))
+    want = latest_paths(_paths([r for b in batches for r in b]))
+    got = index.latest.drop_columns(["_entry"])
+    key = ["direction", "src_ip", "dst_ip", "src_port", "dst_port"]
+    assert got.sort_by([(k, "ascending") for k in key]).to_pylist() == \
+        want.sort_by([(k, "ascending") for k in key]).to_pylist()
+    assert len(index) == want.num_rows
+
+
+def test_a_tuple_no_probe_used_for_two_rotation_periods_is_evicted():
+    index = PathIndex()
+    index.update(_paths([("forward", "10.0.0.1", "10.0.1.1", 50000, "a,S1,b", T0),
+                         ("forward", "10.0.0.2", "10.0.1.2", 50001, "c,S2,d", T0)]))
+    probed = [("10.0.0.1", "10.0.1.1", 50000)]
+    for h in range(1, 4):  # only the first tuple is still on a pinglist
+        t = attach_paths(_probes(probed, T0 + h * HOUR_NS), index)
+        assert t["fwd_hops"].to_pylist() == ["a,S1,b"]
+    assert len(index) == 1 and index.evicted == 1  # the second: unused since T0, > 2 h ago
+    assert index.latest["src_port"].to_pylist() == [50000]
+    # traced again (a new job uses it): back, with its new path
+    index.update(_paths([("forward", "10.0.0.2", "10.0.1.2", 50001, "c,S3,d", T0 + 4 * HOUR_NS)]))
+    t = attach_paths(_probes([("10.0.0.2", "10.0.1.2", 50001)], T0 + 4 * HOUR_NS), index)
+    assert t["fwd_hops"].to_pylist() == ["c,S3,d"]
