@@ -31,8 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-import pyarrow as pa
 
+from bench.sim_reducer import SimPipeline
 from producers.sim import (
     BusyHost,
     FlappingLink,
@@ -44,15 +44,9 @@ from producers.sim import (
     RnicDown,
     Simulator,
 )
-from producers.sim.engine import BATCH_NS
 from producers.sim.fabrics import panel1, random_clos
 from producers.sim.faults import Fault
-from producers.sim.stream import registry_updates
-from schemas.arrow_pa import table_from_columns
 from schemas.inventory import Inventory
-from streams.pingmesh.analyzer import Analyzer, WindowResult, analyze_window
-from streams.pingmesh.partial import merge
-from streams.pingmesh.rtt import decompose
 
 S = 1_000_000_000
 WINDOW = 20 * S
@@ -68,7 +62,10 @@ FAULT_KINDS = (
     "host_restart",
     "busy_host",
 )
-VERDICT_KINDS = ("switch", "rnic", "host_down", "stale_qpn", "busy_host", "switch_latency", "rnic_latency")
+VERDICT_KINDS = ("switch", "rnic", "host_down", "host_unreachable", "stale_qpn", "busy_host", "switch_latency",
+                 "rnic_latency")
+HOST_FAULT_KINDS = ("host_down", "busy_host", "stale_qpn")
+"""Truth kinds of a fault of the whole host: a ``host_unreachable`` claim naming that host is right."""
 
 # (name, builder(seed) -> Inventory); scenario i uses SIZES[i % len] except every BIG_EVERY-th.
 SIZES: tuple[tuple[str, Callable[[int], Inventory]], ...] = (
@@ -80,6 +77,9 @@ SIZES: tuple[tuple[str, Callable[[int], Inventory]], ...] = (
 )
 BIG: tuple[str, Callable[[int], Inventory]] = ("clos 32x8 (1,024)", lambda s: random_clos(s, 32, 8, 4, 8))
 BIG_EVERY = 10
+HUGE: tuple[str, Callable[[int], Inventory]] = ("clos 160x8 (10,240)", lambda s: random_clos(s, 160, 8, 8, 8))
+BACKGROUND_LOSS = (1e-5, 1e-4)
+"""Per-link drop probability of healthy links in the benchmark (log-uniform per scenario)."""
 
 
 @dataclass
@@ -101,6 +101,8 @@ class ScenarioResult:
     truth: list[dict]
     windows: list[tuple[int, list[dict]]]
     wall_s: float
+    link_probes: dict[int, dict[str, int]] = field(default_factory=dict)
+    background_loss: float = 0.0
 
 
 @dataclass
@@ -110,15 +112,20 @@ class AccuracyReport:
     seed: int
     scenarios: int
     wall_s: float
+    seeds: tuple[int, ...] = ()
     precision: dict[str, tuple[int, int]] = field(default_factory=dict)  # verdict kind -> (right, claims)
     window_recall: dict[str, tuple[int, int]] = field(default_factory=dict)  # fault kind -> (hit, truth-windows)
     fault_recall: dict[str, tuple[int, int]] = field(default_factory=dict)  # fault kind -> (named, faults)
     confusion: dict[str, Counter] = field(default_factory=dict)  # fault kind|(none) -> outcome -> count
     latency_windows: dict[str, list[int]] = field(default_factory=dict)  # fault kind -> windows to verdict
+    window_recall_10: tuple[int, int] = (0, 0)  # truth-windows expected to fail >= 10 probes: (hit, all)
+    abstentions: list[dict] = field(default_factory=list)  # right abstentions (undetermined naming the fault)
+    calibration: list[tuple[float, bool]] = field(default_factory=list)  # (confidence, right) per claim
     undetermined: int = 0
     revisions: int = 0
     wrong: list[dict] = field(default_factory=list)  # every wrong claim with its scenario
     missed: list[dict] = field(default_factory=list)  # faults never named
+    missed_windows: list[dict] = field(default_factory=list)  # truth-windows without a right claim
     sizes: Counter = field(default_factory=Counter)
     hostping: tuple[int, int] = (0, 0)
     hostping_wrong: list[str] = field(default_factory=list)
@@ -127,6 +134,21 @@ class AccuracyReport:
     def ratio(x: tuple[int, int]) -> float:
         """``a / b`` of a pair, NaN when ``b`` is 0."""
         return x[0] / x[1] if x[1] else float("nan")
+
+    def reliability(self, bins: int = 10) -> list[tuple[float, float, float, int]]:
+        """Reliability table: per confidence bin [lo, lo + 1/bins): (lo, mean confidence, precision, claims)."""
+        out = []
+        for b in range(bins):
+            lo, hi = b / bins, (b + 1) / bins
+            xs = [(c, r) for c, r in self.calibration if lo <= c < hi or (b == bins - 1 and c >= 1.0)]
+            if xs:
+                out.append((lo, float(np.mean([c for c, _ in xs])), float(np.mean([r for _, r in xs])), len(xs)))
+        return out
+
+    def ece(self, bins: int = 10) -> float:
+        """Expected calibration error: claims-weighted mean |precision − mean confidence| over the bins."""
+        n = len(self.calibration)
+        return sum(k / n * abs(p - c) for _, c, p, k in self.reliability(bins)) if n else float("nan")
 
     def overall_precision(self) -> float:
         """Right claims over all claims."""
@@ -140,10 +162,12 @@ def _switch_links(inv: Inventory) -> list[tuple[str, str]]:
     return sorted((ln.a, ln.b) for ln in inv.links)
 
 
-def draw_scenario(index: int, seed: int, big_every: int = BIG_EVERY, seconds: int = 80) -> Scenario:
-    """Scenario ``index`` of run ``seed``: a fabric and 0-3 faults on disjoint hosts/links."""
+def draw_scenario(index: int, seed: int, big_every: int = BIG_EVERY, seconds: int = 80,
+                  size: tuple[str, Callable[[int], Inventory]] | None = None) -> Scenario:
+    """Scenario ``index`` of run ``seed``: a fabric (``size``, default by index) and 0-3 faults on
+    disjoint hosts/links."""
     rng = random.Random(f"accuracy/{seed}/{index}")
-    size, build = BIG if big_every and index % big_every == big_every - 1 else SIZES[index % len(SIZES)]
+    size, build = size or (BIG if big_every and index % big_every == big_every - 1 else SIZES[index % len(SIZES)])
     inv = build(seed * 1000 + index)
     n_faults = rng.choice((0, 1, 1, 2, 2, 3))
     used_hosts: set[str] = set()
@@ -196,66 +220,49 @@ def draw_scenario(index: int, seed: int, big_every: int = BIG_EVERY, seconds: in
 # ---- running one scenario --------------------------------------------------------------------
 
 
-@dataclass
-class _Recording(Analyzer):
-    """:class:`Analyzer` that also records the start of each window it closes (for scoring)."""
+def run_scenario(sc: Scenario, seed: int, background_loss: tuple[float, float] | None = None) -> ScenarioResult:
+    """Feed the simulator's uploads through the production :class:`WindowReducer`, one 5 s round at a time.
 
-    closed_starts: list[int] = field(default_factory=list)
+    Each round's probe batches reach one in-process worker (:class:`bench.sim_reducer.SimPipeline`),
+    whose ``window.partials`` messages the reducer closes windows from; paths and registry
+    updates come first, as agents and the controller publish them; an agent with no rows sends
+    a heartbeat. Windows before ``T0`` (NTP-skewed clocks only) are not scored.
 
-    def close(self) -> list[WindowResult]:
-        """As :meth:`Analyzer.close`; ``closed_starts`` lists the starts of the returned windows."""
-        self.closed_starts = []
-        out = []
-        for ws in self.tracker.close_ready():
-            parts = self.partials.pop(ws, None)
-            if not parts:
-                continue
-            self.closed_starts.append(ws)
-            out.append(analyze_window(merge(parts), registry=self.registry,
-                                      host_last_upload=self.tracker.host_last_upload, state=self.state,
-                                      job_metrics=self.job_metrics, thresholds=self.thresholds,
-                                      config=self.config))
-        return out
-
-
-def run_scenario(sc: Scenario, seed: int) -> ScenarioResult:
-    """Feed the simulator's uploads through :class:`Analyzer`, one 5 s upload round at a time.
-
-    Each round's probe batches reach the analyzer as one table (what one worker that
-    consumed every agent's message of the round sees); paths and registry updates come
-    first, as agents and the controller publish them; an agent with no rows sends a
-    heartbeat. Windows before ``T0`` (NTP-skewed clocks only) are not scored.
+    ``background_loss`` = (lo, hi): healthy links drop a log-uniform draw in [lo, hi) of the
+    packets crossing them (one draw per scenario); None: lossless healthy links.
     """
     t = time.perf_counter()
-    sim = Simulator(sc.inv, seed=seed, faults=sc.faults, trace="on_change")
-    an = _Recording()
-    an.on_registry(table_from_columns("registry.v1", sim.registry_columns(T0 - BATCH_NS)))
-    windows: list[tuple[int, list[dict]]] = []
-    n_windows = sc.seconds // 20
-    for k in range(sc.seconds // 5 + 4):
-        t0 = T0 + k * BATCH_NS
-        reg = registry_updates(sim, t0, t0 + BATCH_NS)
-        if reg["rnic"]:
-            an.on_registry(table_from_columns("registry.v1", reg))
-        batches = sim.upload_batches(t0)
-        probes = []
-        for agent, probe_cols, path_cols in batches:
-            if len(path_cols["hops"]):
-                an.on_paths(table_from_columns("path.v1", path_cols))
-            if len(probe_cols["seq"]):
-                probes.append(table_from_columns("probe.v1", probe_cols))
-            else:
-                an.tracker.heartbeat(agent, t0 + BATCH_NS, agent)
-        closed: list[WindowResult] = []
-        an.closed_starts = []
-        if probes:
-            closed = an.on_probes(decompose(pa.concat_tables(probes), f"bench/{sc.index}/{k}"))
-        for ws, res in zip(an.closed_starts, closed, strict=True):
-            if ws >= T0:
-                windows.append((ws, res.verdicts.to_pylist()))
-        if len(windows) >= n_windows:
-            break
-    return ScenarioResult(sc, sim.truth(), windows[:n_windows], time.perf_counter() - t)
+    bg = 0.0
+    if background_loss is not None:
+        lo, hi = background_loss
+        bg = float(np.exp(random.Random(f"bg/{seed}").uniform(np.log(lo), np.log(hi))))
+    sim = Simulator(sc.inv, seed=seed, faults=sc.faults, trace="on_change", background_loss=bg)
+    truth = sim.truth()
+    pipe = SimPipeline(sim, watch=frozenset(filter(None, (_fault_link(f, tr) for f, tr in zip(sc.faults, truth,
+                                                                                               strict=True)))))
+    windows = [(ws, res.verdicts.to_pylist()) for ws, res in pipe.run(T0, sc.seconds, tag=f"bench/{sc.index}")]
+    return ScenarioResult(sc, truth, windows, time.perf_counter() - t, pipe.link_probes, bg)
+
+
+def _fault_link(f: Fault, tr: dict) -> str | None:
+    """The physical link (``lower->upper``) a link fault sits on, else None."""
+    if not isinstance(f, LinkDown | LossyLink | PartialTupleLoss | FlappingLink):
+        return None
+    if "->" in tr["location"]:
+        return tr["location"]
+    other = f.b if f.a == tr["location"] else f.a
+    return f"{tr['location']}->{other}"
+
+
+def expected_failures(f: Fault, tr: dict, link_probes: dict[str, int], overlap_ns: int) -> float:
+    """Probes a fault is expected to fail in a window: loss rate × probes crossing its link while
+    active (link faults); host and RNIC faults fail every probe to them (infinite here)."""
+    lk = _fault_link(f, tr)
+    if lk is None:
+        return float("inf")
+    rate = (1.0 if isinstance(f, LinkDown) else f.rate if isinstance(f, LossyLink)
+            else f.fraction if isinstance(f, PartialTupleLoss) else f.down_s / f.period_s)
+    return rate * link_probes.get(lk, 0) * overlap_ns / WINDOW
 
 
 # ---- scoring ---------------------------------------------------------------------------------
@@ -292,7 +299,14 @@ def _matches(v: dict, tr: dict, inv: Inventory) -> bool:
     loc = v["location"]
     if v["kind"] == "stale_qpn" and loc in inv.rnics:
         loc = inv.host_of(loc)
+    if v["kind"] == "host_unreachable":  # a claim about the whole host: right when it names the faulty host
+        return tr["kind"] in HOST_FAULT_KINDS and loc == tr["location"]
     return v["kind"] == tr["kind"] and loc == tr["location"]
+
+
+def _abstains_on(v: dict, tr: dict) -> bool:
+    """An ``undetermined`` verdict naming a set of indistinguishable links that holds the fault's link."""
+    return v["kind"] == "undetermined" and "|" in str(v["location"]) and tr["location"] in str(v["location"]).split("|")
 
 
 def fault_kind(tr: dict) -> str:
@@ -308,6 +322,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
     frec: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     conf: dict[str, Counter] = defaultdict(Counter)
     lat: dict[str, list[int]] = defaultdict(list)
+    w10 = [0, 0]
     for r in results:
         inv = r.scenario.inv
         rep.sizes[r.scenario.size] += 1
@@ -331,6 +346,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
             for v in claims:
                 hit = [ti for ti, tr in active if _matches(v, tr, inv)]
                 prec[v["kind"]][1] += 1
+                rep.calibration.append((float(v["confidence"]), bool(hit)))
                 if hit:
                     prec[v["kind"]][0] += 1
                     for ti in hit:
@@ -350,11 +366,24 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
                 if min(hi, we) - max(lo, ws) < WINDOW // 2:
                     continue  # active for under half the window: not required in this window
                 fk = fault_kind(tr)
+                if not right_of.get(ti) and any(_abstains_on(v, tr) for v in rows):
+                    rep.abstentions.append({"scenario": r.scenario.index, "size": r.scenario.size, "window": wi,
+                                            "fault": fk, "location": tr["location"],
+                                            "verdict": next(v["location"] for v in rows if _abstains_on(v, tr))})
+                    continue  # a right abstention: neither a claim nor a miss
                 wrec[fk][1] += 1
+                exp = expected_failures(r.scenario.faults[ti], tr, r.link_probes.get(ws, {}),
+                                        min(hi, we) - max(lo, ws))
+                if exp >= 10:
+                    w10[1] += 1
+                    w10[0] += bool(right_of.get(ti))
                 if right_of.get(ti):
                     wrec[fk][0] += 1
                     conf[fk][tr["kind"]] += 1
                     continue
+                rep.missed_windows.append({"scenario": r.scenario.index, "size": r.scenario.size, "window": wi,
+                                           "fault": fk, "location": tr["location"],
+                                           "expected_failures": round(exp, 1) if exp != float("inf") else None})
                 nodes = _nodes_of_truth(tr, inv)
                 wrong_near = sorted({v["kind"] for v in claims if nodes & _nodes_of_verdict(v, inv)})
                 und = [v for v in rows if v["kind"] == "undetermined" and nodes & _nodes_of_verdict(v, inv)]
@@ -374,6 +403,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
     rep.fault_recall = {k: (a, b) for k, (a, b) in frec.items()}
     rep.confusion = dict(conf)
     rep.latency_windows = dict(lat)
+    rep.window_recall_10 = (w10[0], w10[1])
     return rep
 
 
@@ -433,19 +463,42 @@ def hostping_patterns(seeds: tuple[int, ...] = (1, 2, 3)) -> tuple[int, int, lis
 
 
 def run(n_scenarios: int = 30, seed: int = 1, big_every: int = BIG_EVERY, seconds: int = 80,
-        progress: Callable[[ScenarioResult], None] | None = None) -> AccuracyReport:
-    """Draw and run ``n_scenarios`` scenarios, score them, and run the Hostping patterns."""
+        progress: Callable[[ScenarioResult], None] | None = None,
+        background_loss: tuple[float, float] | None = BACKGROUND_LOSS, huge: int = 0,
+        seeds: tuple[int, ...] | None = None, jobs: int = 1) -> AccuracyReport:
+    """Draw and run ``n_scenarios`` scenarios per seed (``seeds``, default ``(seed,)``), plus ``huge``
+    scenarios on the 10,240-RNIC fabric per seed, in ``jobs`` processes; score them all; run the
+    Hostping patterns. Results do not depend on ``jobs`` (each scenario is seeded on its own)."""
     t = time.perf_counter()
+    work = []
+    for sd in seeds or (seed,):
+        drawn = [draw_scenario(i, sd, big_every, seconds) for i in range(n_scenarios)]
+        drawn += [draw_scenario(n_scenarios + j, sd, big_every, seconds, size=HUGE) for j in range(huge)]
+        work += [(sc, sd * 1000 + sc.index, background_loss) for sc in drawn]
     results = []
-    for i in range(n_scenarios):
-        r = run_scenario(draw_scenario(i, seed, big_every, seconds), seed * 1000 + i)
-        results.append(r)
-        if progress:
-            progress(r)
-    rep = score(results, seed, time.perf_counter() - t)
+    if jobs > 1:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as ex:
+            for r in ex.map(_run_one, work):
+                results.append(r)
+                if progress:
+                    progress(r)
+    else:
+        for w in work:
+            results.append(_run_one(w))
+            if progress:
+                progress(results[-1])
+    rep = score(results, seeds[0] if seeds else seed, time.perf_counter() - t)
+    rep.seeds = tuple(seeds or (seed,))
     ok, tried, wrong = hostping_patterns()
     rep.hostping, rep.hostping_wrong = (ok, tried), wrong
     return rep
+
+
+def _run_one(w: tuple[Scenario, int, tuple[float, float] | None]) -> ScenarioResult:
+    return run_scenario(*w)
 
 
 def _pct(x: tuple[int, int]) -> str:
@@ -463,7 +516,8 @@ def print_report(rep: AccuracyReport, console: object | None = None) -> None:
 
     con = console if console is not None else Console()
     sizes = ", ".join(f"{n}x {s}" for s, n in sorted(rep.sizes.items()))
-    con.print(f"[bold]accuracy[/bold]: {rep.scenarios} scenarios, seed {rep.seed}, {rep.wall_s:.0f} s ({sizes})")
+    seeds = ", ".join(map(str, rep.seeds or (rep.seed,)))
+    con.print(f"[bold]accuracy[/bold]: {rep.scenarios} scenarios, seeds {seeds}, {rep.wall_s:.0f} s ({sizes})")
 
     t = Table(title="precision per verdict kind (claims: verdicts other than undetermined)")
     for c in ("verdict kind", "right", "claims", "precision"):
@@ -475,7 +529,15 @@ def print_report(rep: AccuracyReport, console: object | None = None) -> None:
     b = sum(y for _, y in rep.precision.values())
     t.add_row("[bold]overall[/bold]", str(a), str(b), _pct((a, b)))
     con.print(t)
-    con.print(f"undetermined verdicts (no claim): {rep.undetermined}; revisions: {rep.revisions}")
+    con.print(f"undetermined verdicts (no claim): {rep.undetermined}; revisions: {rep.revisions}; "
+              f"right abstentions (undetermined naming a link set that holds the fault): {len(rep.abstentions)}")
+
+    t = Table(title=f"reliability of claims' confidence (ECE {rep.ece():.3f})")
+    for c in ("confidence bin", "mean confidence", "precision", "claims"):
+        t.add_column(c, justify="right")
+    for lo, c, p, k in rep.reliability():
+        t.add_row(f"[{lo:.1f}, {lo + 0.1:.1f})", f"{c:.3f}", f"{p:.3f}", str(k))
+    con.print(t)
 
     t = Table(title="recall per fault kind; time to first right verdict (windows after the start window)")
     for c in ("fault kind", "windows hit", "window recall", "faults named", "fault recall", "p50", "p99"):
@@ -493,6 +555,8 @@ def print_report(rep: AccuracyReport, console: object | None = None) -> None:
     t.add_row("[bold]overall[/bold]", f"{wa[0]}/{wa[1]}", _pct(wa), f"{fa[0]}/{fa[1]}", _pct(fa),
               _quantile(all_lat, 0.5), _quantile(all_lat, 0.99))
     con.print(t)
+    h, n = rep.window_recall_10
+    con.print(f"window recall, truth-windows expected to fail >= 10 probes: {h}/{n} = {_pct((h, n))}")
 
     cols = [*VERDICT_KINDS, "undetermined", "missed"]
     cols = [c for c in cols if any(rep.confusion.get(r, Counter()).get(c) for r in rep.confusion)] or cols
@@ -508,9 +572,25 @@ def print_report(rep: AccuracyReport, console: object | None = None) -> None:
         t = Table(title="wrong claims")
         for c in ("scen", "size", "win", "verdict", "location", "conf", "later revised to", "faults injected"):
             t.add_column(c)
-        for w in rep.wrong[:60]:
+        for w in rep.wrong:
             t.add_row(str(w["scenario"]), w["size"], str(w["window"]), w["kind"], w["location"],
                       f"{w['confidence']:.2f}", w["revised_to"], ", ".join(w["faults"]) or "(none)")
+        con.print(t)
+    if rep.abstentions:
+        t = Table(title="right abstentions (not claims, not misses)")
+        for c in ("scen", "size", "win", "fault", "location", "undetermined over"):
+            t.add_column(c)
+        for a in rep.abstentions:
+            t.add_row(str(a["scenario"]), a["size"], str(a["window"]), a["fault"], a["location"], a["verdict"])
+        con.print(t)
+    if rep.missed_windows:
+        t = Table(title="truth-windows without a right claim")
+        for c in ("scen", "size", "win", "fault", "location", "expected failures"):
+            t.add_column(c)
+        for m in rep.missed_windows:
+            e = m["expected_failures"]
+            t.add_row(str(m["scenario"]), m["size"], str(m["window"]), m["fault"], m["location"],
+                      "all probes" if e is None else f"{e:.1f}")
         con.print(t)
     if rep.missed:
         t = Table(title="faults never named right")

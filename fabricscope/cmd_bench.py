@@ -80,6 +80,10 @@ def accuracy(
     seconds: int = typer.Option(80, help="simulated seconds per scenario (20 s windows)"),
     big_every: int = typer.Option(10, help="every N-th scenario uses the 1,024-RNIC fabric (0: never)"),
     hostping_only: bool = typer.Option(False, help="only the 12 Hostping patterns"),
+    seeds: str = typer.Option("", help="comma-separated seeds, each running --scenarios (overrides --seed)"),
+    huge: int = typer.Option(0, help="scenarios per seed on the 10,240-RNIC fabric, besides --scenarios"),
+    jobs: int = typer.Option(1, help="scenarios run in this many processes (results do not change)"),
+    background_loss: bool = typer.Option(True, help="healthy links drop 1e-5..1e-4 of packets"),
 ) -> None:
     """Diagnosis precision/recall against the simulator's ground truth, and the 12 Hostping patterns."""
     from rich.console import Console
@@ -99,7 +103,11 @@ def accuracy(
         faults = ", ".join(f"{t['fault']}@{t['location']}" for t in r.truth) or "healthy"
         con.print(f"[dim]scenario {sc.index:3d} {sc.size:20s} {r.wall_s:5.1f} s  {faults}[/dim]")
 
-    rep = bench_accuracy.run(scenarios, seed, big_every, seconds, progress)
+    seed_list = tuple(int(x) for x in seeds.split(",") if x.strip()) or (seed,)
+
+    rep = bench_accuracy.run(scenarios, seed, big_every, seconds, progress, huge=huge, jobs=jobs, seeds=seed_list,
+
+                             background_loss=bench_accuracy.BACKGROUND_LOSS if background_loss else None)
     bench_accuracy.print_report(rep, con)
 
 

@@ -30,24 +30,28 @@ def publish_sim(
     realtime: bool = False,
     stop: Callable[[], bool] = lambda: False,
     job_metric: tuple[str, float] | None = None,
+    first: int = 0,
 ) -> int:
     """Publish ``n_batches`` uploads (None: until ``stop()``); returns the number of probe rows sent.
 
     ``realtime`` paces one upload per 5 s of wall time; otherwise as fast as the producer takes them.
     ``job_metric`` = (job id, value): one ``jobmetric.v1`` sample per upload, as the job would report it.
+    ``first`` > 0 continues an earlier call on the same simulator from upload ``first`` (no pinglists
+    and registry preamble again).
     """
     probes_t, paths_t, reg_t = (topic_name(t, prefix) for t in (PROBES_RAW, PATHS_TRACED, REGISTRY))
     jobs_t = topic_name(JOB_METRICS, prefix)
-    lists = sim.pinglists(start_ns)
-    publish_pinglists(producer, prefix, {h: pinglist_for_host(lists, h) for h in sim.inv.hosts}, start_ns)
-    producer.publish(
-        reg_t,
-        encode_columns("registry.v1", to_pylists(sim.registry_columns(start_ns))),
-        "registry.v1",
-        key="controller",
-    )
+    if first == 0:
+        lists = sim.pinglists(start_ns)
+        publish_pinglists(producer, prefix, {h: pinglist_for_host(lists, h) for h in sim.inv.hosts}, start_ns)
+        producer.publish(
+            reg_t,
+            encode_columns("registry.v1", to_pylists(sim.registry_columns(start_ns))),
+            "registry.v1",
+            key="controller",
+        )
     rows = 0
-    i = 0
+    i = first
     while (n_batches is None or i < n_batches) and not stop():
         t0 = start_ns + i * BATCH_NS
         began = time.monotonic()

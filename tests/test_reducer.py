@@ -54,3 +54,33 @@ def test_a_lagging_partition_holds_the_watermark_until_it_catches_up_or_goes_idl
     clock.now += 31
     r2.add(UploadMark("H1", T0 + 61 * S, "H1"), None, None, partition=0)
     assert r2.watermark() == T0 + 61 * S  # partition 1 never spoke: it no longer holds the watermark
+
+
+def test_a_batch_processed_again_after_a_crash_is_merged_once():
+    from producers.sim import LinkDown, Simulator
+    from producers.sim.fabrics import panel1
+    from schemas.arrow_pa import table_from_columns
+    from streams.pingmesh.links import PathIndex
+    from streams.pingmesh.reducer import worker_messages
+    from streams.pingmesh.rtt import decompose
+
+    sim = Simulator(panel1(), seed=1, faults=[LinkDown("A", "S3")])
+    rounds = [sim.upload_batches(T0 + k * 5 * S) for k in range(6)]
+
+    def run(repeat: bool) -> list:
+        r, paths, out = WindowReducer(partitions=1, clock=lambda: 0.0), PathIndex(), []
+        offset = 0
+        for batches in rounds:
+            for _agent, probes, path_cols in batches:
+                paths.update(table_from_columns("path.v1", path_cols))
+                msgs = worker_messages(decompose(table_from_columns("probe.v1", probes), "t"), paths, 20 * S)
+                for _ in range(2 if repeat else 1):  # a worker that crashed before committing sends it again
+                    for mark, ws, blob in msgs:
+                        out += r.add(mark, ws, blob, 0, source=offset)
+                offset += 1
+        return [(ws, res.verdicts.to_pylist()) for ws, res in out]
+
+    once, twice = run(False), run(True)
+    assert [ws for ws, _ in once] == [T0]
+    assert twice == once
+    assert once[0][1][0]["kind"] == "switch" and once[0][1][0]["location"] == "A->S3"

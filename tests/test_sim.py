@@ -77,30 +77,29 @@ def test_panel1_dead_a_s3_fails_8_paths_4_on_s3_b_and_4_on_s3_c():
     assert len(failing) == 8
     # every probe of a failing tuple fails; no other probe fails (ToR-mesh is untouched)
     assert (probes["status"] == "timeout").sum() == bad.sum()
-    fwd = paths["direction"] == "forward"
-    path_of = {
-        (s, d, p): h
-        for s, d, p, h in zip(
-            paths["src_rnic"][fwd], paths["dst_rnic"][fwd], paths["src_port"][fwd], paths["hops"][fwd], strict=True
-        )
-    }
     on = Counter()
-    for key in failing:
-        for ln in _links(path_of[key]):
+    for src, dst, port in failing:
+        for ln in _links(",".join(sim.path(src, dst, port))):
             on[ln] += 1
     assert on[frozenset(("A", "S3"))] == 8
     assert on[frozenset(("S3", "B"))] == 4
     assert on[frozenset(("S3", "C"))] == 4
     assert on[frozenset(("A", "S1"))] == 0
-    # the ACK paths (traced by the responders) of the failing tuples cross A–S3 too
-    rev = paths["direction"] == "reverse"
-    rev_of = {
-        (d, s, p): h
-        for s, d, p, h in zip(
-            paths["src_rnic"][rev], paths["dst_rnic"][rev], paths["src_port"][rev], paths["hops"][rev], strict=True
-        )
-    }
-    assert all(frozenset(("A", "S3")) in _links(rev_of[k]) for k in failing)
+    # traces stop at the dead hop: the forward trace of a failing tuple from A ends at A, one towards A
+    # ends at S3 (the hop before the dead link), each marked incomplete; and so do the ACK paths
+    for direction, (s_col, d_col) in (("forward", ("src_rnic", "dst_rnic")), ("reverse", ("dst_rnic", "src_rnic"))):
+        sel = paths["direction"] == direction
+        traced = {(s, d, p): (h, c) for s, d, p, h, c in zip(paths[s_col][sel], paths[d_col][sel],
+                                                             paths["src_port"][sel], paths["hops"][sel],
+                                                             paths["complete"][sel], strict=True)}
+        for src, dst, port in failing:
+            full = sim.path(src, dst, port) if direction == "forward" else \
+                sim.topo.path(dst, src, port, 4791)
+            cut = full.index("S3") if full[full.index("S3") - 1] == "A" else full.index("A")
+            hops, complete = traced[(src, dst, port)]
+            assert (hops.split(","), complete) == (full[:cut], False)
+        ok_keys = set(traced) - failing
+        assert all(traced[k][1] for k in ok_keys)
     assert sim.truth() == [
         {"kind": "switch", "location": "A->S3", "start_ns": None, "end_ns": None, "fault": "link_down"}
     ]

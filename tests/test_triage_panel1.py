@@ -79,8 +79,15 @@ def test_a3_failing_as_prober_flags_no_peer():
 
 
 def test_two_dead_rnics_under_one_tor_are_both_found():
-    res = analyze(Faults(dead_rnics={"A3", "A4"}))
-    assert kinds(res) == [("rnic", "A3"), ("rnic", "A4")]
+    res = analyze(Faults(dead_rnics={"A2", "A3"}))  # H1's and H2's, both under ToR A
+    assert kinds(res) == [("rnic", "A2"), ("rnic", "A3")]
+
+
+def test_every_rnic_of_a_host_failing_is_one_claim_about_the_host():
+    res = analyze(Faults(dead_rnics={"A3", "A4"}))  # both RNICs of H2, its agent still uploading
+    assert kinds(res) == [("host_unreachable", "H2")]
+    ev = json.loads(res.verdicts.to_pylist()[0]["evidence"])
+    assert ev["rnics"] == ["A3", "A4"] and ev["rnics_of_host"] == 2
 
 
 @pytest.mark.parametrize("veto", [True, False])
@@ -93,7 +100,8 @@ def test_busy_h1_is_busy_host_with_the_veto_and_false_rnic_without(veto):
         assert ev["rnics"] == ["A1", "A2"]
         assert ev["delay_p50_ns"] > 1000 * ev["baseline_ns"]
     else:
-        assert ("rnic", "A1") in kinds(res) and ("rnic", "A2") in kinds(res)
+        # without the veto the host's RNICs all fail together: one claim about the host, no rnic verdicts
+        assert kinds(res) == [("host_unreachable", "H1")]
         assert not [k for k in kinds(res) if k[0] == "busy_host"]
 
 
@@ -196,18 +204,21 @@ def test_rnic_is_charged_for_60_s_and_kept_out_of_the_vote():
     assert ("undetermined", "A3") in kinds(r3)
 
 
-def test_rnic_verdict_is_revised_to_host_down_when_the_host_goes_silent():
+@pytest.mark.parametrize(("dead", "revised"), [({"B1"}, "B1"), ({"B1", "B2"}, "H3")],
+                         ids=["rnic", "host_unreachable"])
+def test_earlier_verdict_is_revised_to_host_down_when_the_host_goes_silent(dead, revised):
     state = AnalyzerState()
-    r1 = analyze(Faults(dead_rnics={"B1", "B2"}), state=state, config=AnalyzerConfig(
+    r1 = analyze(Faults(dead_rnics=dead), state=state, config=AnalyzerConfig(
         triage=TriageConfig(busy_host_veto=False)))
     ids = {r["location"]: r["verdict_id"] for r in r1.verdicts.to_pylist()}
+    assert list(ids) == [revised]
     faults = Faults(silent_hosts={"H3"})
     probes, paths, reg = window(FAB, faults, start_ns=START + 20 * S)
     uploads = last_uploads(FAB, faults, START + 20 * S)
     r2 = analyze_window(summarize(START + 20 * S, probes, paths), registry=reg, host_last_upload=uploads,
                         state=state)
     rev = r2.verdicts.filter(pc.is_valid(r2.verdicts["revision_of"])).to_pylist()
-    assert sorted(r["revision_of"] for r in rev) == sorted([ids["B1"], ids["B2"]])
+    assert [r["revision_of"] for r in rev] == [ids[revised]]
     assert {r["kind"] for r in rev} == {"host_down"}
     assert {r["window_start_ns"] for r in rev} == {START}
     assert ("host_down", "H3") in kinds(r2)

@@ -1,12 +1,15 @@
 """The verbs backend's logic around the device: GRH unpacking, ACK matching, clocks, timeouts.
 
-No RDMA device exists here (no RNIC, no rxe/siw), so the completions are fed by
-hand with known cycle counts; the device layer itself must refuse clearly.
+The completions are fed by hand with known cycle counts, and the device layer (pyverbs) is
+injected (a stand-in ``pyverbs`` package in ``sys.modules``), so every test means the same on a
+host with an RNIC, with rxe/siw, or with neither.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import sys
+import types
 
 import pytest
 
@@ -101,14 +104,54 @@ def test_timeouts_stale_qpn_unregistered_and_foreign_acks() -> None:
     assert row["status"] == "timeout" and row["t2"] == 5 and row["t5"] is None and row["t3"] is None
 
 
-def test_without_rdma_the_device_layer_says_what_to_do() -> None:
-    with pytest.raises(VerbsUnavailable, match="python3-pyverbs|no RDMA device"):
+class _RdmaError(Exception):
+    pass
+
+
+def _inject_pyverbs(monkeypatch: pytest.MonkeyPatch, devices: object) -> None:
+    """Install a stand-in ``pyverbs``: ``None`` = not installed; an exception = the device query
+    fails with it; else the device list (objects with a ``name``) ``get_device_list`` returns."""
+    if devices is None:
+        monkeypatch.setitem(sys.modules, "pyverbs", None)  # import fails as when not installed
+        return
+    pkg = types.ModuleType("pyverbs")
+    pkg.__path__ = []  # a package
+    dev = types.ModuleType("pyverbs.device")
+    err = types.ModuleType("pyverbs.pyverbs_error")
+    err.PyverbsRDMAError = _RdmaError
+
+    def get_device_list() -> list:
+        if isinstance(devices, Exception):
+            raise devices
+        return list(devices)  # type: ignore[call-overload]
+
+    dev.get_device_list = get_device_list
+    pkg.device, pkg.pyverbs_error = dev, err
+    for name, mod in (("pyverbs", pkg), ("pyverbs.device", dev), ("pyverbs.pyverbs_error", err)):
+        monkeypatch.setitem(sys.modules, name, mod)
+
+
+@pytest.mark.parametrize(("devices", "message"), [
+    (None, "python3-pyverbs"),
+    ([], "no RDMA device on this host; use --source udp"),
+    (_RdmaError("Failed to get devices list"), r"no RDMA device on this host \(Failed to get devices list\)"),
+], ids=["no pyverbs", "no device", "query fails"])
+def test_without_a_device_the_device_layer_says_what_to_do(monkeypatch, devices, message) -> None:
+    _inject_pyverbs(monkeypatch, devices)
+    with pytest.raises(VerbsUnavailable, match=message):
         list_devices()
 
 
-def test_agent_with_verbs_backend_refuses_without_rdma() -> None:
+def test_device_names_come_from_the_device_layer(monkeypatch) -> None:
+    _inject_pyverbs(monkeypatch, [types.SimpleNamespace(name=b"mlx5_0"), types.SimpleNamespace(name="rxe0")])
+    assert list_devices() == ["mlx5_0", "rxe0"]
+
+
+@pytest.mark.parametrize("devices", [None, []], ids=["no pyverbs", "no device"])
+def test_agent_with_verbs_backend_refuses_without_a_device(monkeypatch, devices) -> None:
     from producers.udp_agent import Agent
 
+    _inject_pyverbs(monkeypatch, devices)
     cfg = {"host": "H1", "backend": "verbs", "rnics": [{"name": "A1", "ip": "10.1.1.2", "ibdev": "mlx5_0"}]}
     with pytest.raises(VerbsUnavailable, match="--source udp|pyverbs"):
         Agent(cfg)

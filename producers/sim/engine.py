@@ -22,9 +22,11 @@ The model (DESIGN.md "Probe backends"), one module per concern:
   own RNIC is down. Faults act as :mod:`producers.sim.fault_effects` says.
 * **Paths.** Each agent uploads ``path.v1`` rows: the prober traces the forward 5-tuple
   (``direction="forward"``), the responder the reverse one of the ACK (``"reverse"``:
-  ``src_rnic`` = responder, ``dst_rnic`` = prober, ports as in the probe). ``hops`` is the
-  path traced in advance (routing is unchanged by a silent fault); ``complete`` is False
-  when a trace at upload time would stop at a dead hop.
+  ``src_rnic`` = responder, ``dst_rnic`` = prober, ports as in the probe). ``hops`` is what
+  a traceroute at upload time returns: the whole path, or, when a hop does not answer (a
+  dead link, a dead RNIC, a silent host), the hops up to the last one that answered, with
+  ``complete`` False (routing is unchanged by a silent fault, so the path itself is the
+  one traced before).
 
 Ground truth (:meth:`Simulator.truth`) is for scoring only; the analyzer never reads it.
 """
@@ -362,7 +364,7 @@ class Simulator:
         fw_b = np.searchsorted(plan.src_host[fw_sorted], hb)
         rv_b = np.searchsorted(plan.dst_host[rv_sorted], hb)
         bounds = np.searchsorted(ph, hb)
-        dead_f, dead_r = fx.dead_paths(plan, t1)
+        dead_f, dead_r = fx.trace_reach(plan, t1)
         silent = fx.host_silent(np.full(len(self.hosts), t1), np.arange(len(self.hosts)))
         out = []
         for h in np.flatnonzero(~silent).tolist():
@@ -399,7 +401,7 @@ class Simulator:
     ) -> dict:
         """``path.v1`` columns host ``h`` uploads: forward traces of ``fw``, reverse of ``rv``."""
         fwd_hops, rev_hops = hop_strings
-        dead_f, dead_r = dead
+        reach_f, reach_r = dead  # hops each trace reaches; -1: complete
         ips, names = self.topo.rnic_ips, self.topo.rnic_names_arr
         n = len(fw) + len(rv)
         s = np.concatenate([plan.src[fw], plan.dst[rv]])
@@ -416,10 +418,18 @@ class Simulator:
             "dst_ip": ips[d],
             "src_port": plan.cols["src_port"][ent],
             "dst_port": plan.cols["dst_port"][ent],
-            "hops": np.concatenate([fwd_hops[fw], rev_hops[rv]]),
-            "complete": ~np.concatenate([dead_f[fw], dead_r[rv]]),
+            "hops": _cut(np.concatenate([fwd_hops[fw], rev_hops[rv]]), np.concatenate([reach_f[fw], reach_r[rv]])),
+            "complete": np.concatenate([reach_f[fw], reach_r[rv]]) < 0,
         }
         return _ordered(cols, _PATH_FIELDS)
+
+
+def _cut(hops: np.ndarray, reach: np.ndarray) -> np.ndarray:
+    """Hop lists cut to the hops a trace reached (``reach`` >= 0); the rest unchanged."""
+    out = hops.copy()
+    for i in np.flatnonzero(reach >= 0).tolist():  # only traces through a dead hop: few
+        out[i] = ",".join(str(hops[i]).split(",")[: int(reach[i])])
+    return out
 
 
 def _ordered(cols: dict, names: list[str]) -> dict:

@@ -144,22 +144,53 @@ class FaultEffects:
 
     def dead_paths(self, plan: Plan, t_ns: int) -> tuple[np.ndarray, np.ndarray]:
         """Entries whose forward / reverse trace at ``t_ns`` would stop at a dead hop."""
+        cut_f, cut_r = self.trace_reach(plan, t_ns)
+        return cut_f >= 0, cut_r >= 0
+
+    def trace_reach(self, plan: Plan, t_ns: int) -> tuple[np.ndarray, np.ndarray]:
+        """Hops a trace at ``t_ns`` reaches before a dead hop, per entry (forward, reverse); -1: all.
+
+        A traceroute stops at the last hop that answers: before a dead link (the node on the
+        tracer's side of it), before a dead RNIC or a silent host's RNIC (its ToR), and at
+        the tracer's own RNIC if that one is dead (nothing leaves it).
+        """
         nf = len(plan.entries)
-        dead_f = np.zeros(nf, dtype=bool)
-        dead_r = np.zeros(nf, dtype=bool)
         t = np.array([t_ns])
-        for fi, f in enumerate(self.faults):
-            if isinstance(f, LinkDown | FlappingLink) and active(f, t)[0]:
-                cf, cr = self.crossing(plan, fi)
-                dead_f |= cf
-                dead_r |= cr
-            elif isinstance(f, RnicDown) and active(f, t)[0]:
-                r = self.topo.rnic_id[f.rnic]
-                dead_f |= (plan.src == r) | (plan.dst == r)
-                dead_r |= (plan.src == r) | (plan.dst == r)
-        silent = self.host_silent(np.full(nf, t_ns), plan.dst_host)
-        dead_f |= silent
-        return dead_f, dead_r
+
+        def first_hit(h: np.ndarray, hit: np.ndarray) -> np.ndarray:
+            # hit: (E, L) bool over hop positions that do not answer; reach = index of the first one
+            any_ = hit.any(1)
+            return np.where(any_, hit.argmax(1), -1)
+
+        reach = []
+        for h in (plan.fwd, plan.rev):
+            dead_hop = np.zeros(h.shape, dtype=bool)  # position j does not answer
+            for f in self.faults:
+                if isinstance(f, LinkDown | FlappingLink) and active(f, t)[0]:
+                    u, v = self.topo.node_id[f.a], self.topo.node_id[f.b]
+                    a, b = h[:, :-1], h[:, 1:]
+                    across = ((a == u) & (b == v)) | ((a == v) & (b == u))
+                    dead_hop[:, 1:] |= across
+                elif isinstance(f, RnicDown) and active(f, t)[0]:
+                    dead_hop |= h == self.topo.node_id[f.rnic]
+            lengths = (h >= 0).sum(1)
+            last = h[np.arange(nf), np.maximum(lengths - 1, 0)] if nf else np.zeros(0, np.int64)
+            silent_dst = self._silent_node(t_ns, last)
+            dead_hop[np.arange(nf), np.maximum(lengths - 1, 0)] |= silent_dst
+            cut = first_hit(h, dead_hop & (h >= 0))
+            # a dead tracer RNIC (position 0) reaches only itself
+            reach.append(np.where(cut == 0, 1, cut))
+        return reach[0], reach[1]
+
+    def _silent_node(self, t_ns: int, node: np.ndarray) -> np.ndarray:
+        """Whether each node id (an RNIC) belongs to a host that is silent at ``t_ns``."""
+        out = np.zeros(len(node), dtype=bool)
+        for f in self.faults:
+            if isinstance(f, HostDown | HostRestart) and self.host_silent(np.array([t_ns]),
+                                                                          np.array([self.topo.host_id[f.host]]))[0]:
+                ids = [self.topo.node_id[r] for r in self.topo.inv.rnics_of_host(f.host)]
+                out |= np.isin(node, ids)
+        return out
 
     def truth(self) -> list[dict]:
         """Ground-truth labels of the injected faults (for scoring; the analyzer never reads them).

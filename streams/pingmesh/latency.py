@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streams.pingmesh.context import WindowContext
 from streams.pingmesh.partial import FLOW_KEYS, link_counts
 from streams.pingmesh.tomography import CoverResult, VoteConfig, greedy_cover
 from streams.pingmesh.triage import group_quantile
@@ -143,3 +144,22 @@ def update_baseline(baseline: pa.Table | None, marked: pa.Table, cfg: LatencyCon
     )
     n = pc.add(pc.fill_null(j["windows"], 0), pc.cast(pc.is_valid(j["_new"]), pa.int64()))
     return pa.table({"flow": j["flow"], "baseline_ns": upd, "windows": n}).sort_by("flow")
+
+
+def latency_step(ctx: WindowContext, cfg: LatencyConfig, vote: VoteConfig) -> None:
+    """Step 5: slow flows without loss voted over their paths; ``switch_latency`` / ``rnic_latency``
+    verdicts; the per-flow baselines move on (slow windows excluded).
+
+    Confidence: the vote's (support × ratio of slow flows × margin); ties make no claim.
+    """
+    fq = flow_quantiles(ctx.partial.flows, cfg)
+    marked = slow_flows(fq, ctx.state.flow_baseline, cfg)
+    if marked.num_rows:
+        lat = latency_cover(marked, vote)
+        for s in lat.suspects:
+            if s.tied_with:
+                continue
+            kind, loc = ("rnic_latency", s.access_rnic) if s.access_rnic else ("switch_latency", s.link)
+            ctx.emit(kind, loc, s.ratio, s.confidence, s.failed, s.crossing,
+                     {"slow_flows": s.failed, "flows": s.crossing, "link": s.link})
+    ctx.state.flow_baseline = update_baseline(ctx.state.flow_baseline, marked, cfg)

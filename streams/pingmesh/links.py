@@ -10,6 +10,14 @@ RNIC (``A1->A``, ``A->S3``, ``B->S3``). The first and last link of a path are
 *access links* (an RNIC, its cable, its ToR port): R-Pingmesh cannot tell these
 apart and calls them RNIC problems.
 
+An *incomplete* trace (``complete`` false: a hop stopped answering) ends at the last
+hop that answered. The index prefers a tuple's newest complete trace (a silent fault
+does not reroute; the dead hop is on the known path). With no complete trace known,
+the tail is resolved from the complete traces of other tuples when it is unique (a
+spine's only link down to the destination's ToR, a ToR's link to the destination
+RNIC); otherwise the path is ``X,*``: the pseudo-link ``X->*`` ("the next hop after X
+did not answer"), which the vote reports as ``undetermined``, never as a link.
+
 Probes find their paths by 5-tuple: the forward trace has the probe's
 ``(src_ip, dst_ip, src_port, dst_port)``; the ACK path is the responder's trace
 of the reverse 5-tuple: addresses swapped, ports as in the probe (the simulator's
@@ -25,6 +33,8 @@ import pyarrow.compute as pc
 
 LINK_SEP = "->"
 KEY = ("src_ip", "dst_ip", "src_port", "dst_port")
+NO_ANSWER = "*"
+"""Hop name that ends an incomplete trace whose next hop is unknown (``X,*``: link ``X->*``)."""
 
 
 def explode_links(hops: pa.Array | pa.ChunkedArray) -> pa.Table:
@@ -59,10 +69,13 @@ def explode_links(hops: pa.Array | pa.ChunkedArray) -> pa.Table:
     up = p + 1 <= mid
     lower = np.where(up, a, b)
     upper = np.where(up, b, a)
+    dark = (a == NO_ANSWER) | (b == NO_ANSWER)
+    lower = np.where(dark, np.where(a == NO_ANSWER, b, a), lower)
+    upper = np.where(dark, NO_ANSWER, upper)
     link = pc.binary_join_element_wise(pa.array(lower, pa.string()), pa.array(upper, pa.string()), LINK_SEP)
     first = p == 0
     last = p == plen - 2
-    access = np.where(first, a, np.where(last, b, None))
+    access = np.where(dark, None, np.where(first, a, np.where(last, b, None)))
     return pa.table(
         {
             "path": pa.array(parent[i_idx], pa.int64()),
@@ -76,17 +89,13 @@ def latest_paths(paths: pa.Table) -> pa.Table:
     """The newest trace per (direction, 5-tuple) of a ``path.v1`` table.
 
     Returns:
-        Table with ``direction``, the four 5-tuple columns and ``hops``; incomplete
-        traces are kept (a hop that did not answer is still the best path known).
+        Table with ``direction``, the four 5-tuple columns and ``hops``, as :class:`PathIndex`
+        keeps them (complete traces first; incomplete tails resolved or ``X,*``).
     """
     cols = ["direction", *KEY]
     if paths.num_rows == 0:
         return paths.select([*cols, "hops"])
-    t = paths.sort_by([("trace_ns", "descending"), ("hops", "ascending")])
-    idx = t.select(cols).append_column("_i", pa.array(np.arange(t.num_rows))).group_by(cols).aggregate(
-        [("_i", "min")]
-    )
-    return t.take(idx["_i_min"]).select([*cols, "hops"])
+    return PathIndex(paths).latest.select([*cols, "hops"])  # type: ignore[union-attr]
 
 
 HOUR_NS = 3_600_000_000_000
@@ -117,6 +126,9 @@ class PathIndex:
         self._keys: list[tuple] = []
         self._hops: list[str] = []
         self._trace_ns: list[int] = []
+        self._complete: list[bool] = []
+        self._trace: list[str] = []  # hops as traced; ``_hops`` holds them resolved (incomplete traces)
+        self._ends = _TraceEnds()
         self._used_ns = np.zeros(0, dtype=np.int64)
         self._now_ns = 0
         self._swept_ns = 0
@@ -132,22 +144,61 @@ class PathIndex:
         if paths.num_rows == 0:
             return
         cols = [paths[c].to_pylist() for c in (*_COLS, "hops", "trace_ns")]
+        complete = (paths["complete"].to_pylist() if "complete" in paths.column_names
+                    else [True] * paths.num_rows)
         grown = []
-        for *key, hops, trace_ns in zip(*cols, strict=True):
+        dark = False
+        for *key, hops, trace_ns, done in zip(*cols, complete, strict=True):
             k = tuple(key)
             i = self._pos.get(k)
+            done = bool(done)
             if i is None:
                 self._pos[k] = len(self._keys)
                 grown.append(trace_ns)
                 self._keys.append(k)
                 self._hops.append(hops)
+                self._trace.append(hops)
                 self._trace_ns.append(trace_ns)
-            elif trace_ns > self._trace_ns[i] or (trace_ns == self._trace_ns[i] and hops < self._hops[i]):
-                self._hops[i], self._trace_ns[i] = hops, trace_ns
+                self._complete.append(done)
+            else:
+                # a complete trace beats an incomplete one (a silent fault does not reroute); else newer wins,
+                # ties to the smaller hop string
+                old_ns, old_done = self._trace_ns[i], self._complete[i]
+                if (done and not old_done) or (done == old_done and (
+                        trace_ns > old_ns or (trace_ns == old_ns and hops < self._trace[i]))):
+                    self._hops[i], self._trace[i], self._trace_ns[i], self._complete[i] = hops, hops, trace_ns, done
+            dark |= not done
+        ok = [j for j, d in enumerate(complete) if d]
+        self._ends.learn([cols[1][j] for j in ok], [cols[2][j] for j in ok], [cols[5][j] for j in ok])
+        if dark or any(not c for c in self._complete):
+            self._resolve()
         if grown:  # a fresh trace counts as a use: the tuple is on a pinglist now
             self._used_ns = np.concatenate([self._used_ns, np.asarray(grown, dtype=np.int64)])
         self._now_ns = max(self._now_ns, int(max(cols[-1])))
         self._latest = None
+
+    def _resolve(self) -> None:
+        """Complete the tails of incomplete traces from the complete ones where the next hop is unique
+        (the module docstring), else ``X,*``. Loops over incomplete entries only (few: a fault's)."""
+        ends = self._ends
+        for i, done in enumerate(self._complete):
+            if done:
+                continue
+            hops = [x for x in (self._trace[i] or "").split(",") if x and x != NO_ANSWER]
+            dst = ends.ip_rnic.get(self._keys[i][2])
+            tor = ends.tor_of.get(dst) if dst else None
+            last = hops[-1] if hops else None
+            if not hops or last == dst:
+                out = ",".join(hops)
+            elif last == tor:
+                out = ",".join([*hops, dst])  # type: ignore[list-item]
+            elif tor is not None and len(hops) >= 2 and (way := ends.descent(last, tor, hops[-2])) is not None:
+                out = ",".join([*hops, *way, dst])  # type: ignore[list-item]
+            else:
+                out = f"{last},{NO_ANSWER}"
+            if out != self._hops[i]:
+                self._hops[i] = out
+                self._latest = None
 
     @property
     def latest(self) -> pa.Table | None:
@@ -187,11 +238,63 @@ class PathIndex:
         self._keys = [self._keys[i] for i in keep]
         self._hops = [self._hops[i] for i in keep]
         self._trace_ns = [self._trace_ns[i] for i in keep]
+        self._complete = [self._complete[i] for i in keep]
+        self._trace = [self._trace[i] for i in keep]
         self._used_ns = self._used_ns[keep]
         self._pos = {k: j for j, k in enumerate(self._keys)}
         self.evicted += gone
         self._latest = None
         return gone
+
+
+class _TraceEnds:
+    """What complete traces tell about the fabric: RNIC → ToR, address → RNIC, and the ways down:
+    for each switch on a descending part of a path, the hops from it down to the ToR.
+    Learnt per batch over the distinct values only (vectorised)."""
+
+    def __init__(self) -> None:
+        self.tor_of: dict[str, str] = {}
+        self.ip_rnic: dict[str, str] = {}
+        self.desc: dict[tuple[str, str], tuple[str, ...]] = {}  # (switch, ToR) -> hops below it to the ToR
+        self.below: dict[str, set[str]] = {}  # switch -> nodes seen right below it
+
+    def descent(self, node: str, tor: str, prev: str | None = None) -> tuple[str, ...] | None:
+        """The hops from ``node`` down to ``tor`` (``tor`` included), if the traces tell them: seen, or
+        seen from every sibling of ``node`` (a switch whose children include all of ``node``'s: the
+        spines of a two-tier Clos, the cores above one aggregation plane) and the same from each.
+        ``prev``, the hop before ``node`` on the trace, counts as a child of ``node`` when it is
+        some switch's child and ``node`` is not its child (the trace was still climbing)."""
+        if (node, tor) in self.desc:
+            return self.desc[(node, tor)]
+        mine = set(self.below.get(node, ()))
+        if prev is not None and node not in self.below.get(prev, ()) and \
+                any(prev in kids for kids in self.below.values()):
+            mine.add(prev)
+        if not mine:
+            return None
+        ways = {self.desc[(u, tor)] for u, kids in self.below.items()
+                if u != node and mine <= kids and (u, tor) in self.desc}
+        return ways.pop() if len(ways) == 1 else None
+
+    def learn(self, src_ip: list[str], dst_ip: list[str], hops: list[str]) -> None:
+        """Fold in complete traces (their addresses and hop strings)."""
+        if not hops:
+            return
+        for h in set(hops):
+            p = (h or "").split(",")
+            n = len(p)
+            if n < 3:
+                continue
+            self.tor_of[p[0]] = p[1]
+            self.tor_of[p[-1]] = p[-2]
+            for j in range((n - 1) // 2, n - 2):
+                self.desc.setdefault((p[j], p[-2]), tuple(p[j + 1:-1]))
+                self.below.setdefault(p[j], set()).add(p[j + 1])
+        for s_ip, d_ip, h in zip(src_ip, dst_ip, hops, strict=True):
+            if s_ip not in self.ip_rnic or d_ip not in self.ip_rnic:
+                p = (h or "").split(",")
+                self.ip_rnic.setdefault(s_ip, p[0])
+                self.ip_rnic.setdefault(d_ip, p[-1])
 
 
 def attach_paths(probes: pa.Table, paths: pa.Table | PathIndex | None) -> pa.Table:

@@ -12,7 +12,7 @@ exact, so the verdict equals the one-worker verdict. No Kafka here.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -37,6 +37,45 @@ class UploadMark:
     agent_id: str
     upload_ns: int
     host: str | None
+
+
+def batch_marks(enriched: pa.Table) -> list[UploadMark]:
+    """Upload marks of a ``probe_enriched.v1`` batch: newest upload per (agent, prober host)."""
+    if enriched.num_rows == 0:
+        return []
+    g = enriched.group_by(["agent_id", "prober_host"]).aggregate([("upload_ns", "max")])
+    return [UploadMark(a, int(u), h) for a, h, u in
+            zip(g["agent_id"].to_pylist(), g["prober_host"].to_pylist(), g["upload_ns_max"].to_pylist(),
+                strict=True)]
+
+
+def message_args(headers: Mapping[str, bytes]) -> tuple[UploadMark, int | None, int, int | None]:
+    """(mark, window start or None, source partition, source offset or None) of one ``window.partials``
+    message's headers.
+
+    Raises:
+        KeyError: the headers lack ``agent_id`` or ``upload_ns``.
+    """
+    ws = headers.get("window_start_ns", b"")
+    mark = UploadMark(headers["agent_id"].decode(), int(headers["upload_ns"]),
+                      headers.get("host", b"").decode() or None)
+    off = headers.get("src_offset", b"")
+    return mark, int(ws) if ws else None, int(headers.get("src_partition", b"0")), int(off) if off else None
+
+
+def worker_messages(enriched: pa.Table, paths: PathIndex, window_ns: int
+                    ) -> list[tuple[UploadMark, int | None, bytes | None]]:
+    """Worker side: the ``window.partials`` messages of one probe batch, as (mark, window, partial).
+
+    Every mark but the last goes alone; the last rides on each window's partial (or alone
+    when the batch touches no window). :meth:`WindowReducer.add` takes them in this order.
+    """
+    marks = batch_marks(enriched)
+    parts = batch_partials(enriched, paths, window_ns) if enriched.num_rows else {}
+    out: list[tuple[UploadMark, int | None, bytes | None]] = [(m, None, None) for m in marks[:-1]]
+    if marks:
+        out += [(marks[-1], ws, blob) for ws, blob in sorted(parts.items())] or [(marks[-1], None, None)]
+    return out
 
 
 @dataclass
@@ -73,6 +112,8 @@ class WindowReducer:
     started: float | None = None
     first_upload_ns: int | None = None
     registered_hosts: set[str] = field(default_factory=set)
+    sources: dict[int, set[tuple[int, int]]] = field(default_factory=dict)
+    """window → (partition, offset) of the probes.raw batches merged into it (open windows only)."""
 
     def on_registry(self, rows: pa.Table) -> None:
         """``registry.v1`` rows: the newest QPN per RNIC replaces the old one; their hosts are known."""
@@ -87,16 +128,23 @@ class WindowReducer:
         self.job_metrics = rows if self.job_metrics is None else pa.concat_tables([self.job_metrics, rows])
 
     def add(self, mark: UploadMark, window_start_ns: int | None, partial: bytes | None,
-            partition: int = 0) -> list[tuple[int, WindowResult]]:
+            partition: int = 0, source: int | None = None) -> list[tuple[int, WindowResult]]:
         """One message from a worker: a partial of one window (or none, for an idle heartbeat),
-        about a batch read from ``partition`` of ``probes.raw``."""
+        about a batch read from ``partition`` of ``probes.raw`` at offset ``source`` (if known).
+
+        A partial of a window from a (partition, offset) already merged into it is dropped: a worker
+        that crashed before committing processes that batch again, and the repeat must count once.
+        """
         now = self.clock()
         if self.started is None:
             self.started = now
         if window_start_ns is not None and partial is not None:
+            seen = self.sources.get(window_start_ns, set())
             if window_start_ns < self.closed_before:
                 self.late_partials += 1
-            else:
+            elif source is None or (partition, source) not in seen:
+                if source is not None:
+                    self.sources.setdefault(window_start_ns, set()).add((partition, source))
                 self.pending.setdefault(window_start_ns, []).append(from_bytes(partial))
                 self.open_windows.add(window_start_ns)
         self.first_upload_ns = min(self.first_upload_ns or mark.upload_ns, mark.upload_ns)
@@ -141,6 +189,7 @@ class WindowReducer:
         for ws in sorted(w for w in self.open_windows if w + self.config.window_ns <= wm):
             self.open_windows.discard(ws)
             self.closed_before = max(self.closed_before, ws + self.config.window_ns)
+            self.sources.pop(ws, None)
             parts = self.pending.pop(ws, None)
             if parts:
                 out.append((ws, analyze_window(merge(parts), registry=self.registry,

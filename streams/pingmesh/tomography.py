@@ -11,10 +11,16 @@ names the most-voted link. Three extensions:
   the vote, and the next link is chosen from the rest; the cover stops when the
   unexplained failures fall below ``min_votes`` or no link has a ratio of at
   least ``min_ratio``. Several concurrent faults are thus each named once.
+* **Low-rate loss.** A link is named when its failures are too many to be the fabric's
+  background loss: a one-sided test of its unexplained failures among the probes
+  crossing it against the per-probe background rate (the unexplained failures left
+  over all probes, at least a floor), Bonferroni-corrected over the links probed.
+  A 0.5 % lossy link is named as soon as enough probes crossed it, with no fixed
+  share of failures to reach.
 * **Confidence.** Each named link gets a probability built from its support
-  (number of failures), its ratio and its margin over the best competing link
-  that explains the same failures; exact ties are reported as ``undetermined``.
-  The constants are calibrated on the simulator (tests/test_tomography_sim.py).
+  (number of failures), the significance of its test and its margin over the best
+  competing link that explains the same failures; exact ties are reported as
+  ``undetermined``.
 
 The same routine votes for latency anomalies (:mod:`streams.pingmesh.latency`) with
 "failing" meaning "P99 over baseline".
@@ -27,8 +33,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from streams.pingmesh.links import probe_links
+from streams.pingmesh.context import WindowContext, log_poisson_tail, significance
+from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_links
+from streams.pingmesh.partial import link_counts
 
 
 @dataclass(frozen=True)
@@ -37,13 +46,20 @@ class VoteConfig:
 
     Attributes:
         min_votes: unexplained failing probes a link needs to be named (2).
-        min_ratio: failure ratio (failing / crossing probes) a link needs (0.02).
+        min_ratio: failure ratio (failing / crossing probes) a link needs besides the test (0:
+            the test alone decides; set it to require a fixed share as Algorithm 1 did).
+        few_tuples: failing path groups (≈ 5-tuples) at or under which links with exactly the same
+            failing groups are tied whatever their crossing counts (4).
+        alpha: family-wise false-alarm rate of the per-link test in one window (1e-3).
         support_scale: failures at which support reaches 1 − 1/e (2.0).
-        ratio_scale: ratio at which the ratio term reaches 1 − 1/e (0.05).
+        ratio_scale: ratio at which the ratio term reaches 1 − 1/e (0.05); used only without a
+            background rate (latency votes, where "failing" is "slow").
     """
 
     min_votes: int = 2
-    min_ratio: float = 0.02
+    few_tuples: int = 4
+    min_ratio: float = 0.0
+    alpha: float = 1e-3
     support_scale: float = 2.0
     ratio_scale: float = 0.05
 
@@ -83,7 +99,8 @@ class CoverResult:
     total_failed: int
 
 
-def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteConfig()) -> CoverResult:
+def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteConfig(),
+                 probes: int | None = None, background: float = 0.0) -> CoverResult:
     """Name the links that explain a window's failing probes.
 
     Args:
@@ -91,6 +108,9 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             hops, '' if untraced) and ``n`` (probes in the group).
         crossing: ``link``, ``n``: probes (any outcome) crossing each physical link.
         cfg: stopping rule and confidence constants.
+        probes: probes in the window (any outcome, traced or not) for the background rate; None
+            (latency votes, unit tests): no significance test, the ratio term instead.
+        background: floor of the per-probe background failure rate.
 
     Returns:
         :class:`CoverResult`, suspects in the order chosen. Deterministic: ties
@@ -100,8 +120,9 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     total = int(n_g.sum())
     if failing.num_rows == 0:
         return CoverResult([], 0, 0, 0)
-    pl = probe_links(failing["fwd_hops"], failing["rev_hops"])
+    pl = _expand_dark(probe_links(failing["fwd_hops"], failing["rev_hops"]), crossing)
     rows = pl["row"].to_numpy().astype(np.int64)
+    w = pl["w"].to_numpy() if "w" in pl.column_names else np.ones(len(rows))
     traced = np.zeros(len(n_g), dtype=bool)
     traced[rows] = True
     untraced = int(n_g[~traced].sum())
@@ -109,15 +130,23 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     access = {lk: a for lk, a in zip(pl["link"].to_pylist(), pl["access_rnic"].to_pylist(), strict=True)}
     cmap = dict(zip(crossing["link"].to_pylist(), crossing["n"].to_pylist(), strict=True))
     cross = np.array([cmap.get(lk, 0) for lk in links], dtype=np.float64)
-    failed_all = np.bincount(l_idx, weights=n_g[rows], minlength=len(links))
+    failed_all = np.bincount(l_idx, weights=n_g[rows] * w, minlength=len(links))
     cross = np.maximum(cross, failed_all)
     left = np.where(traced, n_g, 0).astype(np.float64)
     out: list[Suspect] = []
     taken = np.zeros(len(links), dtype=bool)
+    n_tests = max(len(cmap), len(links), 1)
+
     while True:
-        votes = np.bincount(l_idx, weights=left[rows], minlength=len(links))
+        votes = np.bincount(l_idx, weights=left[rows] * w, minlength=len(links))
         ratio = np.where(cross > 0, votes / np.maximum(cross, 1), 0.0)
         ok = (votes >= cfg.min_votes) & (ratio >= cfg.min_ratio) & ~taken
+        log_p = np.zeros(len(links))
+        if probes is not None and ok.any():
+            # background: the failures no link has explained yet, over all probes (at least the floor)
+            q = max(background, float(left.sum()) / max(probes, 1))
+            log_p[ok] = log_poisson_tail(votes[ok], cross[ok] * q)
+            ok &= log_p < math.log(cfg.alpha / n_tests)
         if not ok.any():
             break
         score = np.where(ok, votes * ratio, -1.0)
@@ -128,18 +157,26 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         live = left > 0
         on_i = (l_idx == i) & live[rows]
         rows_i = frozenset(rows[on_i].tolist())
-        ties = tuple(str(links[j]) for j in top[1:]
-                     if frozenset(rows[(l_idx == j) & live[rows]].tolist()) == rows_i)
+        # ties: links explaining exactly the same failures equally well; and, when those failures
+        # are a few 5-tuples only and the best link also carries probes that pass (not a dead link),
+        # every link on all of their paths (a partial 5-tuple fault drops whole tuples, so the
+        # crossing counts say nothing about which of their links it is)
+        few = len(rows_i) <= cfg.few_tuples and ratio[i] < 0.95
+        cand = np.nonzero(ok)[0] if few else top[1:]
+        ties = tuple(sorted(str(links[j]) for j in cand
+                            if j != i and frozenset(rows[(l_idx == j) & live[rows]].tolist()) == rows_i))
         # margin: the best competing link among those sharing at least half of i's unexplained failures
         in_i = np.zeros(len(n_g), dtype=bool)
         in_i[list(rows_i)] = True
-        share = np.bincount(l_idx, weights=in_i[rows] * left[rows], minlength=len(links))
+        share = np.bincount(l_idx, weights=in_i[rows] * left[rows] * w, minlength=len(links))
         comp = (share >= 0.5 * votes[i]) & ok
         comp[i] = False
         for t in ties:
             comp[np.searchsorted(links, t)] = False
         second = float(score[comp].max()) if comp.any() else 0.0
-        conf = _confidence(float(votes[i]), float(ratio[i]), second / best if best > 0 else 1.0, cfg)
+        evidence = (significance(float(log_p[i]), n_tests) if probes is not None
+                    else 1.0 - math.exp(-float(ratio[i]) / cfg.ratio_scale))
+        conf = _confidence(float(votes[i]), evidence, second / best if best > 0 else 1.0, cfg)
         if ties:
             conf = conf / (1 + len(ties))
         out.append(Suspect(str(links[i]), access.get(links[i]), int(votes[i]), int(failed_all[i]),
@@ -151,9 +188,90 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     return CoverResult(out, int(left.sum()), untraced, total)
 
 
-def _confidence(votes: float, ratio: float, rel_second: float, cfg: VoteConfig) -> float:
-    """Probability a named link is faulty: support × ratio term × margin (each in [0, 1])."""
+def _expand_dark(pl: pa.Table, crossing: pa.Table) -> pa.Table:
+    """Replace each pseudo-link ``X->*`` (a trace that stopped after X with no known next hop) by the
+    links that could be that next hop: X's links upward (X as the lower end) when any are known,
+    else its links downward. A failing probe votes once for each (ECMP left the choice open);
+    with no candidate known the pseudo-link stays (the vote reports it ``undetermined``)."""
+    links = pl["link"].to_pylist()
+    suffix = LINK_SEP + NO_ANSWER
+    if not any(lk.endswith(suffix) for lk in links):
+        return pl
+    up: dict[str, list[str]] = {}
+    down: dict[str, list[str]] = {}
+    for lk in {*crossing["link"].to_pylist(), *links}:
+        if lk.endswith(suffix):
+            continue
+        lo, hi = lk.split(LINK_SEP, 1)
+        up.setdefault(lo, []).append(lk)
+        down.setdefault(hi, []).append(lk)
+    access = dict(zip(links, pl["access_rnic"].to_pylist(), strict=True))
+    out_row, out_link, out_acc, out_w = [], [], [], []
+    for r, lk in zip(pl["row"].to_pylist(), links, strict=True):
+        if lk.endswith(suffix):
+            node = lk[: -len(suffix)]
+            cands = sorted(up.get(node) or down.get(node) or [lk])
+        else:
+            cands = [lk]
+        for c in cands:
+            out_row.append(r)
+            out_link.append(c)
+            out_acc.append(access.get(c))
+            out_w.append(1.0 / len(cands))
+    t = pa.table({"row": pa.array(out_row, pa.int64()), "link": pa.array(out_link, pa.string()),
+                  "access_rnic": pa.array(out_acc, pa.string()), "w": pa.array(out_w, pa.float64())})
+    g = t.group_by(["row", "link"]).aggregate([("access_rnic", "max"), ("w", "max")])
+    return g.rename_columns(["row", "link", "access_rnic", "w"]).sort_by([("row", "ascending"),
+                                                                          ("link", "ascending")])
+
+
+def _confidence(votes: float, evidence: float, rel_second: float, cfg: VoteConfig) -> float:
+    """Probability a named link is faulty: support × evidence (significance or ratio term) × margin,
+    each in [0, 1]."""
     support = 1.0 - math.exp(-votes / cfg.support_scale)
-    ratio_term = 1.0 - math.exp(-ratio / cfg.ratio_scale)
-    margin = max(0.0, 1.0 - rel_second**2)
-    return round(support * ratio_term * margin, 6)
+    margin = max(0.0, 1.0 - rel_second**4)
+    return round(support * evidence * margin, 6)
+
+
+def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexplained: int) -> CoverResult:
+    """Step 4: vote the timeouts no earlier step explained over their paths (Algorithm 1 extended).
+
+    The crossing counts lose the probes earlier steps took (so a dead host's access links do
+    not look clean). Emits ``switch`` verdicts, ``undetermined`` for ties (links that explain
+    the same failures equally: a right abstention when the fault is among them) and for access
+    links below the RNIC rule, and ``undetermined unexplained`` for leftovers.
+    """
+    failing = ctx.partial.failing
+    keep = ~ctx.taken_failing()
+    vote = failing.filter(pa.array(keep)) if failing.num_rows else failing
+    crossing = ctx.partial.crossing
+    excl = failing.filter(pa.array(~keep)) if failing.num_rows else failing
+    if excl.num_rows:
+        sub = link_counts(excl)
+        j = crossing.join(sub.rename_columns(["link", "_x"]), "link", join_type="left outer")
+        crossing = pa.table({"link": j["link"], "n": pc.subtract(j["n"], pc.fill_null(j["_x"], 0))})
+    probes = int(ctx.partial.pairs["n"].to_numpy().sum()) if ctx.partial.pairs.num_rows else 0
+    probes -= int(excl["n"].to_numpy().sum()) if excl.num_rows else 0
+    cover = greedy_cover(vote, crossing, cfg, probes=probes, background=background)
+    ctx.vote_crossing = crossing
+    for s in cover.suspects:
+        ev = {"votes": s.votes, "failed": s.failed, "crossing": s.crossing, "ratio": round(s.ratio, 6)}
+        if s.link.endswith(LINK_SEP + NO_ANSWER):
+            ctx.emit("undetermined", s.link, s.ratio, 0.0, s.failed, s.crossing,
+                     {**ev, "link_confidence": s.confidence, "tied_with": list(s.tied_with),
+                      "why": "traces stop at this hop and no complete trace tells the next link"})
+        elif s.tied_with:
+            ctx.emit("undetermined", "|".join([s.link, *s.tied_with]), s.ratio, 0.0, s.failed, s.crossing,
+                     {**ev, "link_confidence": s.confidence, "why": "links explain the same failures equally"})
+        elif s.access_rnic is not None:
+            ctx.emit("undetermined", s.access_rnic, s.ratio, 0.0, s.failed, s.crossing,
+                     {**ev, "link": s.link, "link_confidence": s.confidence,
+                      "why": "access link below the RNIC rule (RNIC, cable or ToR port)"})
+        else:
+            ctx.emit("switch", s.link, s.ratio, s.confidence, s.failed, s.crossing, ev)
+    left = cover.unexplained + cover.untraced
+    if left >= min_unexplained:
+        ctx.emit("undetermined", "unexplained", 0.0, 0.0, left, cover.total_failed,
+                 {"unexplained": cover.unexplained, "untraced": cover.untraced,
+                  "why": "timeouts no rule or link explains"})
+    return cover

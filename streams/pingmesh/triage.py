@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from streams.pingmesh.context import WindowContext, isin, log_poisson_tail, saturating, significance, sums_by
 from streams.pingmesh.partial import bucket_value
 
 
@@ -40,6 +42,13 @@ class TriageConfig:
         busy_delay_factor: host delay p50 over baseline that makes a host busy (10x).
         busy_min_delay_ns: and at least this p50 host delay (200 µs).
         busy_min_rnics: flagged RNICs of one host needed ("several": 2, or all if fewer).
+        host_silent_ns: an agent that stopped uploading inside the window and has been silent
+            this long (two missed 5 s uploads) is down when its RNICs time out too (10 s).
+        min_failed: timeouts to a host's RNICs that make such a silent host down (2).
+        host_share: share of a host's RNICs flagged together that makes the claim one about the
+            host (``host_unreachable``), never one ``rnic`` verdict per RNIC (0.5).
+        background_floor: per-probe background timeout rate assumed at least (1e-3; a healthy
+            link loses 1e-5..1e-4 of packets and a probe crosses up to 8 links each way).
     """
 
     host_down_ns: int = 20_000_000_000
@@ -50,6 +59,10 @@ class TriageConfig:
     busy_delay_factor: float = 10.0
     busy_min_delay_ns: int = 200_000
     busy_min_rnics: int = 2
+    host_silent_ns: int = 10_000_000_000
+    min_failed: int = 2
+    host_share: float = 0.5
+    background_floor: float = 1e-3
 
 
 def down_hosts(window_end_ns: int, host_last_upload: Mapping[str, int], targets: set[str],
@@ -129,17 +142,59 @@ def rnic_rule(tor_mesh: pa.Table, cfg: TriageConfig) -> list[RnicFinding]:
         active &= (p != rn) & (r != rn)
 
 
-def host_delay_p50(delays: pa.Table) -> dict[tuple[str, str], float]:
-    """Median responder / prober delay (ns) per (host, role) from the window's histograms."""
+def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None) -> dict[tuple[str, str], float]:
+    """Median responder / prober delay (ns) per (host, role) from the window's histograms.
+
+    Args:
+        delays: ``host``, ``role``, ``slot``, ``bucket``, ``n`` (:attr:`WindowPartial.delays`).
+        from_slot: per host, the first 5 s slot to count (the slot its failures started in):
+            a host busy for the last half of a window has its median over that half, not
+            over the window (whose median has not moved yet). Hosts not named count from 0.
+    """
     if delays.num_rows == 0:
         return {}
-    t = delays.sort_by([("host", "ascending"), ("role", "ascending"), ("bucket", "ascending")])
+    if from_slot:
+        hosts = pa.array(list(from_slot), pa.string())
+        first = pa.array(list(from_slot.values()), pa.int64())
+        j = delays.join(pa.table({"host": hosts, "_from": first}), "host", join_type="left outer")
+        delays = j.filter(pc.greater_equal(j["slot"], pc.fill_null(j["_from"], 0)))
+        if delays.num_rows == 0:
+            return {}
+    t = delays.group_by(["host", "role", "bucket"]).aggregate([("n", "sum")]).rename_columns(
+        ["host", "role", "bucket", "n"])
+    t = t.sort_by([("host", "ascending"), ("role", "ascending"), ("bucket", "ascending")])
     host = np.array(t["host"].to_pylist(), dtype=object)
     role = np.array(t["role"].to_pylist(), dtype=object)
     key = np.array([f"{h}\t{r}" for h, r in zip(host, role, strict=True)], dtype=object)
     return {tuple(str(k).split("\t", 1)): float(v)  # type: ignore[misc]
             for k, v in zip(*group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), 0.5),
                             strict=True)}
+
+
+def failure_onset(slots: pa.Table, hosts: set[str], share: float = 0.5) -> dict[str, int]:
+    """First 5 s slot of the window in which each host's timeouts started.
+
+    The onset is the first slot whose timeout ratio reaches ``share`` of the host's worst
+    slot's ratio (a stray background timeout earlier does not count). Hosts without
+    timeouts are left out.
+
+    Args:
+        slots: ``host``, ``slot``, ``n``, ``n_timeout`` (:attr:`WindowPartial.slots`).
+        hosts: hosts to look at.
+    """
+    if slots.num_rows == 0 or not hosts:
+        return {}
+    t = slots.filter(pc.is_in(slots["host"], pa.array(sorted(hosts), pa.string())))
+    out: dict[str, int] = {}
+    by: dict[str, list[tuple[int, float]]] = {}
+    for h, s, n, f in zip(t["host"].to_pylist(), t["slot"].to_pylist(), t["n"].to_pylist(),
+                          t["n_timeout"].to_pylist(), strict=True):
+        by.setdefault(h, []).append((int(s), f / max(n, 1)))
+    for h, rows in by.items():
+        worst = max(r for _, r in rows)
+        if worst > 0:
+            out[h] = min(s for s, r in rows if r >= share * worst)
+    return out
 
 
 def group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
@@ -176,7 +231,8 @@ class BusyHost:
 
 
 def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], delays: pa.Table,
-                   baseline: Mapping[tuple[str, str], float], cfg: TriageConfig) -> list[BusyHost]:
+                   baseline: Mapping[tuple[str, str], float], cfg: TriageConfig,
+                   onset: Mapping[str, int] | None = None) -> list[BusyHost]:
     """The busy-host veto inside step 3: which flagged RNICs are really one busy host.
 
     A host qualifies when at least ``min(busy_min_rnics, its RNIC count)`` of its
@@ -184,7 +240,8 @@ def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], de
     probes in the window exceeds ``busy_delay_factor`` × baseline and
     ``busy_min_delay_ns``. The baseline of a (host, role) is the given one when
     known, else the fleet median of that role in the window. Timed-out probes
-    carry no t4−t3, so only successful probes count.
+    carry no t4−t3, so only successful probes count. With ``onset`` (host → first slot of
+    its failures, :func:`failure_onset`) a host's median counts from its onset.
     """
     if not cfg.busy_host_veto or not findings:
         return []
@@ -194,6 +251,8 @@ def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], de
         vals = [v for (h, r), v in p50.items() if r == role]
         if vals:
             fleet[role] = float(np.median(vals))
+    if onset:
+        p50.update(host_delay_p50(delays, onset))
     n_rnics: dict[str, int] = {}
     for h in rnic_host.values():
         n_rnics[h] = n_rnics.get(h, 0) + 1
@@ -218,18 +277,21 @@ def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], de
 
 
 def busy_by_delay(delays: pa.Table, baseline: Mapping[tuple[str, str], float], exclude: set[str],
-                  cfg: TriageConfig) -> list[BusyHost]:
+                  cfg: TriageConfig, onset: Mapping[str, int] | None = None) -> list[BusyHost]:
     """Hosts whose successful probes show responder or prober delay p50 above ``busy_delay_factor`` ×
     baseline, even though none of their RNICs passed the RNIC rule.
 
     The analyzer charges such a host's timeouts to it (``busy_host``) instead of voting
-    them onto its access links: host delay is a host problem, never a network one.
+    them onto its access links: host delay is a host problem, never a network one. ``onset``
+    as in :func:`busy_host_veto`.
     """
     if not cfg.busy_host_veto:
         return []
     p50 = host_delay_p50(delays)
     fleet = {role: float(np.median([v for (h, r), v in p50.items() if r == role]))
              for role in ("responder", "prober") if any(r == role for (_, r) in p50)}
+    if onset:
+        p50.update(host_delay_p50(delays, onset))
     out = []
     for (h, role), d in sorted(p50.items()):
         b = baseline.get((h, role), fleet.get(role))
@@ -249,3 +311,77 @@ def rnic_hosts(pairs: pa.Table) -> dict[str, str]:
         g = pairs.group_by([rc, hc]).aggregate([])
         out.update(zip(g[rc].to_pylist(), g[hc].to_pylist(), strict=True))
     return out
+
+
+# ---- the steps analyze_window runs ---------------------------------------------------------
+
+
+def stale_qpn_step(ctx: WindowContext, registry: Mapping[str, int], background: float) -> None:
+    """Step 2: timeouts of probes that carried a QPN the registry no longer lists (probe noise).
+
+    Confidence: the significance of the stale probes' timeouts against the background loss,
+    times the share of the RNIC's timeouts that carried a stale QPN (the rest need another cause).
+    """
+    pairs, failing = ctx.partial.pairs, ctx.partial.failing
+    p_stale = stale_mask(pairs, registry) & ~ctx.taken_pairs("host_down")
+    ctx.take("stale_qpn", p_stale, stale_mask(failing, registry) & ~ctx.taken_failing("host_down"))
+    stale_sums = sums_by(pairs, p_stale, "responder_rnic")
+    if not stale_sums:
+        return
+    all_sums = sums_by(pairs, np.ones(pairs.num_rows, bool), "responder_rnic")
+    for rn, (failed, stale_total) in sorted(stale_sums.items()):
+        if failed:
+            # significance of the stale probes' timeouts, times the share of the RNIC's timeouts they are
+            conf = failed / max(all_sums[rn][0], 1) * significance(
+                float(log_poisson_tail(failed, stale_total * background)[0]), len(all_sums))
+            ctx.emit("stale_qpn", rn, failed, conf, failed, all_sums[rn][1],
+                     {"stale_timeouts": failed, "stale_probes": stale_total,
+                      "registry_qpn": int(registry.get(rn, -1))})
+
+
+def rnic_findings(ctx: WindowContext, cfg: TriageConfig) -> list[RnicFinding]:
+    """Step 3 (rule only): :func:`rnic_rule` over the ToR-mesh pairs no earlier step explained."""
+    pairs = ctx.partial.pairs
+    tm = (pc.equal(pairs["pinglist"], "tor_mesh").to_numpy(zero_copy_only=False)
+          if pairs.num_rows else np.zeros(0, bool)) & ~ctx.taken_pairs()
+    return rnic_rule(pairs.filter(pa.array(tm)), cfg)
+
+
+def rnic_step(ctx: WindowContext, findings: list[RnicFinding], host_rnics: set[str], cfg: TriageConfig,
+              background: float) -> None:
+    """Step 3 (claims): ``rnic`` verdicts for the findings no host explained; charge them for 60 s;
+    take the timeouts of flagged, host-explained and still-charged RNICs out of the vote.
+
+    Confidence: significance of the RNIC's timeouts against the background loss, times the
+    probers' agreement (two probers are the minimum; each more makes a prober-side cause less
+    likely), times the share of the host's other RNICs that are clean (a host problem hits them all).
+    """
+    flagged: set[str] = set()
+    n_rnics = max(len(ctx.rnic_host), 1)
+    pairs = ctx.partial.pairs
+    suspects = {f.rnic for f in findings} | host_rnics
+    # the host's other RNICs, judged as the rule judges RNICs: ToR-mesh probes from probers that are
+    # not suspects themselves (inter-ToR probes also cross switch links, faulty or not)
+    tm = (pc.equal(pairs["pinglist"], "tor_mesh").to_numpy(zero_copy_only=False)
+          if pairs.num_rows else np.zeros(0, bool))
+    sums = sums_by(pairs, tm & ~ctx.taken_pairs() & ~isin(pairs, "prober_rnic", suspects), "responder_rnic")
+    for f in findings:
+        flagged.add(f.rnic)
+        h = ctx.rnic_host.get(f.rnic)
+        others = [r for r in ctx.rnics_of(h) if r != f.rnic] if h else []
+        dirty = sum(1 for r in others
+                    if sums.get(r, (0, 1))[0] / max(sums.get(r, (0, 1))[1], 1) > cfg.rnic_loss_ratio / 2)
+        clean = 1.0 - dirty / len(others) if others else 1.0
+        ratio = f.failed / max(f.total, 1)
+        conf = (significance(float(log_poisson_tail(f.failed, f.total * background)[0]), n_rnics)
+                * saturating(len(f.probers) - 1, 0.3) * clean)
+        ctx.emit("rnic", f.rnic, f.failed, conf, f.failed, f.total,
+                 {"probers": list(f.probers), "ratio": round(ratio, 6), "host_rnics_dirty": dirty})
+        ctx.state.charged[f.rnic] = max(ctx.state.charged.get(f.rnic, 0),
+                                        ctx.we + cfg.rnic_charge_ns - ctx.window_ns)
+    charged = {r for r, until in ctx.state.charged.items() if until >= ctx.ws}
+    ctx.state.charged = {r: u for r, u in ctx.state.charged.items() if u >= ctx.we}
+    out = flagged | host_rnics | charged
+    failing = ctx.partial.failing
+    ctx.take("rnic", None, (isin(failing, "responder_rnic", out) | isin(failing, "prober_rnic", out))
+             & ~ctx.taken_failing("host_down", "stale_qpn"))

@@ -34,7 +34,7 @@ from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
 from schemas.minute_tier import MINUTE
 from streams.pingmesh.links import PathIndex
-from streams.pingmesh.reducer import UploadMark, WindowReducer
+from streams.pingmesh.reducer import UploadMark, WindowReducer, message_args
 from streams.pingmesh.retention import RetentionPolicy
 from streams.pingmesh.windows import WINDOW_NS
 from streams.runtime import hostping_agents
@@ -43,6 +43,7 @@ from streams.runtime.config import current
 from streams.runtime.deadletter import whole_message
 from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
 from streams.runtime.probe_step import RawMessage, process_step, reducer_messages
+from streams.runtime.reducer_recovery import rebuild
 from streams.runtime.topic_mirror import TopicMirror
 
 log = logging.getLogger("fabricscope.app")
@@ -94,6 +95,9 @@ _paths: PathIndex | None = None
 _paths_mirror: TopicMirror | None = None
 _reducer: WindowReducer | None = None
 _reducer_mirrors: list[TopicMirror] = []
+_reducer_next = -1  # offset of window.partials the reducer applies next; -1: not built yet
+
+_emitted_before: set[int] = set()  # windows.closed as read at the last rebuild: never emitted again
 
 
 def _path_index() -> tuple[PathIndex, TopicMirror]:
@@ -262,18 +266,42 @@ async def _send_to_store(key: bytes | None, raw_partition: int, enriched: pa.Tab
 
 @app.agent(window_partials)
 async def reducer(stream: faust.StreamT) -> None:
-    """Merge the partials of each window once the watermark passes it; emit verdicts and coverage."""
+    """Merge the partials of each window once the watermark passes it; emit verdicts and coverage.
+
+    A message that does not follow the last one applied (a (re)start, a rebalance) first rebuilds
+    the reducer from the topic (:mod:`streams.runtime.reducer_recovery`)."""
+    global _reducer_next
     loop = asyncio.get_running_loop()
     async for event in stream.events():
-        h = dict(event.headers or {})
+        offset = event.message.offset
         red, mirrors = _window_reducer()
         for mirror in mirrors:
             await loop.run_in_executor(None, mirror.catch_up)
-        ws = h.get("window_start_ns", b"")
-        mark = UploadMark(h["agent_id"].decode(), int(h["upload_ns"]), h.get("host", b"").decode() or None)
+        if offset != _reducer_next:
+            red = _fresh_reducer()
+            missed, done = await loop.run_in_executor(None, lambda r=red, o=offset: rebuild(
+                r, BOOTSTRAP, T.topic_name(T.WINDOW_PARTIALS, PREFIX), T.topic_name(T.WINDOWS_CLOSED, PREFIX),
+                SECURITY, o))
+            _emitted_before.clear()
+            _emitted_before.update(done)
+            await _emit(missed)
+        mark, ws, part, src = message_args(dict(event.headers or {}))
         M.AGENT_LAST_UPLOAD.labels(mark.agent_id).set(mark.upload_ns / 1e9)
-        part = int(h.get("src_partition", b"0"))
-        await _emit(red.add(mark, int(ws) if ws else None, event.value or None, part))
+        _reducer_next = offset + 1
+        await _emit(red.add(mark, ws, event.value or None, part, source=src))
+
+
+def _fresh_reducer() -> WindowReducer:
+    """A new reducer (same mirrors, read again from their beginning) for a rebuild."""
+    global _reducer
+    for m in _reducer_mirrors:
+        m.close()
+    _reducer_mirrors.clear()
+    _reducer = None
+    red, mirrors = _window_reducer()
+    for m in mirrors:
+        m.catch_up()
+    return red
 
 
 LAG_TICK_S = 0.1
@@ -299,31 +327,40 @@ async def event_loop_lag() -> None:
 @app.timer(interval=1.0)
 async def close_idle_windows() -> None:
     """Close windows held only by idle partitions (processing-time idleness; see WindowReducer)."""
-    if _reducer is not None:
+    if _reducer is not None and _reducer_next >= 0:
         await _emit(_reducer.close_ready())
 
 
 async def _emit(results: list) -> None:
+    """Verdicts and coverage of each closed window, then its ``windows.closed`` summary once the broker
+    acknowledged them (the summary is the reducer's record that the window was emitted)."""
     if results and _reducer is not None and _retention().mode == "anomalies":
         await _publish_baselines(_reducer.state.flow_baseline)
     for ws, res in results:
+        if ws in _emitted_before:  # emitted before a restart (redelivered messages closed it again)
+            continue
         M.WINDOWS_CLOSED.inc()
         M.WINDOW_DELAY.observe(max(0.0, (time.time_ns() - ws - WINDOW_NS) / 1e9))
         if _reducer is not None:
             M.LATE_PARTIALS.set(_reducer.late_partials)
-        summary = {"window_start_ns": ws, "verdicts": res.verdicts.num_rows, **res.stats}
-        await windows_closed.send(key=str(ws).encode(), value=json.dumps(summary).encode())
+        sent = []
         if res.verdicts.num_rows:
             for v in res.verdicts.to_pylist():  # one log line per verdict: few per window
                 M.VERDICTS.labels(v["kind"]).inc()
                 log.warning("verdict %s at %s (impact %s, confidence %.2f)", v["kind"], v["location"],
                             v["impact"], v["confidence"])
-            await verdicts.send(key=b"window", value=encode(res.verdicts), headers=headers_for("verdict.v1"))
+            sent.append(await verdicts.send(key=b"window", value=encode(res.verdicts),
+                                            headers=headers_for("verdict.v1")))
         if res.coverage.num_rows:
             for c in res.coverage.select(["job_id", "links_total", "links_covered"]).to_pylist():
                 M.JOB_LINKS_UNCOVERED.labels(c["job_id"]).set(c["links_total"] - c["links_covered"])
-            await coverage.send(key=b"window", value=encode(_as_coverage(res.coverage)),
-                                headers=headers_for("coverage.v1"))
+            sent.append(await coverage.send(key=b"window", value=encode(_as_coverage(res.coverage)),
+                                            headers=headers_for("coverage.v1")))
+        for fut in sent:
+            await fut
+        summary = {"window_start_ns": ws, "verdicts": res.verdicts.num_rows, **res.stats}
+        # acknowledged before the next window: a reducer rebuilt elsewhere reads it and does not emit again
+        await (await windows_closed.send(key=str(ws).encode(), value=json.dumps(summary).encode()))
 
 
 async def _publish_baselines(baseline: pa.Table | None, chunk: int = 100_000) -> None:

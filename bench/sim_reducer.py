@@ -1,0 +1,110 @@
+"""The simulator's uploads through the production window-closing path, in one process.
+
+What the Faust app does across processes, minus Kafka: each agent's 5 s probe batch is
+decomposed (:func:`streams.pingmesh.rtt.decompose`), turned into the worker's
+``window.partials`` messages (:func:`streams.pingmesh.reducer.worker_messages`), and those
+go to the one :class:`streams.pingmesh.reducer.WindowReducer`, which keeps the watermark and
+closes, merges and analyzes windows. Traced paths and registry updates arrive first, as
+agents and the controller publish them. The benchmark and the analyzer tests drive this;
+there is no other copy of the closing path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from producers.sim import Simulator
+from producers.sim.engine import BATCH_NS
+from producers.sim.stream import registry_updates
+from schemas.arrow_pa import table_from_columns
+from streams.pingmesh.analyzer import AnalyzerConfig, WindowResult
+from streams.pingmesh.links import PathIndex
+from streams.pingmesh.partial import from_bytes
+from streams.pingmesh.reducer import UploadMark, WindowReducer, worker_messages
+from streams.pingmesh.rtt import decompose
+
+
+@dataclass
+class SimPipeline:
+    """One simulator feeding ``workers`` in-process workers and the production reducer.
+
+    Attributes:
+        sim: the simulator (its clock starts where the caller says).
+        workers: workers (= source partitions of ``probes.raw``); agent ``a`` goes to
+            ``partition_of(a)``.
+        reducer: the production :class:`WindowReducer` (a fixed processing clock: no idleness).
+    """
+
+    sim: Simulator
+    workers: int = 1
+    config: AnalyzerConfig = field(default_factory=AnalyzerConfig)
+    partition_of: Callable[[str], int] | None = None
+    watch: frozenset[str] = frozenset()
+    reducer: WindowReducer = field(init=False)
+    paths: PathIndex = field(default_factory=PathIndex)
+    link_probes: dict[int, dict[str, int]] = field(default_factory=dict)
+    """window start → link → probes that crossed it (for the links in ``watch``; ground-truth
+    bookkeeping of the benchmark: how many probes a fault on that link could fail)."""
+
+    def __post_init__(self) -> None:
+        self.reducer = WindowReducer(config=self.config, partitions=self.workers, clock=lambda: 0.0)
+
+    def _partition(self, agent: str, i: int) -> int:
+        if self.workers == 1:
+            return 0
+        return self.partition_of(agent) if self.partition_of else i % self.workers
+
+    def _count(self, ws: int, crossing: pa.Table) -> None:
+        d = self.link_probes.setdefault(ws, {})
+        for lk, n in zip(crossing["link"].to_pylist(), crossing["n"].to_pylist(), strict=True):
+            if lk in self.watch:
+                d[lk] = d.get(lk, 0) + int(n)
+
+    def start(self, t_ns: int) -> None:
+        """The controller's registry rows as of ``t_ns`` (before the first upload round)."""
+        self.reducer.on_registry(table_from_columns("registry.v1", self.sim.registry_columns(t_ns)))
+
+    def round(self, t0_ns: int, tag: str = "") -> list[tuple[int, WindowResult]]:
+        """One 5 s upload round starting at ``t0_ns``; returns the windows it closed, oldest first."""
+        reg = registry_updates(self.sim, t0_ns, t0_ns + BATCH_NS)
+        if reg["rnic"]:
+            self.reducer.on_registry(table_from_columns("registry.v1", reg))
+        batches = self.sim.upload_batches(t0_ns)
+        traced = [table_from_columns("path.v1", c) for _, _, c in batches if len(c["hops"])]
+        if traced:  # the round's traces at once (the index re-sorts per update)
+            self.paths.update(pa.concat_tables(traced))
+        per_part: dict[int, list[pa.Table]] = {}
+        idle: list[tuple[int, str]] = []
+        for i, (agent, probe_cols, _) in enumerate(batches):
+            if len(probe_cols["seq"]):
+                per_part.setdefault(self._partition(agent, i), []).append(
+                    table_from_columns("probe.v1", probe_cols))
+            else:
+                idle.append((self._partition(agent, i), agent))
+        out: list[tuple[int, WindowResult]] = []
+        for part in sorted(per_part):  # one worker step per partition: its agents' batches of the round
+            enriched = decompose(pa.concat_tables(per_part[part]), f"sim/{tag}/{t0_ns}/{part}")
+            for mark, ws, blob in worker_messages(enriched, self.paths, self.config.window_ns):
+                if self.watch and blob is not None and ws is not None:
+                    self._count(ws, from_bytes(blob).crossing)
+                out += self.reducer.add(mark, ws, blob, part)
+        for part, agent in idle:  # an agent with nothing to send still uploads (a heartbeat)
+            out += self.reducer.add(UploadMark(agent, t0_ns + BATCH_NS, agent), None, None, part)
+        return out
+
+    def run(self, t0_ns: int, seconds: int, tag: str = "", max_rounds: int | None = None,
+            from_ns: int | None = None) -> list[tuple[int, WindowResult]]:
+        """Rounds from ``t0_ns`` until ``seconds // 20`` windows starting at or after ``from_ns`` (default
+        ``t0_ns``) have closed (or ``max_rounds``, default ``seconds // 5 + 4``)."""
+        self.start(t0_ns - BATCH_NS)
+        lo = t0_ns if from_ns is None else from_ns
+        want = seconds * 1_000_000_000 // self.config.window_ns
+        out: list[tuple[int, WindowResult]] = []
+        for k in range(max_rounds if max_rounds is not None else seconds // 5 + 4):
+            out += [(ws, r) for ws, r in self.round(t0_ns + k * BATCH_NS, tag) if ws >= lo]
+            if len(out) >= want:
+                break
+        return out[:want]
