@@ -31,6 +31,21 @@ START_NS = 1_795_000_000_000_000_000
 SLOT_NS = 5_000_000_000
 
 
+def link_kafka_jars(var: Path) -> None:
+    """Make ``var/kafka/libs`` a link to the checkout's downloaded broker jars (no second Maven download).
+
+    Raises:
+        RuntimeError: the jars are not installed (``infra/kafka/kafka.sh install``).
+    """
+    kafka = var / "kafka"
+    kafka.mkdir(parents=True, exist_ok=True)
+    shared_libs = REPO / "var" / "kafka" / "libs"
+    if not (kafka / "libs").exists():
+        if not (shared_libs / ".complete").exists():
+            raise RuntimeError(f"no Kafka jars at {shared_libs}: run infra/kafka/kafka.sh install")
+        os.symlink(shared_libs, kafka / "libs")
+
+
 @dataclass
 class Fleet:
     """A few agents uploading one ``probe.v1`` batch each per round, with globally unique (agent_id, seq).
@@ -133,13 +148,7 @@ class PrivateBroker:
         self.var = var
         self.port = free_port()
         self.controller_port = free_port()
-        kafka = var / "kafka"
-        kafka.mkdir(parents=True, exist_ok=True)
-        shared_libs = REPO / "var" / "kafka" / "libs"
-        if not (kafka / "libs").exists():
-            if not (shared_libs / ".complete").exists():
-                raise RuntimeError(f"no Kafka jars at {shared_libs}: run infra/kafka/kafka.sh install")
-            os.symlink(shared_libs, kafka / "libs")
+        link_kafka_jars(var)
         self.env = {**os.environ, "FABRICSCOPE_VAR": str(var), "KAFKA_PORT": str(self.port),
                     "KAFKA_CONTROLLER_PORT": str(self.controller_port), **(extra_env or {})}
 
@@ -207,13 +216,7 @@ class PrivateCluster:
         self.var = var
         self.brokers = brokers
         self.port0 = _free_base(brokers)
-        kafka = var / "kafka"
-        kafka.mkdir(parents=True, exist_ok=True)
-        shared_libs = REPO / "var" / "kafka" / "libs"
-        if not (kafka / "libs").exists():
-            if not (shared_libs / ".complete").exists():
-                raise RuntimeError(f"no Kafka jars at {shared_libs}: run infra/kafka/kafka.sh install")
-            os.symlink(shared_libs, kafka / "libs")
+        link_kafka_jars(var)
         self.env = {**os.environ, "FABRICSCOPE_VAR": str(var), "KAFKA_CLUSTER_PORT": str(self.port0),
                     "KAFKA_CLUSTER_CONTROLLER_PORT": str(self.port0 + 100)}
 
