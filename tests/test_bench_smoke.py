@@ -24,6 +24,10 @@ FIXED = [
      [set(), {("busy_host", "H2")}]),
     ("panel1 dead RNIC", panel1(), [RnicDown("C2")],
      [{("rnic", "C2")}, {("rnic", "C2")}]),
+    # the other host under ToR A is down, then A1 dies: A1 has one live ToR-mesh prober (A2, on its own
+    # host), too few for the RNIC rule; every probe through its access link fails, so it is still named
+    ("panel1 dead RNIC beside a dead host", panel1(), [HostDown("H2"), RnicDown("A1", start_ns=T0 + 20 * S)],
+     [{("host_down", "H2")}, {("host_down", "H2"), ("rnic", "A1")}]),
     ("panel1 host restart", panel1(), [HostRestart("H5", start_ns=T0 + 8 * S)],
      [{("stale_qpn", "C1"), ("stale_qpn", "C2")}, {("stale_qpn", "C1"), ("stale_qpn", "C2")}]),
     ("panel1 link flapping 2 s every 20 s", panel1(), [FlappingLink("B", "S2", period_s=20.0, down_s=2.0)],

@@ -54,6 +54,10 @@ class VoteConfig:
         support_scale: failures at which support reaches 1 − 1/e (2.0).
         ratio_scale: ratio at which the ratio term reaches 1 − 1/e (0.05); used only without a
             background rate (latency votes, where "failing" is "slow").
+        access_claim_ratio: failure ratio at which an access link the RNIC rule could not judge
+            (fewer than two live ToR-mesh probers: its ToR peers are down or on its own host) is
+            claimed as an ``rnic`` fault (0.9); below it the link stays ``undetermined``, as a busy
+            or dying host can fail a share of its probes without its RNIC being at fault.
     """
 
     min_votes: int = 2
@@ -62,6 +66,7 @@ class VoteConfig:
     alpha: float = 1e-3
     support_scale: float = 2.0
     ratio_scale: float = 0.05
+    access_claim_ratio: float = 0.9
 
 
 @dataclass(frozen=True)
@@ -238,8 +243,9 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
 
     The crossing counts lose the probes earlier steps took (so a dead host's access links do
     not look clean). Emits ``switch`` verdicts, ``undetermined`` for ties (links that explain
-    the same failures equally: a right abstention when the fault is among them) and for access
-    links below the RNIC rule, and ``undetermined unexplained`` for leftovers.
+    the same failures equally: a right abstention when the fault is among them), ``rnic`` for an
+    access link that nearly every probe through it failed on (``access_claim_ratio``), ``undetermined``
+    for other access links below the RNIC rule, and ``undetermined unexplained`` for leftovers.
     """
     failing = ctx.partial.failing
     keep = ~ctx.taken_failing()
@@ -263,6 +269,11 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
         elif s.tied_with:
             ctx.emit("undetermined", "|".join([s.link, *s.tied_with]), s.ratio, 0.0, s.failed, s.crossing,
                      {**ev, "link_confidence": s.confidence, "why": "links explain the same failures equally"})
+        elif s.access_rnic is not None and s.ratio >= cfg.access_claim_ratio:
+            # nearly every probe through the RNIC's access link failed, from all pinglists: the RNIC, its
+            # cable or ToR port (all ``rnic`` faults), even where too few ToR peers were left to probe it
+            ctx.emit("rnic", s.access_rnic, s.votes, s.confidence, s.failed, s.crossing,
+                     {**ev, "link": s.link, "why": "access link: nearly every probe through it failed"})
         elif s.access_rnic is not None:
             ctx.emit("undetermined", s.access_rnic, s.ratio, 0.0, s.failed, s.crossing,
                      {**ev, "link": s.link, "link_confidence": s.confidence,
