@@ -158,3 +158,35 @@ def free_port(count: int = 1, kind: socket.SocketKind = socket.SOCK_STREAM) -> i
                 s.close()
         return base
     raise RuntimeError(f"no run of {count} free loopback ports in {lo}..{hi}")
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 120.0) -> list:
+    """Every message of ``topic`` up to its partitions' high watermarks at the call (offset order within a
+    partition; error events skipped), read by a client outside any group.
+
+    Waits until each partition is read to that end rather than for a fixed poll time, so a slow fetch
+    cannot cut the list short; fails the test after ``timeout`` s.
+    """
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex}",
+                  "enable.auto.commit": False})
+    try:
+        parts = c.list_topics(topic, timeout=30).topics[topic].partitions
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1] for p in parts}
+        todo = {p for p, end in ends.items() if end > 0}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
+        out = []
+        deadline = time.monotonic() + timeout
+        while todo:
+            if time.monotonic() >= deadline:
+                pytest.fail(f"read {len(out)} messages of {topic} in {timeout} s; partitions {sorted(todo)} "
+                            f"not read to their ends {ends}")
+            for m in c.consume(500, timeout=1):
+                if not m.error() and m.offset() < ends[m.partition()]:
+                    out.append(m)
+            todo = {tp.partition for tp in c.position([TopicPartition(topic, p) for p in todo])
+                    if tp.offset < ends[tp.partition]}
+        return out
+    finally:
+        c.close()
