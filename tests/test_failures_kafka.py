@@ -33,7 +33,7 @@ from reliability import (
 from fabricscope.kafka_admin import create_topics
 from producers.kafka_producer import AgentProducer
 
-from conftest import Processes, wait_for
+from conftest import Processes, read_topic, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -277,30 +277,16 @@ def _stale_batch(peers: Fleet, slot: int) -> int:
 
 
 def _raw_rows(bootstrap: str, topic: str) -> int:
-    """Rows in every decodable message of ``topic`` (read with a fresh group from the start)."""
-    from confluent_kafka import Consumer
-
+    """Rows in every message of ``topic`` (read to its end)."""
     from schemas.codec import decode
 
-    total = topic_messages(bootstrap, topic)
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"count-{time.time_ns()}",
-                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe([topic])
-    rows, seen, deadline = 0, 0, time.monotonic() + 120
-    while seen < total and time.monotonic() < deadline:
-        for m in c.consume(100, timeout=1):
-            if m.error():
-                continue
-            seen += 1
-            rows += decode(m.value())[1].num_rows
-    c.close()
-    assert seen == total, f"read {seen} of {total} messages of {topic}"
-    return rows
+    msgs = read_topic(bootstrap, topic)
+    assert len(msgs) == topic_messages(bootstrap, topic)
+    return sum(decode(m.value())[1].num_rows for m in msgs)
 
 
 def test_agent_buffer_is_bounded_drops_the_oldest_waiting_and_never_blocks(tmp_path):
     """60 uploads while no broker runs, buffer of 20: the 2 handed to librdkafka and the newest 18 arrive."""
-    from confluent_kafka import Consumer
 
     broker = PrivateBroker(tmp_path / "kvar")  # ports chosen, broker not started yet: "unreachable"
     producer = AgentProducer(broker.bootstrap, max_buffered=20)
@@ -316,13 +302,7 @@ def test_agent_buffer_is_bounded_drops_the_oldest_waiting_and_never_blocks(tmp_p
         broker.start()
         create_topics(broker.bootstrap, "b.")
         assert producer.flush(60) == 0
-        c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "check", "auto.offset.reset": "earliest"})
-        c.subscribe(["b.probes.raw"])
-        got: list[int] = []
-        deadline = time.monotonic() + 120
-        while len(got) < 20 and time.monotonic() < deadline:
-            got += [int(m.value()) for m in c.consume(50, timeout=1) if not m.error()]
-        c.close()
+        got = [int(m.value()) for m in read_topic(broker.bootstrap, "b.probes.raw")]  # one key: one partition
         assert got == [0, 1, *range(42, 60)]
         assert producer.stats.delivered == 20
         print(f"60 uploads with the broker down, buffer 20: delivered {got[:2]} + {got[2]}..{got[-1]}, "
