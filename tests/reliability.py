@@ -141,8 +141,8 @@ class PrivateBroker:
 
     def __init__(self, var: Path, extra_env: dict[str, str] | None = None) -> None:
         self.var = var
-        self.port = free_port()
-        self.controller_port = free_port()
+        self.port = free_port(2)  # the listener and, next to it, the controller
+        self.controller_port = self.port + 1
         link_kafka_jars(var)
         self.env = {**os.environ, "FABRICSCOPE_VAR": str(var), "KAFKA_PORT": str(self.port),
                     "KAFKA_CONTROLLER_PORT": str(self.controller_port), **(extra_env or {})}
