@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import random
+import socket
 import subprocess
 import sys
 import time
@@ -89,12 +91,102 @@ def pipeline_env(tmp_path: Path, topic_prefix: str, kafka_bootstrap: str) -> Ite
 
 
 def wait_for(predicate, timeout: float = 90.0, every: float = 0.5, what: str = "condition"):  # noqa: ANN001
-    """Poll ``predicate()`` until it returns a truthy value; fail with ``what`` after ``timeout`` s."""
-    deadline = time.time() + timeout
-    last = None
-    while time.time() < deadline:
+    """Poll ``predicate()`` until it returns a truthy value and return that value; fail with ``what`` after
+    ``timeout`` s. The timeout only bounds a failure: pick it generous (CI runs on 2 loaded cores).
+    Timed on the monotonic clock, so a wall-clock step cannot end or stretch the wait."""
+    deadline = time.monotonic() + timeout
+    while True:
         last = predicate()
         if last:
             return last
+        if time.monotonic() >= deadline:
+            break
         time.sleep(every)
     pytest.fail(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+
+
+def stays(predicate, seconds: float, every: float = 0.25, what: str = "condition") -> None:  # noqa: ANN001
+    """Check that ``predicate()`` holds throughout ``seconds`` s; fail at the first time it does not.
+
+    For absences ("nothing more arrives"): they can only be watched for a span. A slow machine makes the
+    check less sensitive, never wrong, so the span is not a race."""
+    deadline = time.monotonic() + seconds
+    while True:
+        if not predicate():
+            pytest.fail(f"{what} stopped holding")
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(every)
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections (``ip_local_port_range``)."""
+    try:
+        lo, hi = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(lo), int(hi)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def free_port(count: int = 1, kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
+    """The first of ``count`` consecutive 127.0.0.1 ports nothing is bound to now, for a server the test
+    starts later.
+
+    Drawn at random below the kernel's ephemeral range: ``bind(0)`` would hand out a port from that range,
+    where any outgoing connection (Kafka clients open many) may take it before the server binds it.
+
+    Raises:
+        RuntimeError: no free run found in 200 draws.
+    """
+    eph_lo, eph_hi = _ephemeral_ports()
+    lo, hi = 10_000, eph_lo - count
+    if hi <= lo:  # a kernel whose ephemeral range starts low: use the ports above it
+        lo, hi = eph_hi + 1, 65_536 - count
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(lo, hi)
+        socks: list[socket.socket] = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket(socket.AF_INET, kind)
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+        return base
+    raise RuntimeError(f"no run of {count} free loopback ports in {lo}..{hi}")
+
+
+def read_topic(bootstrap: str, topic: str, timeout: float = 120.0) -> list:
+    """Every message of ``topic`` up to its partitions' high watermarks at the call (offset order within a
+    partition; error events skipped), read by a client outside any group.
+
+    Waits until each partition is read to that end rather than for a fixed poll time, so a slow fetch
+    cannot cut the list short; fails the test after ``timeout`` s.
+    """
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4().hex}",
+                  "enable.auto.commit": False})
+    try:
+        parts = c.list_topics(topic, timeout=30).topics[topic].partitions
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30, cached=False)[1] for p in parts}
+        todo = {p for p, end in ends.items() if end > 0}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in todo])
+        out = []
+        deadline = time.monotonic() + timeout
+        while todo:
+            if time.monotonic() >= deadline:
+                pytest.fail(f"read {len(out)} messages of {topic} in {timeout} s; partitions {sorted(todo)} "
+                            f"not read to their ends {ends}")
+            for m in c.consume(500, timeout=1):
+                if not m.error() and m.offset() < ends[m.partition()]:
+                    out.append(m)
+            todo = {tp.partition for tp in c.position([TopicPartition(topic, p) for p in todo])
+                    if tp.offset < ends[tp.partition]}
+        return out
+    finally:
+        c.close()

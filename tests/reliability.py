@@ -25,6 +25,8 @@ from schemas.arrow_nano import encode_columns
 from sinks.clickhouse import StoreError
 from sinks.query_endpoint import find_endpoint, query_remote
 
+from conftest import free_port, wait_for
+
 REPO = Path(__file__).resolve().parents[1]
 KAFKA_SH = REPO / "infra" / "kafka" / "kafka.sh"
 START_NS = 1_795_000_000_000_000_000
@@ -130,13 +132,6 @@ def topic_messages(bootstrap: str, topic: str) -> int:
         c.close()
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now (127.0.0.1)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PrivateBroker:
     """A second Kafka broker from the shared jars, on its own ports and data dir, for restart tests.
 
@@ -146,8 +141,8 @@ class PrivateBroker:
 
     def __init__(self, var: Path, extra_env: dict[str, str] | None = None) -> None:
         self.var = var
-        self.port = free_port()
-        self.controller_port = free_port()
+        self.port = free_port(2)  # the listener and, next to it, the controller
+        self.controller_port = self.port + 1
         link_kafka_jars(var)
         self.env = {**os.environ, "FABRICSCOPE_VAR": str(var), "KAFKA_PORT": str(self.port),
                     "KAFKA_CONTROLLER_PORT": str(self.controller_port), **(extra_env or {})}
@@ -183,12 +178,15 @@ class PrivateBroker:
 
 
 def _free_base(span: int, tries: int = 50) -> int:
-    """A port ``base`` with ``base .. base+span-1`` and ``base+100 .. base+100+span-1`` all free now."""
+    """A port ``base`` with ``base .. base+span-1`` and ``base+100 .. base+100+span-1`` all free now, below
+    the kernel's ephemeral range (see :func:`conftest.free_port`)."""
     import random
+
+    from conftest import _ephemeral_ports
 
     rng = random.Random()
     for _ in range(tries):
-        base = rng.randrange(20_000, 40_000)
+        base = rng.randrange(20_000, min(40_000, _ephemeral_ports()[0] - 100 - span))
         ports = [*range(base, base + span), *range(base + 100, base + 100 + span)]
         try:
             socks = []
@@ -280,3 +278,38 @@ class GroupLag:
 
     def close(self) -> None:
         self._c.close()
+
+
+def group_members(bootstrap: str, group: str) -> int | None:
+    """Members of consumer group ``group`` now (0 once the broker evicted or let go of all); None if unknown."""
+    try:
+        admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 2})
+        return len(admin.describe_consumer_groups([group], request_timeout=5)[group].result(timeout=10).members)
+    except Exception:  # noqa: BLE001 - an unanswered request: the caller asks again
+        return None
+
+
+def settled_counts(store_path: Path, bootstrap: str, prefix: str, workers: list[subprocess.Popen],
+                   expected: int, what: str) -> tuple[int, int] | None:
+    """Wait for ``expected`` rows in ``probes``, settle the pipeline, and return the final
+    ``(count(), uniqExact(agent_id, seq))``.
+
+    Settled means nothing can change ``probes`` any more, so a late duplicate (a replay of uncommitted
+    input) would be in the returned count rather than arrive after it: the stream ``workers`` are
+    SIGKILLed (nothing more reaches ``probes.enriched``, not even a message they were still sending), then
+    the store writer's group has committed every message of ``probes.enriched`` (it commits a message
+    only after its insert returned). The workers were expected to keep running until then, so one that
+    exited before fails the test.
+    """
+    wait_for(lambda: (c := store_counts(store_path)) is not None and c[0] >= expected, timeout=240,
+             what=f"{expected} rows after {what}")
+    assert all(w.poll() is None for w in workers), f"a worker exited during {what}"
+    for w in workers:
+        w.kill()
+        w.wait(60)
+    lag = GroupLag(bootstrap, f"{prefix}fabricscope-store", f"{prefix}probes.enriched")
+    try:
+        wait_for(lambda: lag.lag() == 0, timeout=120, what=f"the store writer caught up after {what}")
+    finally:
+        lag.close()
+    return store_counts(store_path)

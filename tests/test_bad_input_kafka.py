@@ -66,7 +66,7 @@ def test_bad_records_go_to_the_deadletter_topic_and_the_rest_flows(pipeline_env,
     worker = procs.start("worker")
     store = tmp_path / "var" / "clickhouse"
     # 3 + 2 + 1 + 1 + 2 good rows; 7 dead-letter records
-    wait_for(lambda: store_counts(store) == (9, 9), timeout=90, what="9 good probe rows")
+    wait_for(lambda: store_counts(store) == (9, 9), timeout=180, what="9 good probe rows")  # with the start
     dl = wait_for(lambda: (t := query(store, "SELECT source_offset, reason, row FROM deadletters "
                                              "ORDER BY source_offset, row")) is not None and t.num_rows >= 7 and t,
                   timeout=60, what="7 dead letters")

@@ -15,10 +15,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from reliability import free_port
 
 from fabricscope.settings import ConfigError, Settings, read_settings
 from streams.runtime.kafka_env import faust_credentials
+
+from conftest import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "S3cret-Pw-7781"

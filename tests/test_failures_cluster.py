@@ -27,7 +27,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from reliability import ROLLUPS, GroupLag, PrivateCluster, partition_leaders, rollup_probes, store_counts
+from reliability import (
+    ROLLUPS,
+    GroupLag,
+    PrivateCluster,
+    partition_leaders,
+    rollup_probes,
+    settled_counts,
+    store_counts,
+)
 
 from fabricscope.demo import DemoResult, _Collector
 from fabricscope.kafka_admin import create_topics, describe_topics
@@ -152,14 +160,14 @@ def _run(cluster: PrivateCluster, tmp: Path, prefix: str, on_upload=None) -> Run
         want = {START + k * WINDOW_NS for k in range(3)}  # the first three windows close by the watermark
         wait_for(lambda: (collector.poll(run.result, timeout=0.5), want <= run.closed())[1], timeout=120,
                  what=f"windows {sorted(want)} closed")
-        wait_for(lambda: run.lag and run.lag[-1][1] == 0 and run.lag[-1][2] == 0, timeout=60,
+        wait_for(lambda: run.lag and run.lag[-1][1] == 0 and run.lag[-1][2] == 0, timeout=120,
                  what="lag zero at the end")
-        time.sleep(3)  # a late replay would show up here as an extra row
         collector.poll(run.result, timeout=1.0)
-        got = store_counts(store)
+        _alive(procs, tmp)
+        workers = [p for p in procs.procs if "worker" in p.args]
+        got = settled_counts(store, cluster.bootstrap, prefix, workers, run.rows, prefix)  # no late replay
         assert got == (run.rows, run.rows), f"{prefix}: (count, uniqExact) = {got}, produced {run.rows}"
         assert rollup_probes(store) == dict.fromkeys(ROLLUPS, run.rows), f"{prefix}: rollups"
-        _alive(procs, tmp)
         done.set()
         sampler.join(5)
         return run

@@ -37,7 +37,7 @@ def _query(store, sql: str):  # noqa: ANN001
 
 def _rows(store, sql: str, n: int, what: str) -> list[dict]:  # noqa: ANN001
     return wait_for(lambda: (t := _query(store, sql)) is not None and t.num_rows >= n and t.to_pylist(),
-                    timeout=60, what=what)
+                    timeout=180, what=what)
 
 
 def test_sim_hosts_give_abnormal_and_flapping_links_and_named_verdicts(pipeline_env, tmp_path):
@@ -64,7 +64,7 @@ def test_sim_hosts_give_abnormal_and_flapping_links_and_named_verdicts(pipeline_
                                                  "FROM host_links ORDER BY host, link, round_ns")) is not None
                      and all(len({r["round_ns"] for r in t.to_pylist() if r["host"] == h}) == 3
                              for h in (RNIC_HOST, FLAP_HOST, UPI_HOST)) and t.to_pylist(),
-                     timeout=60, what="3 rounds of every sim host")
+                     timeout=180, what="3 rounds of every sim host")  # includes the start of worker and sink
     state = {(r["host"], r["link"], (r["round_ns"] - START_NS) // ROUND_NS): r for r in links}
 
     # RNIC PCIe link failure: every path of rnic2 is abnormal in every round; nothing else is

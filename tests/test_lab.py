@@ -28,9 +28,14 @@ from infra.lab.busy import throttle  # noqa: E402
 from infra.lab.netns import lab_namespaces, ns_exec  # noqa: E402
 from producers.udp_prober import LocalRnic, UdpEngine  # noqa: E402
 
+from conftest import wait_for  # noqa: E402
+
 needs_nft = pytest.mark.skipif(shutil.which("nft") is None, reason="nft missing: apt-get install -y nftables")
 PREFIX = "fst-"
 PORTS = list(range(50000, 50064))
+# The bound of a drain (``pump(..., until=...)``): it ends as soon as the replies are in; the bound only
+# stops a hung test, so it leaves a loaded machine plenty of room.
+DRAIN_S = 30.0
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +94,7 @@ def probe_sequentially(
     start = len(rows)
     for _ in range(n):
         prober.send_probe(e)
-        pump([prober, *others], 1.0, until=lambda: not prober.pending)
+        pump([prober, *others], DRAIN_S, until=lambda: not prober.pending)
     return rows[start:]
 
 
@@ -101,7 +106,7 @@ def probe_paced(
     for _ in range(n):
         prober.send_probe(e)
         pump([prober], interval_s)
-    pump([prober], 1.0, until=lambda: not prober.pending)
+    pump([prober], DRAIN_S, until=lambda: not prober.pending)
     return rows[start:]
 
 
@@ -138,12 +143,12 @@ def test_64_ports_cover_every_spine_and_stay_on_one(fab: lab.Fabric) -> None:
             for p in PORTS:
                 prober.send_probe(dict(e, src_port=p))
             pump([prober, resp], 0.02)
-        pump([prober, resp], 1.5, until=lambda: not prober.pending)
+        pump([prober, resp], DRAIN_S, until=lambda: not prober.pending)
         counts = {s: nft.counters(fab.netns(s), "fs_ecmp") for s in fab.spines}
         for p in PORTS:
             prober.trace(prober.endpoint("A1", p), (fab.rnic("B1").ip, 4791), "B1")
             pump([prober, resp], 0.005)
-        pump([prober, resp], 1.0, until=lambda: len(paths) == len(PORTS))
+        pump([prober, resp], DRAIN_S, until=lambda: len(paths) == len(PORTS))
     finally:
         prober.close()
         resp.close()
@@ -239,7 +244,7 @@ def _port_status(fab: lab.Fabric, src: str, dst: str, ports: list[int]) -> dict[
             for p in ports:
                 prober.send_probe(dict(e, src_port=p))
             pump([prober, resp], 0.01)
-        pump([prober, resp], 1.5, until=lambda: not prober.pending)
+        pump([prober, resp], DRAIN_S, until=lambda: not prober.pending)
     finally:
         prober.close()
         resp.close()
@@ -287,19 +292,20 @@ def test_link_down_and_nic_down_and_clear(fab: lab.Fabric) -> None:
     assert faults.active(d) == []
 
 
+def _state(pid: int) -> str:
+    """The process state letter of ``pid`` (``T``: stopped)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
 def test_busy_host_and_host_restart_faults_drive_the_agents(fab: lab.Fabric) -> None:
     d: Path = fab.dir  # type: ignore[attr-defined]
     before = agents.start_agents(d, {"kind": "none"}, hosts=["H2"])
     try:
         pid = agents.agent_entry(d, "H2", "responder")["pid"]
         rec = faults.inject("busy-host", d, host="H2", stop_ms=300, run_ms=50)
-        states = set()
-        for _ in range(40):
-            states.add(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0])
-            time.sleep(0.02)
+        wait_for(lambda: _state(pid) == "T", timeout=30, every=0.01, what="the responder stopped in a burst")
         faults.clear(rec["id"], d)
-        assert "T" in states  # stopped in bursts
-        assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T"
+        assert _state(pid) != "T"  # clearing the fault leaves it running
         rec = faults.inject("host-restart", d, host="H2")
         after = agents.registry(d)
         assert agents.agent_entry(d, "H2", "responder")["pid"] != pid
@@ -356,24 +362,46 @@ def test_agents_traces_put_a_dead_link_on_every_failing_tuple(fab: lab.Fabric) -
 
     d: Path = fab.dir  # type: ignore[attr-defined]
     spool = d / "spool"
-    qpns = agents.start_agents(d, {"kind": "dir", "path": str(spool)}, upload_interval_s=1)
-    try:
-        agents.write_pinglists(build_lab_pinglists(from_dict(fab.inventory_dict()), qpns, 1, []), d)
-        time.sleep(3.0)  # every tuple probed and traced (forward by probers, reverse by responders)
-        fault_ns = time.time_ns()
-        rec = faults.inject("link-down", d, a="A", b="S3")
-        time.sleep(3.0)
-        clear_ns = time.time_ns()
-        faults.clear(rec["id"], d)
-    finally:
-        agents.stop_agents(d)
 
-    def table(schema: str) -> list[dict[str, object]]:
+    def table(schema: str) -> list[dict[str, object]]:  # the agents write each batch file atomically
         return [
             r
             for f in sorted((spool / schema).glob("*.arrow"))
             for r in ipc.open_stream(f.read_bytes()).read_all().to_pylist()
         ]
+
+    def tuples(rows: list[dict[str, object]]) -> set[tuple[object, ...]]:
+        return {(r["src_ip"], r["src_port"], r["dst_ip"]) for r in rows}
+
+    def traced_both_ways() -> set[tuple[object, ...]]:
+        """Probe tuples with a complete forward path (traced by the prober) and a complete reverse one
+        (the ACK path, traced by the responder)."""
+        ways: dict[str, set[tuple[object, ...]]] = {"forward": set(), "reverse": set()}
+        for p in table("path.v1"):
+            if p["complete"]:
+                ways["forward" if p["direction"] == "forward" else "reverse"].add(
+                    (p["src_ip"], p["src_port"], p["dst_ip"]) if p["direction"] == "forward"
+                    else (p["dst_ip"], p["dst_port"], p["src_ip"]))
+        return ways["forward"] & ways["reverse"]
+
+    inventory = from_dict(fab.inventory_dict())
+    qpns = agents.start_agents(d, {"kind": "dir", "path": str(spool)}, upload_interval_s=1)
+    try:
+        lists = build_lab_pinglists(inventory, qpns, 1, [])
+        agents.write_pinglists(lists, d)
+        n_tuples = len({(e["prober_rnic"], e["src_port"], e["dst_ip"]) for es in lists.values() for e in es})
+        # every tuple probed and traced both ways before the fault
+        wait_for(lambda: len(probed := tuples(table("probe.v1"))) >= n_tuples and probed <= traced_both_ways(),
+                 timeout=180, what=f"{n_tuples} tuples probed and traced both ways")  # reverse: every 60 s
+        fault_ns = time.time_ns()
+        rec = faults.inject("link-down", d, a="A", b="S3")
+        # every tuple probed again once the link is down, and its outcome (answer or timeout) uploaded
+        wait_for(lambda: len(tuples(r for r in table("probe.v1") if int(r["t1"]) > fault_ns + 100_000_000))
+                 >= n_tuples, timeout=120, what="every tuple probed across the dead link")
+        clear_ns = time.time_ns()
+        faults.clear(rec["id"], d)
+    finally:
+        agents.stop_agents(d)
 
     rows, paths = table("probe.v1"), table("path.v1")
     before = [r for r in rows if int(r["t1"]) < fault_ns]  # type: ignore[call-overload]

@@ -4,7 +4,6 @@ the workers' codec, with the job's traffic class on every entry (R-Pingmesh §3.
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer
 
 from producers.controller import Registry, build_pinglists, pinglist_for_host
 from producers.controller_publish import pinglist_columns, publish_pinglists
@@ -12,6 +11,8 @@ from producers.kafka_producer import AgentProducer
 from producers.sim.fabrics import panel1
 from schemas.arrow_pa import table_from_columns
 from schemas.codec import decode
+
+from conftest import read_topic
 
 
 def _lists():
@@ -36,14 +37,8 @@ def test_every_agent_reads_its_list_back_from_the_compacted_topic(kafka_bootstra
     p = AgentProducer(kafka_bootstrap)
     sent = publish_pinglists(p, topic_prefix, by_host, now_ns=42)
     assert p.flush() == 0
-    c = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{topic_prefix}pl",
-                  "auto.offset.reset": "earliest"})
-    c.subscribe([f"{topic_prefix}pinglists"])
-    got = {}
-    for m in c.consume(num_messages=len(inv.hosts), timeout=15):
-        if not m.error():
-            got[m.key().decode()] = decode(m.value(), "pinglist.v1")[1]
-    c.close()
+    got = {m.key().decode(): decode(m.value(), "pinglist.v1")[1]
+           for m in read_topic(kafka_bootstrap, f"{topic_prefix}pinglists")}
     assert sorted(got) == sorted(inv.hosts)
     assert sum(t.num_rows for t in got.values()) == sent
     for host, t in got.items():

@@ -109,7 +109,7 @@ def test_a_request_without_the_right_token_gets_401_and_the_log_holds_no_token(w
     assert "DROP" not in r.text
     assert writer.rows(counts) == before
     assert "verdict_feedback" in [t["name"] for t in writer.rows("SHOW TABLES")]
-    log = wait_for(lambda: (lg := writer.log()).count("query endpoint: refused") >= 9 and lg, timeout=10,
+    log = wait_for(lambda: (lg := writer.log()).count("query endpoint: refused") >= 9 and lg, timeout=60,
                    what="9 refusals in the sink log")
     assert "refused /query from 127.0.0.1:" in log and ": wrong token" in log and ": no token" in log
     assert forged not in log
@@ -253,7 +253,9 @@ def test_a_long_query_is_stopped_while_inserts_go_on(writer):
     grown = samples[-1][1] - samples[0][1]
     steps = sum(1 for a, b in zip(samples, samples[1:], strict=False) if b[1] > a[1])
     during_rate = rate(samples)
-    assert grown > 0 and steps >= 3, f"inserts stalled while the query ran: {samples}"
+    # Two inserts landed while the query ran: a writer blocked by it could finish at most the one in flight.
+    # (Not more: on a loaded machine the sampler's own count() takes up to seconds, so it sees few steps.)
+    assert grown > 0 and steps >= 2, f"inserts stalled while the query ran: {samples}"
     print(f"heavy query stopped after {outcome['took_s']:.2f} s (limit {QUERY_LIMIT_S} s); rows inserted "
           f"{base_rate:.0f}/s before, {during_rate:.0f}/s during it ({grown} rows in {len(samples)} samples, "
           f"{steps} increases); fed {sum(sent)} rows in all")

@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from fabricscope.settings import Settings
 from fabricscope.supervise import Supervisor
 from fabricscope.up import EXIT_FAILED, _watch
 from infra.runlock import Busy, RunLock, holder
+
+from conftest import wait_for
 
 
 class Clock:
@@ -27,7 +28,7 @@ class Clock:
 
 
 def _exited(c) -> None:  # noqa: ANN001 - a Child
-    c.proc.wait(timeout=10)
+    c.proc.wait(timeout=60)
 
 
 def test_a_killed_child_is_restarted_with_backoff_and_logged(tmp_path: Path, caplog) -> None:
@@ -105,10 +106,7 @@ def test_children_die_when_their_parent_is_killed(tmp_path: Path) -> None:
     os.kill(child, 0)  # alive
     p.kill()  # SIGKILL: no handler runs in the parent
     p.wait()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and _alive(child):
-        time.sleep(0.05)
-    assert not _alive(child), "the child outlived its SIGKILLed parent"
+    wait_for(lambda: not _alive(child), timeout=60, every=0.05, what="the child gone with its SIGKILLed parent")
 
 
 def _alive(pid: int) -> bool:

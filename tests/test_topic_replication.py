@@ -78,7 +78,7 @@ def test_describe_shows_existing_against_expected(kafka_bootstrap, topic_prefix)
         d = describe_topics(kafka_bootstrap, topic_prefix)
         return d if all(s.partitions is not None for s in d[1]) else None
 
-    brokers, states = wait_for(described, timeout=30, what="the test's topics in the metadata")
+    brokers, states = wait_for(described, timeout=90, what="the test's topics in the metadata")
     assert brokers >= 1
     rf = replication_for(brokers)
     by = {s.topic: s for s in states}
@@ -93,7 +93,7 @@ def test_describe_shows_existing_against_expected(kafka_bootstrap, topic_prefix)
     admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
     admin.create_topics([NewTopic(f"{other}probes.raw", 2, 1, config={"retention.ms": "3600000"})])[
         f"{other}probes.raw"].result()
-    wait_for(lambda: f"{other}probes.raw" in admin.list_topics(timeout=10).topics, timeout=30,
+    wait_for(lambda: f"{other}probes.raw" in admin.list_topics(timeout=10).topics, timeout=90,
              what="the hand-made topic in the metadata")
     try:
         _, states = describe_topics(kafka_bootstrap, other)

@@ -16,7 +16,7 @@ import pytest
 from fabricscope.up import read_stats
 from sinks.query_endpoint import find_endpoint, query_remote
 
-from conftest import wait_for
+from conftest import free_port, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[1]
@@ -94,7 +94,7 @@ def test_second_up_refused_killed_up_takes_children_synthetic_after_lab(tmp_path
 
         assert (tmp_path / "first.out").read_text() == ""  # progress is on stderr only
         progress = wait_for(lambda: [ln for ln in (tmp_path / "first.err").read_text().splitlines()
-                                     if "probe rows stored" in ln], timeout=30, what="a progress line (every 10 s)")
+                                     if "probe rows stored" in ln], timeout=90, what="a progress line (every 10 s)")
         assert all(ln[2] == ":" and ln[5] == ":" for ln in progress)  # plain time-stamped lines
 
         kids = _children(first.pid)
@@ -102,7 +102,7 @@ def test_second_up_refused_killed_up_takes_children_synthetic_after_lab(tmp_path
         assert len(kids) == 3 + workers  # sink, worker0.., source-synthetic, hostping
         first.kill()  # SIGKILL, as the OOM killer would
         first.wait()
-        wait_for(lambda: not any(_alive(k) for k in kids), timeout=30, what="children gone with their parent")
+        wait_for(lambda: not any(_alive(k) for k in kids), timeout=60, what="children gone with their parent")
 
         third = _up(env, tmp_path, "third")  # the dead holder's lock blocks nobody
         procs.append(third)
@@ -137,14 +137,12 @@ def test_up_stops_the_broker_it_started_and_only_that(tmp_path):
         pytest.skip("Kafka jars not installed (scripts/setup installs them)")
     import socket
 
-    with socket.socket() as s:  # a free port pair for a private broker
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port(2)  # the private broker's listener and, next to it, its controller
     var = tmp_path / "var"
     (var / "kafka").mkdir(parents=True)
     (var / "kafka" / "libs").symlink_to(libs)
     env = {**os.environ, "PYTHONPATH": str(REPO), "KAFKA_BOOTSTRAP": f"127.0.0.1:{port}",
-           "KAFKA_CONTROLLER_PORT": str(port + 1 if port < 65535 else port - 1),
+           "KAFKA_CONTROLLER_PORT": str(port + 1),
            "FABRICSCOPE_TOPIC_PREFIX": "own.", "FABRICSCOPE_VAR": str(var)}
     up = _up(env, tmp_path, "own", "--duration", "3")
     try:
