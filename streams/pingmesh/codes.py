@@ -42,6 +42,15 @@ def to_numpy(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(a.to_numpy(zero_copy_only=False))
 
 
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + l)`` for each (start, length), vectorised (CSR slices)."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
+
+
 def _sorted_dictionary(dictionary: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """(rank of each dictionary entry, the dictionary sorted), Arrow's ascending order."""
     order = to_numpy(pc.sort_indices(dictionary)).astype(np.int64)

@@ -31,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streams.pingmesh.codes import ranges
+
 LINK_SEP = "->"
 KEY = ("src_ip", "dst_ip", "src_port", "dst_port")
 NO_ANSWER = "*"
@@ -299,7 +301,7 @@ class PathIndex:
         self._hop = {h: j for j, h in enumerate(self._hop_strs)}
         done = live_h[live_h < len(self._link_off) - 1]  # hop ids whose links are known: a prefix, kept
         lengths = np.diff(self._link_off)[done]
-        self._link_ids = self._link_ids[_ranges(self._link_off[done], lengths)]
+        self._link_ids = self._link_ids[ranges(self._link_off[done], lengths)]
         self._link_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
     def _tuple_key(self, k: tuple) -> int:
@@ -416,15 +418,6 @@ def _positions(keys: np.ndarray, value_set: np.ndarray) -> np.ndarray:
         return np.full(len(keys), -1, dtype=np.int64)
     found = pc.index_in(pa.array(keys, pa.int64()), value_set=pa.array(value_set, pa.int64()))
     return _numpy(pc.fill_null(found, -1)).astype(np.int64)
-
-
-def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """Concatenated ``arange(s, s + l)`` for each (start, length), vectorised."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    ends = np.cumsum(lengths)
-    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
 
 
 class _TraceEnds:

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.pingmesh.codes import Key, group, key, shared_keys, sums, to_numpy
-from streams.pingmesh.links import PathIndex, _ranges, probe_links
+from streams.pingmesh.codes import Key, group, key, ranges, shared_keys, sums, to_numpy
+from streams.pingmesh.links import PathIndex, probe_links
 
 HIST_PER_OCTAVE = 8
 
@@ -239,13 +239,17 @@ def _crossing(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -
     g = group([Key(fwd_id, width, _no_values), Key(rev_id, width, _no_values)])
     probes = np.bincount(g.gid, minlength=g.n_groups)
     off, ids, names = index.hop_links()
-    grp, links = [], []
+    n_links = max(len(names), 1)
+    gl = []  # per path side: group * n_links + link, ascending (groups ascending, each hop's links ascending)
     for hop in g.codes:
         lengths = off[hop + 1] - off[hop]
-        grp.append(np.repeat(np.arange(g.n_groups, dtype=np.int64), lengths))
-        links.append(ids[_ranges(off[hop], lengths)])
-    n_links = max(len(names), 1)
-    pl = np.unique(np.concatenate(grp) * n_links + np.concatenate(links))  # a link on both paths counts once
+        gl.append(np.repeat(np.arange(g.n_groups, dtype=np.int64) * n_links, lengths) +
+                  ids[ranges(off[hop], lengths)])
+    fwd, rev = gl
+    if len(fwd):  # a link on both paths of a group counts once: drop the ACK side's copy (sorted lookup)
+        at = np.minimum(np.searchsorted(fwd, rev), len(fwd) - 1)
+        rev = rev[fwd[at] != rev]
+    pl = np.concatenate([fwd, rev])
     link = pl % n_links
     total = np.bincount(link, weights=probes[pl // n_links], minlength=n_links).astype(np.int64)
     seen = np.flatnonzero(np.bincount(link, minlength=n_links))
