@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.pingmesh.codes import Key, group, key, ranges, shared_keys, sums, to_numpy
+from schemas.group_codes import Key, group, key, ranges, shared_keys, sums, to_numpy
 from streams.pingmesh.links import PathIndex, probe_links
 
 HIST_PER_OCTAVE = 8
@@ -126,7 +126,7 @@ def link_counts(groups: pa.Table) -> pa.Table:
 def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathIndex | None) -> WindowPartial:
     """Turn one worker's rows of one window into a :class:`WindowPartial`.
 
-    Every key column is encoded once to integer codes (:mod:`streams.pingmesh.codes`) and shared by the
+    Every key column is encoded once to integer codes (:mod:`schemas.group_codes`) and shared by the
     group-bys; paths are hop-string ids from the index (:meth:`PathIndex.hop_ids`), and a probe's links
     are expanded once per distinct (forward path, ACK path), not per probe. Equal, table for table, to
     Arrow group-bys over the string columns sorted by their keys.
