@@ -251,9 +251,17 @@ class PathIndex:
 
     def touch(self, entries: np.ndarray, at_ns: int) -> None:
         """Entries (``_entry`` values) used by probes up to event time ``at_ns``; evicts stale ones now and then."""
+        self._used(entries, at_ns)
+        self.sweep()
+
+    def _used(self, entries: np.ndarray, at_ns: int) -> None:
         if len(entries):
             np.maximum.at(self._used_ns, entries, at_ns)
         self._now_ns = max(self._now_ns, at_ns)
+
+    def sweep(self) -> None:
+        """Evict what no probe used for ``evict_after_ns`` (checked every quarter of it, event time). An
+        eviction renumbers hop-string ids: call it once done with the ids of :meth:`hop_ids`."""
         if self._now_ns - self._swept_ns >= self.evict_after_ns // 4:
             self.evict(self._now_ns - self.evict_after_ns)
             self._swept_ns = self._now_ns
@@ -334,7 +342,8 @@ class PathIndex:
         distinct address of the batch), each 5-tuple one int64 key, found by a hash lookup
         (``pyarrow.compute.index_in``) among the entries' keys. The ACK path is the reverse 5-tuple with
         the probe's ports, else with the ports swapped (module docstring). Records which entries the
-        probes used (:meth:`touch`, at the newest ``upload_ns``), as :func:`attach_paths` does.
+        probes used (at the newest ``upload_ns``) but evicts nothing: the ids (and :meth:`hop_strings`,
+        :meth:`hop_links`) stay valid until the caller, done with them, calls :meth:`sweep`.
 
         Args:
             probes: rows with ``src_ip``, ``dst_ip``, ``src_port``, ``dst_port`` (and ``upload_ns``).
@@ -362,7 +371,7 @@ class PathIndex:
         used = np.zeros(len(self._ekey), dtype=bool)
         used[e[e >= 0]] = True
         at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
-        self.touch(np.flatnonzero(used), int(at or 0))  # may evict (renumbers ids): after the lookup
+        self._used(np.flatnonzero(used), int(at or 0))  # no eviction here: the ids stay valid until sweep()
         return out
 
     def _address_ids(self, col: pa.ChunkedArray | pa.Array) -> np.ndarray:
@@ -489,8 +498,10 @@ def attach_paths(probes: pa.Table, paths: pa.Table | PathIndex | None) -> pa.Tab
         return probes.append_column("fwd_hops", empty).append_column("rev_hops", empty)
     fwd, rev = index.hop_ids(probes)
     hops = index.hop_strings()
-    return probes.append_column("fwd_hops", hops.take(pa.array(fwd))).append_column(
+    out = probes.append_column("fwd_hops", hops.take(pa.array(fwd))).append_column(
         "rev_hops", hops.take(pa.array(rev)))
+    index.sweep()
+    return out
 
 
 def probe_links(fwd_hops: pa.Array, rev_hops: pa.Array) -> pa.Table:

@@ -203,6 +203,8 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     seen = np.flatnonzero(np.bincount(prober_host.codes, minlength=prober_host.card))
     uploads = pa.table({"host": prober_host.values(seen), "upload_ns": pa.array(newest[seen], pa.int64())})
     pairs, failing, flows, service = (_like(x, probes.schema) for x in (pairs, failing, flows, service))
+    if index is not None:
+        index.sweep()  # done with the hop ids: the index may evict (and renumber) now
     return WindowPartial(window_start_ns, pairs, failing, crossing, delays, flows, service, uploads, slots)
 
 
