@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _DENSE_MAX = 1 << 22
-"""Largest key space counted densely (``bincount`` over every possible key, 32 MiB of int64 at most)."""
+"""Largest key space counted densely (``bincount`` over every possible key, 32 MiB of int64 at most), and
+only when it is not much larger than the rows (else the count would cost more than a sort)."""
 _RADIX_MAX = 1 << 62
 
 
@@ -135,7 +136,7 @@ def group(keys: list[Key]) -> Groups:
             space = len(distinct)
         comp = comp * k.card + k.codes
         space *= k.card
-    if space <= max(_DENSE_MAX, 2 * n):
+    if space <= min(_DENSE_MAX, 2 * n + 4096):
         present = np.flatnonzero(np.bincount(comp, minlength=space))
         lut = np.zeros(space, dtype=np.int64)
         lut[present] = np.arange(len(present), dtype=np.int64)

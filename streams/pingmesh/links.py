@@ -139,6 +139,7 @@ class PathIndex:
         # per entry its key (pair id, direction, ports in one int64) and its hop-string id; hop strings
         # interned ('' is id 0), their links in CSR form, filled lazily for new hop strings.
         self._ip: dict[str, int] = {}
+        self._ip_arr = pa.array([], pa.string())  # address of each id (dict order = id order)
         self._pair: dict[int, int] = {}
         self._pair_keys = np.zeros(0, dtype=np.int64)
         self._new_pairs: list[int] = []  # pair keys of this update, appended to _pair_keys at its end
@@ -375,10 +376,11 @@ class PathIndex:
         return out
 
     def _address_ids(self, col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-        """Index address id of each value (-1: unknown or null); one dict lookup per distinct value."""
+        """Index address id of each value (-1: unknown or null); a hash lookup per distinct value."""
         d = pc.dictionary_encode(_combine(col))
-        lut = np.fromiter((self._ip.get(v, -1) for v in d.dictionary.to_pylist()), dtype=np.int64,
-                          count=len(d.dictionary))
+        if len(self._ip_arr) < len(self._ip):  # addresses are only added (ids never change)
+            self._ip_arr = pa.array(list(self._ip), pa.string())
+        lut = _numpy(pc.fill_null(pc.index_in(d.dictionary, value_set=self._ip_arr), -1)).astype(np.int64)
         idx = _numpy(pc.fill_null(d.indices, len(d.dictionary)))
         return np.concatenate([lut, [-1]])[idx]
 
