@@ -27,15 +27,18 @@ _RADIX_MAX = 1 << 62
 @dataclass
 class Key:
     """One key column as codes: ``codes[i]`` in ``[0, card)``, ordered like the values; ``values(c)``
-    gives the column's values (Arrow, original type) of codes ``c``."""
+    gives the column's values (Arrow, original type) of codes ``c``. A ``dependent`` key is a function
+    of the key before it (e.g. the ACK path of a (forward, ACK) path pair): it is output but adds
+    nothing to the grouping."""
 
     codes: np.ndarray
     card: int
     values: Callable[[np.ndarray], pa.Array]
+    dependent: bool = False
 
     def take(self, rows: np.ndarray) -> Key:
         """The same key over a subset of rows (indices or a boolean mask)."""
-        return Key(self.codes[rows], self.card, self.values)
+        return Key(self.codes[rows], self.card, self.values, self.dependent)
 
 
 def to_numpy(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
@@ -131,6 +134,8 @@ def group(keys: list[Key]) -> Groups:
     comp = np.zeros(n, dtype=np.int64)
     space = 1
     for k in keys:
+        if k.dependent:
+            continue
         if space * k.card >= _RADIX_MAX:  # the radix would overflow: renumber the groups so far densely
             comp, distinct = factorize(comp)
             space = len(distinct)

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import Key, group, key, ranges, shared_keys, sums, to_numpy
+from schemas.group_codes import Groups, Key, group, key, ranges, shared_keys, sums, to_numpy
 from streams.pingmesh.links import PathIndex, probe_links
 
 HIST_PER_OCTAVE = 8
@@ -148,7 +148,13 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
         fwd_id, rev_id = index.hop_ids(probes)
     else:
         fwd_id = rev_id = np.zeros(n, dtype=np.int64)
-    fwd, rev = _hop_keys(index, fwd_id, rev_id)
+    fwd, rev, hop_of_rank = _hop_keys(index, fwd_id, rev_id)
+    # one key for the (forward, ACK) path pair, numbered in (forward, ACK) order: shared by the links
+    # crossed, failing, flows and service; the ACK path column is output from it (dependent)
+    path_pairs = group([fwd, rev])
+    fwd_codes, fwd_values = path_pairs.codes[0], fwd.values
+    fwd = Key(path_pairs.gid, path_pairs.n_groups, lambda c: fwd_values(fwd_codes[c]))
+    rev = Key(rev.codes, rev.card, rev.values, dependent=True)
     status = pc.equal(probes["status"], "timeout")
     timeout = to_numpy(pc.fill_null(status, False)).astype(bool)
     ok = to_numpy(pc.fill_null(pc.invert(status), False)).astype(bool)
@@ -164,7 +170,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     job = key(probes["job_id"].take(pa.array(rows)))
     failing = sums(FAIL_KEYS, [*(k.take(rows) for k in pair), job, fwd.take(rows), rev.take(rows)], {"n": None})
 
-    crossing = _crossing(index, fwd_id, rev_id)
+    crossing = _crossing(index, path_pairs, hop_of_rank)
 
     t1 = pc.coalesce(probes["t1"], probes["upload_ns"]) if n else pa.array([], pa.int64())
     slot = np.clip((to_numpy(t1).astype(np.int64) - window_start_ns) // SLOT_NS, 0, None)
@@ -216,12 +222,13 @@ def _like(t: pa.Table, source: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(t.columns, schema=pa.schema(fs, metadata=None if t.num_rows else source.metadata))
 
 
-def _hop_keys(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -> tuple[Key, Key]:
-    """Keys of the forward and ACK paths (hop strings, one code space), from hop-string ids."""
+def _hop_keys(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -> tuple[Key, Key, np.ndarray]:
+    """Keys of the forward and ACK paths (hop strings, one code space), from hop-string ids; and the
+    hop-string id of each code."""
     if index is None:
         empty = pa.array([""], pa.string())
         return (Key(fwd_id, 1, lambda c: empty.take(pa.array(c, pa.int64()))),
-                Key(rev_id, 1, lambda c: empty.take(pa.array(c, pa.int64()))))
+                Key(rev_id, 1, lambda c: empty.take(pa.array(c, pa.int64()))), np.zeros(1, np.int64))
     used = np.flatnonzero(np.bincount(np.concatenate([fwd_id, rev_id, [0]])))
     strs = index.hop_strings().take(pa.array(used))
     order = to_numpy(pc.sort_indices(strs)).astype(np.int64)
@@ -229,21 +236,20 @@ def _hop_keys(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -
     rank[used[order]] = np.arange(len(used), dtype=np.int64)
     values = strs.take(pa.array(order))
     return (Key(rank[fwd_id], len(used), lambda c: values.take(pa.array(c, pa.int64()))),
-            Key(rank[rev_id], len(used), lambda c: values.take(pa.array(c, pa.int64()))))
+            Key(rank[rev_id], len(used), lambda c: values.take(pa.array(c, pa.int64()))), used[order])
 
 
-def _crossing(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -> pa.Table:
-    """Probes per physical link: each distinct (forward path, ACK path) expands to the union of their
-    links once, weighted by its probes (what :func:`link_counts` computes from hop strings)."""
-    if index is None or len(fwd_id) == 0:
+def _crossing(index: PathIndex | None, g: Groups, hop_of_rank: np.ndarray) -> pa.Table:
+    """Probes per physical link: each distinct (forward path, ACK path) group ``g`` expands to the union
+    of their links once, weighted by its probes (what :func:`link_counts` computes from hop strings)."""
+    if index is None or len(g.gid) == 0:
         return pa.table({"link": pa.array([], pa.string()), "n": pa.array([], pa.int64())})
-    width = max(int(max(fwd_id.max(), rev_id.max())) + 1, 1)
-    g = group([Key(fwd_id, width, _no_values), Key(rev_id, width, _no_values)])
     probes = np.bincount(g.gid, minlength=g.n_groups)
     off, ids, names = index.hop_links()
     n_links = max(len(names), 1)
     gl = []  # per path side: group * n_links + link, ascending (groups ascending, each hop's links ascending)
-    for hop in g.codes:
+    for codes in g.codes:
+        hop = hop_of_rank[codes]
         lengths = off[hop + 1] - off[hop]
         gl.append(np.repeat(np.arange(g.n_groups, dtype=np.int64) * n_links, lengths) +
                   ids[ranges(off[hop], lengths)])
@@ -257,10 +263,6 @@ def _crossing(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -
     seen = np.flatnonzero(np.bincount(link, minlength=n_links))
     out = pa.table({"link": names.take(pa.array(seen)), "n": pa.array(total[seen], pa.int64())})
     return out.sort_by("link")
-
-
-def _no_values(c: np.ndarray) -> pa.Array:
-    raise AssertionError("hop ids are not output")
 
 
 def _flat(a: pa.Array | pa.ChunkedArray) -> pa.Array:
