@@ -256,8 +256,8 @@ class PathIndex:
         self.sweep()
 
     def _used(self, entries: np.ndarray, at_ns: int) -> None:
-        if len(entries):
-            np.maximum.at(self._used_ns, entries, at_ns)
+        if len(entries):  # one time for all: repeated entries write the same value
+            self._used_ns[entries] = np.maximum(self._used_ns[entries], at_ns)
         self._now_ns = max(self._now_ns, at_ns)
 
     def sweep(self) -> None:
@@ -367,13 +367,11 @@ class PathIndex:
                             (r_pid << 33) | (1 << 32) | (dport << 16) | sport])
         e = _positions(np.where(np.concatenate([f_pid, r_pid, r_pid]) >= 0, q, -2), self._ekey)
         fwd, rev, swapped = e[:n], e[n:2 * n], e[2 * n:]
-        hops = np.concatenate([self._ehop, [0]])  # position -1 (not found): ''
-        out = hops[fwd], hops[np.where(rev >= 0, rev, swapped)]
-        used = np.zeros(len(self._ekey), dtype=bool)
-        used[e[e >= 0]] = True
+        rev = np.where(rev >= 0, rev, swapped)
+        out = [np.where(x >= 0, self._ehop[x], 0) for x in (fwd, rev)]  # not found (-1): '' (id 0)
         at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
-        self._used(np.flatnonzero(used), int(at or 0))  # no eviction here: the ids stay valid until sweep()
-        return out
+        self._used(e[e >= 0], int(at or 0))  # no eviction here: the ids stay valid until sweep()
+        return out[0], out[1]
 
     def _address_ids(self, col: pa.ChunkedArray | pa.Array) -> np.ndarray:
         """Index address id of each value (-1: unknown or null); a hash lookup per distinct value."""
