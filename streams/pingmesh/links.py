@@ -142,7 +142,6 @@ class PathIndex:
         self._ip_arr = pa.array([], pa.string())  # address of each id (dict order = id order)
         self._pair: dict[int, int] = {}
         self._pair_keys = np.zeros(0, dtype=np.int64)
-        self._new_pairs: list[int] = []  # pair keys of this update, appended to _pair_keys at its end
         self._ekey = np.zeros(0, dtype=np.int64)
         self._ehop = np.zeros(0, dtype=np.int64)
         self._hop: dict[str, int] = {"": 0}
@@ -166,17 +165,17 @@ class PathIndex:
         complete = (paths["complete"].to_pylist() if "complete" in paths.column_names
                     else [True] * paths.num_rows)
         grown = []
-        new_keys: list[int] = []
+        new_rows: list[int] = []
         changed: list[int] = []
         dark = False
-        for *key, hops, trace_ns, done in zip(*cols, complete, strict=True):
+        for j, (*key, hops, trace_ns, done) in enumerate(zip(*cols, complete, strict=True)):
             k = tuple(key)
             i = self._pos.get(k)
             done = bool(done)
             if i is None:
                 self._pos[k] = len(self._keys)
                 grown.append(trace_ns)
-                new_keys.append(self._tuple_key(k))
+                new_rows.append(j)
                 self._keys.append(k)
                 self._hops.append(hops)
                 self._trace.append(hops)
@@ -192,13 +191,10 @@ class PathIndex:
                     changed.append(i)
             dark |= not done
         start = len(self._ekey)
-        self._ekey = np.concatenate([self._ekey, np.asarray(new_keys, dtype=np.int64)])
-        self._pair_keys = np.concatenate([self._pair_keys, np.asarray(self._new_pairs, dtype=np.int64)])
-        self._new_pairs = []
-        self._ehop = np.concatenate([self._ehop, np.asarray(
-            [self._hop_id(h) for h in self._hops[start:]], dtype=np.int64)])
+        self._ekey = np.concatenate([self._ekey, self._tuple_keys(paths.take(pa.array(new_rows, pa.int64())))])
+        self._ehop = np.concatenate([self._ehop, self._hop_ids_of(self._hops[start:])])
         if changed:
-            self._ehop[changed] = [self._hop_id(self._hops[i]) for i in changed]
+            self._ehop[changed] = self._hop_ids_of([self._hops[i] for i in changed])
         ok = [j for j, d in enumerate(complete) if d]
         self._ends.learn([cols[1][j] for j in ok], [cols[2][j] for j in ok], [cols[5][j] for j in ok])
         if dark or any(not c for c in self._complete):
@@ -313,20 +309,39 @@ class PathIndex:
         self._link_ids = self._link_ids[ranges(self._link_off[done], lengths)]
         self._link_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
 
-    def _tuple_key(self, k: tuple) -> int:
-        """One int64 per (direction, 5-tuple): pair id << 33 | direction << 32 | src port << 16 | dst port;
-        -1 for a direction that is neither ``forward`` nor ``reverse`` (no probe looks it up)."""
-        direction, src, dst, sport, dport = k
-        d = _DIRECTION.get(direction)
-        if d is None:
-            return -1
-        s = self._ip.setdefault(src, len(self._ip))
-        t = self._ip.setdefault(dst, len(self._ip))
-        pid = self._pair.get((s << 31) | t)
-        if pid is None:
-            pid = self._pair[(s << 31) | t] = len(self._pair_keys) + len(self._new_pairs)
-            self._new_pairs.append((s << 31) | t)
-        return (pid << 33) | (d << 32) | (int(sport) << 16) | int(dport)
+    def _tuple_keys(self, rows: pa.Table) -> np.ndarray:
+        """One int64 per (direction, 5-tuple) of ``path.v1`` rows: pair id << 33 | direction << 32 | src
+        port << 16 | dst port; -1 for a direction that is neither ``forward`` nor ``reverse`` (no probe
+        looks it up). Vectorised; Python only over the distinct addresses and address pairs."""
+        if rows.num_rows == 0:
+            return np.zeros(0, dtype=np.int64)
+        d = _numpy(pc.fill_null(pc.index_in(rows["direction"], value_set=pa.array(list(_DIRECTION))), -1))
+        pk = (self._intern_addresses(rows["src_ip"]) << 31) | self._intern_addresses(rows["dst_ip"])
+        pairs, inv = np.unique(pk, return_inverse=True)
+        n_old = len(self._pair_keys)
+        pid = np.fromiter((self._pair.setdefault(int(k), len(self._pair)) for k in pairs),
+                          dtype=np.int64, count=len(pairs))
+        self._pair_keys = np.concatenate([self._pair_keys, pairs[pid >= n_old]])  # new ids ascend with the keys
+        sport = _numpy(rows["src_port"]).astype(np.int64)
+        dport = _numpy(rows["dst_port"]).astype(np.int64)
+        keys = (pid[inv.ravel()] << 33) | (d.astype(np.int64) << 32) | (sport << 16) | dport
+        return np.where(d >= 0, keys, -1)
+
+    def _intern_addresses(self, col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+        """Address id of each value, new addresses added (ids never change)."""
+        dic = pc.dictionary_encode(pc.fill_null(_combine(col), ""))
+        lut = np.fromiter((self._ip.setdefault(v, len(self._ip)) for v in dic.dictionary.to_pylist()),
+                          dtype=np.int64, count=len(dic.dictionary))
+        return lut[_numpy(dic.indices).astype(np.int64)]
+
+    def _hop_ids_of(self, hops: list[str | None]) -> np.ndarray:
+        """Hop-string id of each hop list (new strings interned); Python only over the distinct strings."""
+        if not hops:
+            return np.zeros(0, dtype=np.int64)
+        dic = pc.dictionary_encode(pc.fill_null(pa.array(hops, pa.string()), ""))
+        lut = np.fromiter((self._hop_id(v) for v in dic.dictionary.to_pylist()), dtype=np.int64,
+                          count=len(dic.dictionary))
+        return lut[_numpy(dic.indices).astype(np.int64)]
 
     def _hop_id(self, hops: str | None) -> int:
         h = hops or ""
