@@ -139,8 +139,8 @@ class PathIndex:
         # per entry its key (pair id, direction, ports in one int64) and its hop-string id; hop strings
         # interned ('' is id 0), their links in CSR form, filled lazily for new hop strings.
         self._ip: dict[str, int] = {}
-        self._ip_arr = pa.array([], pa.string())  # address of each id (dict order = id order)
         self._pair: dict[int, int] = {}
+        self._ip_arr = pa.array([], pa.string())  # address of each id (dict order = id order)
         self._pair_keys = np.zeros(0, dtype=np.int64)
         self._ekey = np.zeros(0, dtype=np.int64)
         self._ehop = np.zeros(0, dtype=np.int64)
@@ -294,7 +294,7 @@ class PathIndex:
         lut[live_p] = np.arange(len(live_p))
         self._ekey[known] = (lut[pids] << 33) | (self._ekey[known] & ((1 << 33) - 1))
         self._pair_keys = self._pair_keys[live_p]
-        self._pair = {int(k): j for j, k in enumerate(self._pair_keys)}
+        self._pair = dict(zip(self._pair_keys.tolist(), range(len(self._pair_keys)), strict=True))
         used = np.bincount(self._ehop, minlength=len(self._hop_strs)) > 0
         used[0] = True  # '' stays id 0
         live_h = np.flatnonzero(used)
@@ -318,10 +318,11 @@ class PathIndex:
         d = _numpy(pc.fill_null(pc.index_in(rows["direction"], value_set=pa.array(list(_DIRECTION))), -1))
         pk = (self._intern_addresses(rows["src_ip"]) << 31) | self._intern_addresses(rows["dst_ip"])
         pairs, inv = np.unique(pk, return_inverse=True)
-        n_old = len(self._pair_keys)
-        pid = np.fromiter((self._pair.setdefault(int(k), len(self._pair)) for k in pairs),
-                          dtype=np.int64, count=len(pairs))
-        self._pair_keys = np.concatenate([self._pair_keys, pairs[pid >= n_old]])  # new ids ascend with the keys
+        pid = _lookup(pairs, self._pair_keys, self._pair)  # known pairs: their id; new ones: appended
+        new = pid < 0
+        pid[new] = len(self._pair_keys) + np.arange(int(new.sum()), dtype=np.int64)
+        self._pair.update(zip(pairs[new].tolist(), pid[new].tolist(), strict=True))
+        self._pair_keys = np.concatenate([self._pair_keys, pairs[new]])
         sport = _numpy(rows["src_port"]).astype(np.int64)
         dport = _numpy(rows["dst_port"]).astype(np.int64)
         keys = (pid[inv.ravel()] << 33) | (d.astype(np.int64) << 32) | (sport << 16) | dport
@@ -339,8 +340,13 @@ class PathIndex:
         if not hops:
             return np.zeros(0, dtype=np.int64)
         dic = pc.dictionary_encode(pc.fill_null(pa.array(hops, pa.string()), ""))
-        lut = np.fromiter((self._hop_id(v) for v in dic.dictionary.to_pylist()), dtype=np.int64,
-                          count=len(dic.dictionary))
+        lut = _lookup(dic.dictionary, self.hop_strings(), self._hop)
+        new = np.flatnonzero(lut < 0)
+        if len(new):  # intern the new strings in one go
+            strs = dic.dictionary.take(pa.array(new)).to_pylist()
+            lut[new] = len(self._hop_strs) + np.arange(len(new), dtype=np.int64)
+            self._hop.update(zip(strs, lut[new].tolist(), strict=True))
+            self._hop_strs.extend(strs)
         return lut[_numpy(dic.indices).astype(np.int64)]
 
     def _hop_id(self, hops: str | None) -> int:
@@ -434,6 +440,18 @@ _DIRECTION = {"forward": 0, "reverse": 1}
 
 def _numpy(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return np.asarray(a.to_numpy(zero_copy_only=False))
+
+
+def _lookup(values: np.ndarray | pa.Array, table: np.ndarray | pa.Array, ids: dict) -> np.ndarray:
+    """Id of each of a batch's distinct ``values`` (-1: new), where ``table[id]`` is the value and ``ids``
+    the same as a dict: per value from the dict when the batch is small against the table (O(batch)),
+    else one hash lookup of the batch in the table (O(table), no Python per value)."""
+    if len(values) * 8 < len(table):
+        vals = values.to_pylist() if isinstance(values, pa.Array) else values.tolist()
+        return np.fromiter((ids.get(v, -1) for v in vals), dtype=np.int64, count=len(vals))
+    found = pc.index_in(values if isinstance(values, pa.Array) else pa.array(values, pa.int64()),
+                        value_set=table if isinstance(table, pa.Array) else pa.array(table, pa.int64()))
+    return _numpy(pc.fill_null(found, -1)).astype(np.int64)
 
 
 def _positions(keys: np.ndarray, value_set: np.ndarray) -> np.ndarray:
