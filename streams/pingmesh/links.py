@@ -197,7 +197,7 @@ class PathIndex:
             self._ehop[changed] = self._hop_ids_of([self._hops[i] for i in changed])
         ok = [j for j, d in enumerate(complete) if d]
         self._ends.learn([cols[1][j] for j in ok], [cols[2][j] for j in ok], [cols[5][j] for j in ok])
-        if dark or any(not c for c in self._complete):
+        if dark or False in self._complete:  # a C-level scan: no Python step per entry
             self._resolve()
         if grown:  # a fresh trace counts as a use: the tuple is on a pinglist now
             self._used_ns = np.concatenate([self._used_ns, np.asarray(grown, dtype=np.int64)])
