@@ -103,14 +103,6 @@ def _plain(t: pa.Table) -> pa.Table:
     return t
 
 
-def _encoded(t: pa.Table) -> pa.Table:
-    """String columns as dictionaries: the group-bys hash integer ids instead of strings (the hot path)."""
-    for i, f in enumerate(t.schema):
-        if pa.types.is_string(f.type):
-            t = t.set_column(i, f.name, pc.dictionary_encode(t[f.name].combine_chunks()))
-    return t
-
-
 def link_counts(groups: pa.Table) -> pa.Table:
     """Sum ``n`` per physical link over groups with ``fwd_hops``, ``rev_hops`` and ``n`` columns.
 
@@ -263,10 +255,6 @@ def _crossing(index: PathIndex | None, g: Groups, hop_of_rank: np.ndarray) -> pa
     seen = np.flatnonzero(np.bincount(link, minlength=n_links))
     out = pa.table({"link": names.take(pa.array(seen)), "n": pa.array(total[seen], pa.int64())})
     return out.sort_by("link")
-
-
-def _flat(a: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
 
 
 def to_bytes(p: WindowPartial) -> bytes:
