@@ -322,5 +322,16 @@ def merge(partials: list[WindowPartial]) -> WindowPartial:
             out[f.name] = t
         else:
             keys, vals = _SUM[f.name]
-            out[f.name] = _group_sum(t, keys, vals)
+            out[f.name] = _sum_by(t, keys, vals)
     return WindowPartial(**out)  # type: ignore[arg-type]
+
+
+def _sum_by(t: pa.Table, keys: list[str], vals: list[str]) -> pa.Table:
+    """:func:`_group_sum` on integer codes (:mod:`schemas.group_codes`): the same table (key fields keep
+    the input's nullability, as Acero's group-by does), without hashing strings once per group-by."""
+    if t.num_rows == 0:
+        return _group_sum(t, keys, vals)
+    g = sums(keys, [key(t[k]) for k in keys],
+             {v: to_numpy(pc.fill_null(t[v], 0)).astype(np.int64) for v in vals})
+    fs = [f.with_nullable(t.schema.field(f.name).nullable) if f.name in keys else f for f in g.schema]
+    return pa.Table.from_arrays(g.columns, schema=pa.schema(fs))
