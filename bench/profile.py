@@ -3,31 +3,40 @@
 The worker's work per step is :func:`streams.runtime.probe_step.process_step`: per message
 :func:`streams.runtime.probe_batch.process_probe_message` (decode, validate, decompose), then
 once per step the minute tier, the raw retention and :func:`streams.pingmesh.reducer.batch_partials`
-(split by window, attach traced paths, summarize, serialise the partial). This runs
-both on simulated batches of a 1,024-RNIC fabric (real paths in the path index), and
-reports for each stage its share of the time, and the number of Python function calls
-per batch at two batch sizes (equal when no per-row Python work is left).
+(split by window, summarize: path lookup, key encoding, group-by sums, links; serialise the
+partial). This runs both on simulated batches of a 1,024-RNIC fabric (real paths in the path
+index), and reports for each stage its share of the time, the slowest stage, the number of
+Python function calls per batch at two batch sizes (equal when no per-row Python work is
+left), and the CPU time per row of a whole step of many 6,000-row messages (process CPU time,
+so it holds on a shared machine where cProfile's wall times do not).
 """
 
 from __future__ import annotations
 
 import cProfile
 import pstats
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-STAGES = {
-    "decode (IPC -> Arrow)": ("schemas/codec.py", "decode"),
-    "validate (split_probes)": ("streams/pingmesh/validate.py", "split_probes"),
-    "decompose (t1..t6 -> RTTs)": ("streams/pingmesh/rtt.py", "decompose"),
-    "split_by_window": ("streams/pingmesh/windows.py", "split_by_window"),
-    "attach_paths (join with path index)": ("streams/pingmesh/links.py", "attach_paths"),
-    "summarize (all group-bys)": ("streams/pingmesh/partial.py", "summarize"),
-    "to_bytes (partial -> IPC)": ("streams/pingmesh/partial.py", "to_bytes"),
-    "minute tier (minute_rows)": ("schemas/minute_tier.py", "minute_rows"),
-    "raw retention (retained)": ("streams/pingmesh/retention.py", "retained"),
+STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "decode (IPC -> Arrow)": ("schemas/codec.py", ("decode",)),
+    "validate (split_probes)": ("streams/pingmesh/validate.py", ("split_probes",)),
+    "decompose (t1..t6 -> RTTs)": ("streams/pingmesh/rtt.py", ("decompose",)),
+    "split_by_window": ("streams/pingmesh/windows.py", ("split_by_window",)),
+    "summarize (all of the partial)": ("streams/pingmesh/partial.py", ("summarize",)),
+    "  path lookup (PathIndex.hop_ids)": ("streams/pingmesh/links.py", ("hop_ids",)),
+    "  key encoding (dictionary ids)": ("schemas/group_codes.py", ("key", "shared_keys")),
+    "  group-by sums (pairs, flows, delays, ...)": ("schemas/group_codes.py", ("sums",)),
+    "  links crossed (per distinct path pair)": ("streams/pingmesh/partial.py", ("_crossing",)),
+    "to_bytes (partial -> IPC)": ("streams/pingmesh/partial.py", ("to_bytes",)),
+    "minute tier (minute_rows)": ("schemas/minute_tier.py", ("minute_rows",)),
+    "raw retention (retained)": ("streams/pingmesh/retention.py", ("retained",)),
+    "upload marks (upload_marks)": ("streams/runtime/probe_step.py", ("upload_marks",)),
 }
+CONTAINERS = {"summarize (all of the partial)"}
+"""Stages that hold others (indented names): not candidates for the slowest stage."""
 
 
 @dataclass
@@ -39,6 +48,13 @@ class ProfileResult:
     stages: dict[str, float]
     calls: dict[int, int]
     index_paths: int
+    step_cpu_us: dict[str, float] = field(default_factory=dict)
+    step_rows: int = 0
+
+    @property
+    def slowest(self) -> str:
+        """The slowest stage that holds no other stage."""
+        return max((k for k in self.stages if k not in CONTAINERS), key=lambda k: self.stages[k]).strip()
 
 
 def _sim_batch(rows: int, n_rnics: int = 1024) -> tuple[bytes, object, int]:
@@ -77,16 +93,17 @@ def _one(payload: bytes, index: object) -> None:
 
 def _profile(payload: bytes, index: object) -> pstats.Stats:
     _one(payload, index)  # warm imports and caches
-    prof = cProfile.Profile()
+    prof = cProfile.Profile(time.process_time)  # CPU time: the shares hold on a shared, loaded machine
     prof.enable()
     _one(payload, index)
     prof.disable()
     return pstats.Stats(prof)
 
 
-def run(rows: int = 20_000, small: int = 10_000, large: int = 200_000) -> ProfileResult:
-    """Profile one batch of ``rows``; count calls for batches of ``small`` and ``large`` rows."""
-    payload, index, n_paths = _sim_batch(max(rows, small, large) + 1_000)
+def run(rows: int = 20_000, small: int = 10_000, large: int = 200_000, step: int = 240_000) -> ProfileResult:
+    """Profile one batch of ``rows``; count calls for batches of ``small`` and ``large`` rows; CPU per row
+    of a ``step``-row worker step (0: skip)."""
+    payload, index, n_paths = _sim_batch(max(rows, small, large, step) + 1_000)
     from schemas.codec import decode, encode
     from streams.pingmesh.windows import split_by_window
 
@@ -100,11 +117,43 @@ def run(rows: int = 20_000, small: int = 10_000, large: int = 200_000) -> Profil
     st = _profile(cut(rows), index)
     total = st.total_tt  # type: ignore[attr-defined]
     stages: dict[str, float] = {}
-    for name, (path, fn) in STAGES.items():
+    for name, (path, fns) in STAGES.items():
         stages[name] = sum(v[3] for k, v in st.stats.items()  # type: ignore[attr-defined]
-                           if k[0].endswith(path) and k[2] == fn)
+                           if k[0].endswith(path) and k[2] in fns)
     calls = {n: _profile(cut(n), index).total_calls for n in (small, large)}  # type: ignore[attr-defined]
-    return ProfileResult(rows, total, stages, calls, n_paths)
+    step_rows = min(step, full.num_rows)
+    cpu = step_cpu(full.slice(0, step_rows), index) if step_rows else {}
+    return ProfileResult(rows, total, stages, calls, n_paths, cpu, step_rows)
+
+
+def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: int = 3) -> dict[str, float]:
+    """CPU µs per row (process time, best of ``repeat``) of one worker step over ``rows`` cut into
+    ``per_message``-row messages, and of its summarize and minute tier alone on the same rows."""
+    from schemas.codec import encode
+    from schemas.minute_tier import minute_rows
+    from streams.pingmesh.partial import summarize
+    from streams.pingmesh.windows import WINDOW_NS, split_by_window
+    from streams.runtime.probe_step import RawMessage, process_step
+
+    msgs = [RawMessage(encode(rows.slice(i, per_message)), "probe.v1", "probes.raw", 0, i // per_message)
+            for i in range(0, rows.num_rows, per_message)]
+
+    def best(fn: object) -> float:
+        out = []
+        for _ in range(repeat):
+            c = time.process_time()
+            fn()  # type: ignore[operator]
+            out.append(time.process_time() - c)
+        return 1e6 * min(out) / rows.num_rows
+
+    res = process_step(msgs, index, WINDOW_NS)  # type: ignore[arg-type]
+    enriched = pa.concat_tables([m.enriched for m in res.messages if m.enriched is not None])
+    ws, window = max(split_by_window(enriched, WINDOW_NS).items(), key=lambda kv: kv[1].num_rows)
+    return {
+        "process_step": best(lambda: process_step(msgs, index, WINDOW_NS)),  # type: ignore[arg-type]
+        "summarize": best(lambda: summarize(ws, window, index)),  # type: ignore[arg-type]
+        "minute_rows": best(lambda: minute_rows(enriched)),
+    }
 
 
 def print_report(r: ProfileResult) -> None:
@@ -113,15 +162,19 @@ def print_report(r: ProfileResult) -> None:
     from rich.table import Table
 
     con = Console(width=140)
-    t = Table(title=f"RTT worker, one {r.rows:,}-row batch (cProfile, cumulative; 1,024-RNIC sim fabric)")
-    for c in ("stage", "ms", "share of batch"):
+    t = Table(title=f"RTT worker, one {r.rows:,}-row batch (cProfile, CPU time, cumulative; 1,024-RNIC sim fabric)")
+    for c in ("stage", "CPU ms", "share of batch"):
         t.add_column(c, justify="left" if c == "stage" else "right")
     for name, s in sorted(r.stages.items(), key=lambda kv: -kv[1]):
         t.add_row(name, f"{s * 1e3:.1f}", f"{s / r.total_s:.0%}")
     t.add_row("[bold]whole batch[/bold]", f"{r.total_s * 1e3:.1f}", "100%")
     con.print(t)
     con.print(f"path index: {r.index_paths:,} traced 5-tuples")
-    con.print("note: summarize includes attach_paths; the stages are nested, not additive")
+    con.print("note: indented stages are inside summarize; the stages are nested, not additive")
+    con.print(f"[bold]slowest stage: {r.slowest}[/bold]")
     con.print("Python function calls per batch (rows of one window): "
               + ", ".join(f"{n:,} rows -> {c:,}" for n, c in r.calls.items())
               + (" (equal: no per-row Python work)" if len(set(r.calls.values())) == 1 else " (DIFFER)"))
+    if r.step_cpu_us:
+        con.print(f"CPU per row, one worker step of {r.step_rows:,} rows in 6,000-row messages (process time, "
+                  "best of 3): " + ", ".join(f"{k} {v:.2f} µs" for k, v in r.step_cpu_us.items()))

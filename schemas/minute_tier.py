@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.arrow_pa import arrow_schema
+from schemas.group_codes import factorize
 
 MINUTE = "probe_minute.v1"
 STORE_BUCKETS_PER_OCTAVE = 16
@@ -85,9 +86,10 @@ def minute_rows(enriched: pa.Table) -> pa.Table:
     for k in KEYS[1:]:
         codes, card = _codes(enriched[k])
         composite = composite * card + codes
-    _, first, gid = np.unique(composite, return_index=True, return_inverse=True)
-    gid = gid.astype(np.int64)
-    n_groups = len(first)
+    gid, distinct = factorize(composite)  # groups in key order, as np.unique numbers them
+    n_groups = len(distinct)
+    first = np.zeros(n_groups, dtype=np.int64)
+    first[gid] = np.arange(len(gid), dtype=np.int64)  # a row of each group (all share its key)
     timeout = pc.equal(enriched["status"], "timeout").to_numpy(zero_copy_only=False)
     take = pa.array(first, pa.int64())
     cols = {

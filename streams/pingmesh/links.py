@@ -31,6 +31,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.group_codes import ranges
+
 LINK_SEP = "->"
 KEY = ("src_ip", "dst_ip", "src_port", "dst_port")
 NO_ANSWER = "*"
@@ -133,6 +135,22 @@ class PathIndex:
         self._now_ns = 0
         self._swept_ns = 0
         self._latest: pa.Table | None = None
+        # Integer ids for the probe lookup (:meth:`hop_ids`): address -> id, (src id, dst id) -> pair id,
+        # per entry its key (pair id, direction, ports in one int64) and its hop-string id; hop strings
+        # interned ('' is id 0), their links in CSR form, filled lazily for new hop strings.
+        self._ip: dict[str, int] = {}
+        self._pair: dict[int, int] = {}
+        self._ip_arr = pa.array([], pa.string())  # address of each id (dict order = id order)
+        self._pair_keys = np.zeros(0, dtype=np.int64)
+        self._ekey = np.zeros(0, dtype=np.int64)
+        self._ehop = np.zeros(0, dtype=np.int64)
+        self._hop: dict[str, int] = {"": 0}
+        self._hop_strs: list[str] = [""]
+        self._hop_arr: pa.Array = pa.array([""], pa.string())
+        self._link: dict[str, int] = {}
+        self._link_strs: list[str] = []
+        self._link_off = np.zeros(1, dtype=np.int64)
+        self._link_ids = np.zeros(0, dtype=np.int64)
         if paths is not None:
             self.update(paths)
 
@@ -147,14 +165,17 @@ class PathIndex:
         complete = (paths["complete"].to_pylist() if "complete" in paths.column_names
                     else [True] * paths.num_rows)
         grown = []
+        new_rows: list[int] = []
+        changed: list[int] = []
         dark = False
-        for *key, hops, trace_ns, done in zip(*cols, complete, strict=True):
+        for j, (*key, hops, trace_ns, done) in enumerate(zip(*cols, complete, strict=True)):
             k = tuple(key)
             i = self._pos.get(k)
             done = bool(done)
             if i is None:
                 self._pos[k] = len(self._keys)
                 grown.append(trace_ns)
+                new_rows.append(j)
                 self._keys.append(k)
                 self._hops.append(hops)
                 self._trace.append(hops)
@@ -167,10 +188,16 @@ class PathIndex:
                 if (done and not old_done) or (done == old_done and (
                         trace_ns > old_ns or (trace_ns == old_ns and hops < self._trace[i]))):
                     self._hops[i], self._trace[i], self._trace_ns[i], self._complete[i] = hops, hops, trace_ns, done
+                    changed.append(i)
             dark |= not done
+        start = len(self._ekey)
+        self._ekey = np.concatenate([self._ekey, self._tuple_keys(paths.take(pa.array(new_rows, pa.int64())))])
+        self._ehop = np.concatenate([self._ehop, self._hop_ids_of(self._hops[start:])])
+        if changed:
+            self._ehop[changed] = self._hop_ids_of([self._hops[i] for i in changed])
         ok = [j for j, d in enumerate(complete) if d]
         self._ends.learn([cols[1][j] for j in ok], [cols[2][j] for j in ok], [cols[5][j] for j in ok])
-        if dark or any(not c for c in self._complete):
+        if dark or False in self._complete:  # a C-level scan: no Python step per entry
             self._resolve()
         if grown:  # a fresh trace counts as a use: the tuple is on a pinglist now
             self._used_ns = np.concatenate([self._used_ns, np.asarray(grown, dtype=np.int64)])
@@ -198,6 +225,7 @@ class PathIndex:
                 out = f"{last},{NO_ANSWER}"
             if out != self._hops[i]:
                 self._hops[i] = out
+                self._ehop[i] = self._hop_id(out)
                 self._latest = None
 
     @property
@@ -220,9 +248,17 @@ class PathIndex:
 
     def touch(self, entries: np.ndarray, at_ns: int) -> None:
         """Entries (``_entry`` values) used by probes up to event time ``at_ns``; evicts stale ones now and then."""
-        if len(entries):
-            np.maximum.at(self._used_ns, entries, at_ns)
+        self._used(entries, at_ns)
+        self.sweep()
+
+    def _used(self, entries: np.ndarray, at_ns: int) -> None:
+        if len(entries):  # one time for all: repeated entries write the same value
+            self._used_ns[entries] = np.maximum(self._used_ns[entries], at_ns)
         self._now_ns = max(self._now_ns, at_ns)
+
+    def sweep(self) -> None:
+        """Evict what no probe used for ``evict_after_ns`` (checked every quarter of it, event time). An
+        eviction renumbers hop-string ids: call it once done with the ids of :meth:`hop_ids`."""
         if self._now_ns - self._swept_ns >= self.evict_after_ns // 4:
             self.evict(self._now_ns - self.evict_after_ns)
             self._swept_ns = self._now_ns
@@ -242,9 +278,188 @@ class PathIndex:
         self._trace = [self._trace[i] for i in keep]
         self._used_ns = self._used_ns[keep]
         self._pos = {k: j for j, k in enumerate(self._keys)}
+        self._ekey, self._ehop = self._ekey[keep], self._ehop[keep]
+        self._compact_ids()
         self.evicted += gone
         self._latest = None
         return gone
+
+    def _compact_ids(self) -> None:
+        """Drop pair ids and hop strings no live entry uses (after an eviction): the id tables stay as
+        small as the index. Ids are renumbered in their old order, so the links already computed are kept."""
+        known = self._ekey >= 0
+        pids = self._ekey[known] >> 33
+        live_p = np.flatnonzero(np.bincount(pids, minlength=len(self._pair_keys)))
+        lut = np.zeros(len(self._pair_keys), dtype=np.int64)
+        lut[live_p] = np.arange(len(live_p))
+        self._ekey[known] = (lut[pids] << 33) | (self._ekey[known] & ((1 << 33) - 1))
+        self._pair_keys = self._pair_keys[live_p]
+        self._pair = dict(zip(self._pair_keys.tolist(), range(len(self._pair_keys)), strict=True))
+        used = np.bincount(self._ehop, minlength=len(self._hop_strs)) > 0
+        used[0] = True  # '' stays id 0
+        live_h = np.flatnonzero(used)
+        lut = np.zeros(len(self._hop_strs), dtype=np.int64)
+        lut[live_h] = np.arange(len(live_h))
+        self._ehop = lut[self._ehop]
+        self._hop_arr = self.hop_strings().take(pa.array(live_h))
+        self._hop_strs = [self._hop_strs[i] for i in live_h]
+        self._hop = {h: j for j, h in enumerate(self._hop_strs)}
+        done = live_h[live_h < len(self._link_off) - 1]  # hop ids whose links are known: a prefix, kept
+        lengths = np.diff(self._link_off)[done]
+        self._link_ids = self._link_ids[ranges(self._link_off[done], lengths)]
+        self._link_off = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+
+    def _tuple_keys(self, rows: pa.Table) -> np.ndarray:
+        """One int64 per (direction, 5-tuple) of ``path.v1`` rows: pair id << 33 | direction << 32 | src
+        port << 16 | dst port; -1 for a direction that is neither ``forward`` nor ``reverse`` (no probe
+        looks it up). Vectorised; Python only over the distinct addresses and address pairs."""
+        if rows.num_rows == 0:
+            return np.zeros(0, dtype=np.int64)
+        d = _numpy(pc.fill_null(pc.index_in(rows["direction"], value_set=pa.array(list(_DIRECTION))), -1))
+        pk = (self._intern_addresses(rows["src_ip"]) << 31) | self._intern_addresses(rows["dst_ip"])
+        pairs, inv = np.unique(pk, return_inverse=True)
+        pid = _lookup(pairs, self._pair_keys, self._pair)  # known pairs: their id; new ones: appended
+        new = pid < 0
+        pid[new] = len(self._pair_keys) + np.arange(int(new.sum()), dtype=np.int64)
+        self._pair.update(zip(pairs[new].tolist(), pid[new].tolist(), strict=True))
+        self._pair_keys = np.concatenate([self._pair_keys, pairs[new]])
+        sport = _numpy(rows["src_port"]).astype(np.int64)
+        dport = _numpy(rows["dst_port"]).astype(np.int64)
+        keys = (pid[inv.ravel()] << 33) | (d.astype(np.int64) << 32) | (sport << 16) | dport
+        return np.where(d >= 0, keys, -1)
+
+    def _intern_addresses(self, col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+        """Address id of each value, new addresses added (ids never change)."""
+        dic = pc.dictionary_encode(pc.fill_null(_combine(col), ""))
+        lut = np.fromiter((self._ip.setdefault(v, len(self._ip)) for v in dic.dictionary.to_pylist()),
+                          dtype=np.int64, count=len(dic.dictionary))
+        return lut[_numpy(dic.indices).astype(np.int64)]
+
+    def _hop_ids_of(self, hops: list[str | None]) -> np.ndarray:
+        """Hop-string id of each hop list (new strings interned); Python only over the distinct strings."""
+        if not hops:
+            return np.zeros(0, dtype=np.int64)
+        dic = pc.dictionary_encode(pc.fill_null(pa.array(hops, pa.string()), ""))
+        lut = _lookup(dic.dictionary, self.hop_strings(), self._hop)
+        new = np.flatnonzero(lut < 0)
+        if len(new):  # intern the new strings in one go
+            strs = dic.dictionary.take(pa.array(new)).to_pylist()
+            lut[new] = len(self._hop_strs) + np.arange(len(new), dtype=np.int64)
+            self._hop.update(zip(strs, lut[new].tolist(), strict=True))
+            self._hop_strs.extend(strs)
+        return lut[_numpy(dic.indices).astype(np.int64)]
+
+    def _hop_id(self, hops: str | None) -> int:
+        h = hops or ""
+        i = self._hop.get(h)
+        if i is None:
+            i = self._hop[h] = len(self._hop_strs)
+            self._hop_strs.append(h)
+        return i
+
+    def hop_ids(self, probes: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+        """The forward and ACK path of each probe as hop-string ids (:meth:`hop_strings`; 0 is '', untraced).
+
+        Integer lookups, no join: the probe's addresses become the index's address ids (a dict lookup per
+        distinct address of the batch), each 5-tuple one int64 key, found by a hash lookup
+        (``pyarrow.compute.index_in``) among the entries' keys. The ACK path is the reverse 5-tuple with
+        the probe's ports, else with the ports swapped (module docstring). Records which entries the
+        probes used (at the newest ``upload_ns``) but evicts nothing: the ids (and :meth:`hop_strings`,
+        :meth:`hop_links`) stay valid until the caller, done with them, calls :meth:`sweep`.
+
+        Args:
+            probes: rows with ``src_ip``, ``dst_ip``, ``src_port``, ``dst_port`` (and ``upload_ns``).
+
+        Returns:
+            ``(fwd, rev)``: int64 arrays of ``probes.num_rows`` hop ids.
+        """
+        n = probes.num_rows
+        if n == 0 or not self._pos:
+            return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+        s, t = self._address_ids(probes["src_ip"]), self._address_ids(probes["dst_ip"])
+        known = (s >= 0) & (t >= 0)
+        pk = np.concatenate([(s << 31) | t, (t << 31) | s])
+        pid = _positions(np.where(np.concatenate([known, known]), pk, -2), self._pair_keys)
+        sport = _numpy(probes["src_port"]).astype(np.int64)
+        dport = _numpy(probes["dst_port"]).astype(np.int64)
+        f_pid, r_pid = pid[:n], pid[n:]
+        q = np.concatenate([(f_pid << 33) | (sport << 16) | dport,
+                            (r_pid << 33) | (1 << 32) | (sport << 16) | dport,
+                            (r_pid << 33) | (1 << 32) | (dport << 16) | sport])
+        e = _positions(np.where(np.concatenate([f_pid, r_pid, r_pid]) >= 0, q, -2), self._ekey)
+        fwd, rev, swapped = e[:n], e[n:2 * n], e[2 * n:]
+        rev = np.where(rev >= 0, rev, swapped)
+        out = [np.where(x >= 0, self._ehop[x], 0) for x in (fwd, rev)]  # not found (-1): '' (id 0)
+        at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
+        self._used(e[e >= 0], int(at or 0))  # no eviction here: the ids stay valid until sweep()
+        return out[0], out[1]
+
+    def _address_ids(self, col: pa.ChunkedArray | pa.Array) -> np.ndarray:
+        """Index address id of each value (-1: unknown or null); a hash lookup per distinct value."""
+        d = pc.dictionary_encode(_combine(col))
+        if len(self._ip_arr) < len(self._ip):  # addresses are only added (ids never change)
+            self._ip_arr = pa.array(list(self._ip), pa.string())
+        lut = _numpy(pc.fill_null(pc.index_in(d.dictionary, value_set=self._ip_arr), -1)).astype(np.int64)
+        idx = _numpy(pc.fill_null(d.indices, len(d.dictionary)))
+        return np.concatenate([lut, [-1]])[idx]
+
+    def hop_strings(self) -> pa.Array:
+        """Hop string of every hop id (:meth:`hop_ids`): a string array, ``[0]`` is ''."""
+        if len(self._hop_arr) < len(self._hop_strs):  # new hop strings since the last call: appended
+            self._hop_arr = pa.concat_arrays([self._hop_arr, pa.array(self._hop_strs[len(self._hop_arr):],
+                                                                      pa.string())])
+        return self._hop_arr
+
+    def hop_links(self) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+        """The distinct physical links of every hop string, in CSR form: ``(offsets, link ids, link names)``.
+
+        Hop id ``h``'s links are ``link_ids[offsets[h]:offsets[h + 1]]``, ascending, each once; ``link
+        names[i]`` is link ``i`` (``lower->upper``, :func:`explode_links`, pseudo-links ``X->*`` included).
+        Computed once per new hop string (vectorised), not per probe.
+        """
+        done = len(self._link_off) - 1
+        if done < len(self._hop_strs):
+            new = pa.array(self._hop_strs[done:], pa.string())
+            ex = explode_links(new)
+            d = pc.dictionary_encode(ex["link"].combine_chunks())
+            lut = np.fromiter((self._link.setdefault(v, len(self._link)) for v in d.dictionary.to_pylist()),
+                              dtype=np.int64, count=len(d.dictionary))
+            self._link_strs += list(self._link)[len(self._link_strs):]
+            ids = lut[_numpy(d.indices)] if len(ex) else np.zeros(0, dtype=np.int64)
+            path = _numpy(ex["path"]).astype(np.int64)
+            width = max(len(self._link), 1)
+            pl = np.unique(path * width + ids)  # per hop string, each link once, ascending
+            lengths = np.bincount(pl // width, minlength=len(new))
+            self._link_ids = np.concatenate([self._link_ids, pl % width])
+            self._link_off = np.concatenate([self._link_off, self._link_off[-1] + np.cumsum(lengths)])
+        return self._link_off, self._link_ids, pa.array(self._link_strs, pa.string())
+
+
+_DIRECTION = {"forward": 0, "reverse": 1}
+
+
+def _numpy(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    return np.asarray(a.to_numpy(zero_copy_only=False))
+
+
+def _lookup(values: np.ndarray | pa.Array, table: np.ndarray | pa.Array, ids: dict) -> np.ndarray:
+    """Id of each of a batch's distinct ``values`` (-1: new), where ``table[id]`` is the value and ``ids``
+    the same as a dict: per value from the dict when the batch is small against the table (O(batch)),
+    else one hash lookup of the batch in the table (O(table), no Python per value)."""
+    if len(values) * 8 < len(table):
+        vals = values.to_pylist() if isinstance(values, pa.Array) else values.tolist()
+        return np.fromiter((ids.get(v, -1) for v in vals), dtype=np.int64, count=len(vals))
+    found = pc.index_in(values if isinstance(values, pa.Array) else pa.array(values, pa.int64()),
+                        value_set=table if isinstance(table, pa.Array) else pa.array(table, pa.int64()))
+    return _numpy(pc.fill_null(found, -1)).astype(np.int64)
+
+
+def _positions(keys: np.ndarray, value_set: np.ndarray) -> np.ndarray:
+    """Position of each key in ``value_set`` (unique values; hash lookup), -1 where absent."""
+    if len(value_set) == 0:
+        return np.full(len(keys), -1, dtype=np.int64)
+    found = pc.index_in(pa.array(keys, pa.int64()), value_set=pa.array(value_set, pa.int64()))
+    return _numpy(pc.fill_null(found, -1)).astype(np.int64)
 
 
 class _TraceEnds:
@@ -306,33 +521,20 @@ def attach_paths(probes: pa.Table, paths: pa.Table | PathIndex | None) -> pa.Tab
             known so far), or ``None`` (every path unknown).
 
     Returns:
-        ``probes`` with two more columns, row order kept.
+        ``probes`` with two more columns, row order kept (:meth:`PathIndex.hop_ids`).
     """
     n = probes.num_rows
-    lp = paths.latest if isinstance(paths, PathIndex) else (
-        latest_paths(paths) if paths is not None and paths.num_rows else None)
-    if lp is None or lp.num_rows == 0 or n == 0:
+    index = paths if isinstance(paths, PathIndex) else (
+        PathIndex(paths) if paths is not None and paths.num_rows else None)
+    if index is None or n == 0:
         empty = pa.array([""] * n, pa.string())
         return probes.append_column("fwd_hops", empty).append_column("rev_hops", empty)
-    key = probes.select(list(KEY)).append_column("_row", pa.array(np.arange(n), pa.int64()))
-    found = {}
-    used = []
-    for direction, names, col in (
-        ("forward", list(KEY), "fwd_hops"),
-        ("reverse", ["dst_ip", "src_ip", "src_port", "dst_port"], "rev_hops"),
-        ("reverse", ["dst_ip", "src_ip", "dst_port", "src_port"], "rev_swapped"),
-    ):
-        side = lp.filter(pc.equal(lp["direction"], direction)).drop(["direction"])
-        side = side.rename_columns([*names, col, *(["_entry"] if "_entry" in side.column_names else [])])
-        j = key.join(side, list(names), join_type="left outer").sort_by("_row")
-        found[col] = j[col]
-        if "_entry" in j.column_names:
-            used.append(pc.drop_null(j["_entry"]).to_numpy())
-    if isinstance(paths, PathIndex):  # what the pinglists probe now keeps its traces (eviction)
-        at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
-        paths.touch(np.unique(np.concatenate(used)) if used else np.zeros(0, np.int64), int(at or 0))
-    rev = pc.fill_null(pc.coalesce(found["rev_hops"], found["rev_swapped"]), "")
-    return probes.append_column("fwd_hops", pc.fill_null(found["fwd_hops"], "")).append_column("rev_hops", rev)
+    fwd, rev = index.hop_ids(probes)
+    hops = index.hop_strings()
+    out = probes.append_column("fwd_hops", hops.take(pa.array(fwd))).append_column(
+        "rev_hops", hops.take(pa.array(rev)))
+    index.sweep()
+    return out
 
 
 def probe_links(fwd_hops: pa.Array, rev_hops: pa.Array) -> pa.Table:

@@ -20,7 +20,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.pingmesh.links import PathIndex, attach_paths, probe_links
+from schemas.group_codes import Groups, Key, group, key, ranges, shared_keys, sums, to_numpy
+from streams.pingmesh.links import PathIndex, probe_links
 
 HIST_PER_OCTAVE = 8
 
@@ -102,14 +103,6 @@ def _plain(t: pa.Table) -> pa.Table:
     return t
 
 
-def _encoded(t: pa.Table) -> pa.Table:
-    """String columns as dictionaries: the group-bys hash integer ids instead of strings (the hot path)."""
-    for i, f in enumerate(t.schema):
-        if pa.types.is_string(f.type):
-            t = t.set_column(i, f.name, pc.dictionary_encode(t[f.name].combine_chunks()))
-    return t
-
-
 def link_counts(groups: pa.Table) -> pa.Table:
     """Sum ``n`` per physical link over groups with ``fwd_hops``, ``rev_hops`` and ``n`` columns.
 
@@ -125,6 +118,11 @@ def link_counts(groups: pa.Table) -> pa.Table:
 def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathIndex | None) -> WindowPartial:
     """Turn one worker's rows of one window into a :class:`WindowPartial`.
 
+    Every key column is encoded once to integer codes (:mod:`schemas.group_codes`) and shared by the
+    group-bys; paths are hop-string ids from the index (:meth:`PathIndex.hop_ids`), and a probe's links
+    are expanded once per distinct (forward path, ACK path), not per probe. Equal, table for table, to
+    Arrow group-bys over the string columns sorted by their keys.
+
     Args:
         window_start_ns: start of the window the rows belong to (ns).
         probes: ``probe_enriched.v1`` rows of that window (``t1`` inside it).
@@ -133,63 +131,130 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
             ``path.v1`` rows, or None.
 
     Returns:
-        The partial; vectorised over rows (group-bys), no per-row Python.
+        The partial; vectorised over rows (numpy over integer codes), no per-row Python.
     """
-    t = _encoded(attach_paths(probes, paths))
-    n = t.num_rows
-    one = pa.array(np.ones(n, dtype=np.int64))
-    timeout = pc.equal(t["status"], "timeout")
-    t = t.append_column("n", one).append_column("n_timeout", pc.cast(timeout, pa.int64()))
-    pairs = _group_sum(t, PAIR_KEYS, ["n", "n_timeout"])
-    failing = _group_sum(t.filter(timeout), FAIL_KEYS, ["n"])
-
-    crossing = link_counts(_group_sum(t, ["fwd_hops", "rev_hops"], ["n"]))
-
-    t1 = pc.coalesce(t["t1"], t["upload_ns"]) if n else pa.array([], pa.int64())
-    slot = pa.array(np.clip((np.asarray(t1.to_numpy(zero_copy_only=False), dtype=np.int64) - window_start_ns)
-                            // SLOT_NS, 0, None), pa.int64())
-    t = t.append_column("slot", slot)
-    slots = _group_sum(pa.table({
-        "host": pa.concat_arrays([_flat(t["prober_host"]), _flat(t["responder_host"])]),
-        "slot": pa.concat_arrays([_flat(t["slot"])] * 2),
-        "n": pa.concat_arrays([_flat(t["n"])] * 2),
-        "n_timeout": pa.concat_arrays([_flat(t["n_timeout"])] * 2),
-    }), ["host", "slot"], ["n", "n_timeout"])
-
-    ok = t.filter(pc.invert(timeout))
-    parts = []
-    for role, host_col, val_col in (("responder", "responder_host", "responder_delay_ns"),
-                                    ("prober", "prober_host", "prober_delay_ns")):
-        sub = ok.filter(pc.is_valid(ok[val_col]))
-        parts.append(pa.table({
-            "host": pc.cast(sub[host_col], pa.string()),  # two dictionaries (responder, prober hosts)
-            "role": pa.array([role] * sub.num_rows, pa.string()),
-            "slot": sub["slot"],
-            "bucket": pa.array(bucket_of(sub[val_col].to_numpy()), pa.int64()),
-            "n": pa.array(np.ones(sub.num_rows, np.int64)),
-        }))
-    delays = _group_sum(pa.concat_tables(parts), [*DELAY_KEYS, "bucket"], ["n"])
-
-    rtt_ok = ok.filter(pc.is_valid(ok["network_rtt_ns"]))
-    flows = rtt_ok.select(FLOW_KEYS).append_column(
-        "bucket", pa.array(bucket_of(rtt_ok["network_rtt_ns"].to_numpy()), pa.int64())
-    ).append_column("n", pa.array(np.ones(rtt_ok.num_rows, np.int64)))
-    flows = _group_sum(flows, [*FLOW_KEYS, "bucket"], ["n"])
-
-    svc = t.filter(pc.and_(pc.equal(t["pinglist"], "service"), pc.is_valid(t["job_id"])))
-    service = _group_sum(svc, SERVICE_KEYS, ["n", "n_timeout"])
-
-    if n:
-        up = t.group_by(["prober_host"]).aggregate([("upload_ns", "max")])
-        uploads = _plain(up.select(["prober_host", "upload_ns_max"]).rename_columns(["host", "upload_ns"]))
+    n = probes.num_rows
+    index = paths if isinstance(paths, PathIndex) else (
+        PathIndex(paths) if paths is not None and paths.num_rows else None)
+    if index is not None:
+        fwd_id, rev_id = index.hop_ids(probes)
     else:
-        uploads = pa.table({"host": pa.array([], pa.string()), "upload_ns": pa.array([], pa.int64())})
-    return WindowPartial(window_start_ns, pairs, failing, crossing, delays, flows, service,
-                         uploads.sort_by("host"), slots)
+        fwd_id = rev_id = np.zeros(n, dtype=np.int64)
+    fwd, rev, hop_of_rank = _hop_keys(index, fwd_id, rev_id)
+    # one key for the (forward, ACK) path pair, numbered in (forward, ACK) order: shared by the links
+    # crossed, failing, flows and service; the ACK path column is output from it (dependent)
+    path_pairs = group([fwd, rev])
+    fwd_codes, fwd_values = path_pairs.codes[0], fwd.values
+    fwd = Key(path_pairs.gid, path_pairs.n_groups, lambda c: fwd_values(fwd_codes[c]))
+    rev = Key(rev.codes, rev.card, rev.values, dependent=True)
+    status = pc.equal(probes["status"], "timeout")
+    timeout = to_numpy(pc.fill_null(status, False)).astype(bool)
+    ok = to_numpy(pc.fill_null(pc.invert(status), False)).astype(bool)
+
+    pinglist, prober_rnic, responder_rnic = key(probes["pinglist"]), key(probes["prober_rnic"]), \
+        key(probes["responder_rnic"])
+    prober_host, responder_host = shared_keys(probes["prober_host"], probes["responder_host"])
+    qpn = key(probes["qpn"])
+    pair = [pinglist, prober_host, prober_rnic, responder_host, responder_rnic, qpn]
+    pairs = sums(PAIR_KEYS, pair, {"n": None, "n_timeout": timeout})
+
+    rows = np.flatnonzero(timeout)
+    job = key(probes["job_id"].take(pa.array(rows)))
+    failing = sums(FAIL_KEYS, [*(k.take(rows) for k in pair), job, fwd.take(rows), rev.take(rows)], {"n": None})
+
+    crossing = _crossing(index, path_pairs, hop_of_rank)
+
+    t1 = pc.coalesce(probes["t1"], probes["upload_ns"]) if n else pa.array([], pa.int64())
+    slot = np.clip((to_numpy(t1).astype(np.int64) - window_start_ns) // SLOT_NS, 0, None)
+    host = Key(np.concatenate([prober_host.codes, responder_host.codes]), prober_host.card, prober_host.values)
+    slots = sums(["host", "slot"], [host, key(pa.array(np.concatenate([slot, slot])))],
+                 {"n": None, "n_timeout": np.concatenate([timeout, timeout])})
+
+    delay_rows, hosts, roles, buckets = [], [], [], []
+    for role, host_key, val_col in ((1, responder_host, "responder_delay_ns"), (0, prober_host, "prober_delay_ns")):
+        r = np.flatnonzero(ok & to_numpy(pc.is_valid(probes[val_col])))
+        delay_rows.append(r)
+        hosts.append(host_key.codes[r])
+        roles.append(np.full(len(r), role, dtype=np.int64))
+        buckets.append(bucket_of(to_numpy(probes[val_col].take(pa.array(r)))))
+    role_names = pa.array(["prober", "responder"], pa.string())
+    delays = sums(DELAY_KEYS + ["bucket"], [
+        Key(np.concatenate(hosts), prober_host.card, prober_host.values),
+        Key(np.concatenate(roles), 2, lambda c: role_names.take(pa.array(c, pa.int64()))),
+        key(pa.array(slot[np.concatenate(delay_rows)], pa.int64())),
+        key(pa.array(np.concatenate(buckets), pa.int64())),
+    ], {"n": None})
+
+    rows = np.flatnonzero(ok & to_numpy(pc.is_valid(probes["network_rtt_ns"])))
+    flow = [pinglist, prober_rnic, responder_rnic, key(probes["src_port"]), fwd, rev, key(probes["ts_source"])]
+    rtt_bucket = key(pa.array(bucket_of(to_numpy(probes["network_rtt_ns"].take(pa.array(rows)))), pa.int64()))
+    flows = sums([*FLOW_KEYS, "bucket"], [*(k.take(rows) for k in flow), rtt_bucket], {"n": None})
+
+    rows = np.flatnonzero(to_numpy(pc.fill_null(pc.and_(pc.equal(probes["pinglist"], "service"),
+                                                         pc.is_valid(probes["job_id"])), False)))
+    svc = [key(probes["job_id"].take(pa.array(rows))),
+           *(k.take(rows) for k in (prober_host, prober_rnic, responder_host, responder_rnic, flow[3], fwd, rev))]
+    service = sums(SERVICE_KEYS, svc, {"n": None, "n_timeout": timeout[rows]})
+
+    newest = np.full(prober_host.card, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(newest, prober_host.codes, to_numpy(probes["upload_ns"]).astype(np.int64))
+    seen = np.flatnonzero(np.bincount(prober_host.codes, minlength=prober_host.card))
+    uploads = pa.table({"host": prober_host.values(seen), "upload_ns": pa.array(newest[seen], pa.int64())})
+    pairs, failing, flows, service = (_like(x, probes.schema) for x in (pairs, failing, flows, service))
+    if index is not None:
+        index.sweep()  # done with the hop ids: the index may evict (and renumber) now
+    return WindowPartial(window_start_ns, pairs, failing, crossing, delays, flows, service, uploads, slots)
 
 
-def _flat(a: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a
+def _like(t: pa.Table, source: pa.Schema) -> pa.Table:
+    """The schema a group-by over the source table gives: integer key columns keep the source field's
+    nullability, and an empty result keeps the source's metadata (the partial's bytes do not change)."""
+    fs = [f.with_nullable(source.field(f.name).nullable)
+          if f.name in source.names and not pa.types.is_string(f.type) else f for f in t.schema]
+    return pa.Table.from_arrays(t.columns, schema=pa.schema(fs, metadata=None if t.num_rows else source.metadata))
+
+
+def _hop_keys(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -> tuple[Key, Key, np.ndarray]:
+    """Keys of the forward and ACK paths (hop strings, one code space), from hop-string ids; and the
+    hop-string id of each code."""
+    if index is None:
+        empty = pa.array([""], pa.string())
+        return (Key(fwd_id, 1, lambda c: empty.take(pa.array(c, pa.int64()))),
+                Key(rev_id, 1, lambda c: empty.take(pa.array(c, pa.int64()))), np.zeros(1, np.int64))
+    used = np.flatnonzero(np.bincount(np.concatenate([fwd_id, rev_id, [0]])))
+    strs = index.hop_strings().take(pa.array(used))
+    order = to_numpy(pc.sort_indices(strs)).astype(np.int64)
+    rank = np.zeros(used[-1] + 1, dtype=np.int64)
+    rank[used[order]] = np.arange(len(used), dtype=np.int64)
+    values = strs.take(pa.array(order))
+    return (Key(rank[fwd_id], len(used), lambda c: values.take(pa.array(c, pa.int64()))),
+            Key(rank[rev_id], len(used), lambda c: values.take(pa.array(c, pa.int64()))), used[order])
+
+
+def _crossing(index: PathIndex | None, g: Groups, hop_of_rank: np.ndarray) -> pa.Table:
+    """Probes per physical link: each distinct (forward path, ACK path) group ``g`` expands to the union
+    of their links once, weighted by its probes (what :func:`link_counts` computes from hop strings)."""
+    if index is None or len(g.gid) == 0:
+        return pa.table({"link": pa.array([], pa.string()), "n": pa.array([], pa.int64())})
+    probes = np.bincount(g.gid, minlength=g.n_groups)
+    off, ids, names = index.hop_links()
+    n_links = max(len(names), 1)
+    gl = []  # per path side: group * n_links + link, ascending (groups ascending, each hop's links ascending)
+    for codes in g.codes:
+        hop = hop_of_rank[codes]
+        lengths = off[hop + 1] - off[hop]
+        gl.append(np.repeat(np.arange(g.n_groups, dtype=np.int64) * n_links, lengths) +
+                  ids[ranges(off[hop], lengths)])
+    fwd, rev = gl
+    if len(fwd):  # a link on both paths of a group counts once: drop the ACK side's copy (sorted lookup)
+        at = np.minimum(np.searchsorted(fwd, rev), len(fwd) - 1)
+        rev = rev[fwd[at] != rev]
+    pl = np.concatenate([fwd, rev])
+    link = pl % n_links
+    total = np.bincount(link, weights=probes[pl // n_links], minlength=n_links).astype(np.int64)
+    seen = np.flatnonzero(np.bincount(link, minlength=n_links))
+    out = pa.table({"link": names.take(pa.array(seen)), "n": pa.array(total[seen], pa.int64())})
+    return out.sort_by("link")
 
 
 def to_bytes(p: WindowPartial) -> bytes:
@@ -257,5 +322,16 @@ def merge(partials: list[WindowPartial]) -> WindowPartial:
             out[f.name] = t
         else:
             keys, vals = _SUM[f.name]
-            out[f.name] = _group_sum(t, keys, vals)
+            out[f.name] = _sum_by(t, keys, vals)
     return WindowPartial(**out)  # type: ignore[arg-type]
+
+
+def _sum_by(t: pa.Table, keys: list[str], vals: list[str]) -> pa.Table:
+    """:func:`_group_sum` on integer codes (:mod:`schemas.group_codes`): the same table (key fields keep
+    the input's nullability, as Acero's group-by does), without hashing strings once per group-by."""
+    if t.num_rows == 0:
+        return _group_sum(t, keys, vals)
+    g = sums(keys, [key(t[k]) for k in keys],
+             {v: to_numpy(pc.fill_null(t[v], 0)).astype(np.int64) for v in vals})
+    fs = [f.with_nullable(t.schema.field(f.name).nullable) if f.name in keys else f for f in g.schema]
+    return pa.Table.from_arrays(g.columns, schema=pa.schema(fs))

@@ -33,7 +33,7 @@ def _rule_masks(t: pa.Table) -> list[tuple[str, pa.Array]]:
     ok = pc.equal(t["status"], "ok")
     rules: list[tuple[str, pa.Array]] = []
     for f in lookup("probe.v1").fields:
-        if not f.nullable:
+        if not f.nullable and t[f.name].null_count:  # null counts are known without a pass over the rows
             rules.append((f"{f.name} is null (the field is required)", pc.is_null(t[f.name])))
     rules += [
         (f"status is not one of {PROBE_STATUS}", pc.invert(pc.is_in(t["status"], pa.array(PROBE_STATUS)))),
@@ -41,7 +41,8 @@ def _rule_masks(t: pa.Table) -> list[tuple[str, pa.Array]]:
         (f"ts_source is not one of {TS_SOURCES}", pc.invert(pc.is_in(t["ts_source"], pa.array(TS_SOURCES)))),
     ]
     for name in ("t1", "t2", "t3", "t4", "t5", "t6"):
-        rules.append((f"status ok but {name} is null", pc.and_(ok, pc.is_null(t[name]))))
+        if t[name].null_count:
+            rules.append((f"status ok but {name} is null", pc.and_(ok, pc.is_null(t[name]))))
     for a, b, clock in (("t2", "t5", "prober RNIC"), ("t3", "t4", "responder RNIC"), ("t1", "t6", "prober host")):
         span = pc.subtract(t[b], t[a])
         rules.append((f"negative {b}-{a} on the {clock} clock", pc.and_(ok, pc.less(span, 0))))
@@ -68,17 +69,23 @@ def split_probes(t: pa.Table, known_rnics: set[str] | None = None) -> Split:
         :class:`Split`; ``reasons[i]`` explains ``bad`` row i (the first rule it broke).
     """
     n = t.num_rows
-    reason = np.full(n, None, dtype=object)
+    # the first rule each row breaks, as an index into ``texts`` (0: none): integer arrays, no per-row objects
+    texts: list[str] = [""]
+    rule = np.zeros(n, dtype=np.int32)
     for text, mask in _rule_masks(t):
+        if not pc.any(mask).as_py():  # most rules break on no row: skip the numpy pass
+            continue
         m = np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
-        reason[m & (reason == None)] = text  # noqa: E711 - numpy elementwise comparison
+        texts.append(text)
+        rule[m & (rule == 0)] = len(texts) - 1
     if known_rnics is not None:
         known = pa.array(sorted(known_rnics), pa.string())
         for col in ("prober_rnic", "responder_rnic"):
             m = np.asarray(pc.fill_null(pc.invert(pc.is_in(t[col], known)), False), dtype=bool)
-            bad_names = np.asarray(t[col].to_numpy(zero_copy_only=False), dtype=object)
-            for i in np.nonzero(m & (reason == None))[0]:  # noqa: E711 - only over the (rare) bad rows
-                reason[i] = f"unknown RNIC {bad_names[i]!r} in {col} (not in the registry)"
+            bad_names = t[col]
+            for i in np.nonzero(m & (rule == 0))[0]:  # only over the (rare) bad rows
+                texts.append(f"unknown RNIC {bad_names[int(i)].as_py()!r} in {col} (not in the registry)")
+                rule[i] = len(texts) - 1
     if n:
         # integer keys (dictionary id of the agent, seq), sorted stably: a row equal to the one before it
         # is a repeat (the first occurrence stays good); no per-row strings
@@ -88,13 +95,16 @@ def split_probes(t: pa.Table, known_rnics: set[str] | None = None) -> Split:
         order = np.lexsort((seq, agent))
         repeat = np.zeros(n, dtype=bool)
         repeat[order[1:]] = (agent[order[1:]] == agent[order[:-1]]) & (seq[order[1:]] == seq[order[:-1]])
-        reason[repeat & (reason == None)] = "duplicate (agent_id, seq) in the batch"  # noqa: E711
-    bad_mask = reason != None  # noqa: E711
+        if repeat.any():
+            texts.append("duplicate (agent_id, seq) in the batch")
+            rule[repeat & (rule == 0)] = len(texts) - 1
+    bad_mask = rule != 0
     bad_idx = np.nonzero(bad_mask)[0]
     good_idx = np.nonzero(~bad_mask)[0]
+    reason = np.asarray(texts, dtype=object)[rule[bad_idx]]
     return Split(
-        t.take(pa.array(good_idx, pa.int64())),
+        t if len(good_idx) == n else t.take(pa.array(good_idx, pa.int64())),
         t.take(pa.array(bad_idx, pa.int64())),
-        [str(r) for r in reason[bad_idx]],
+        [str(r) for r in reason],
         [int(i) for i in bad_idx],
     )

@@ -1,0 +1,171 @@
+"""Group-by sums over integer codes: the worker's hot path without string hashing per group-by.
+
+Each key column is encoded once to *order-preserving* int64 codes (its rank among the
+column's distinct values, nulls last, as Arrow's ``sort_by`` orders them). A group-by
+combines the codes of its keys into one int64 (mixed radix; re-densified when the radix
+would overflow), finds the groups by one sort of that int64 (or a dense count when the
+key space is small) and sums with ``numpy.bincount``. Groups come out in the order of
+their keys, so the result equals ``Table.group_by(keys).aggregate(sum)`` sorted by the
+keys, and only the (few) output rows are built as Arrow arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+_DENSE_MAX = 1 << 22
+"""Largest key space counted densely (``bincount`` over every possible key, 32 MiB of int64 at most), and
+only when it is not much larger than the rows (else the count would cost more than a sort)."""
+_RADIX_MAX = 1 << 62
+
+
+@dataclass
+class Key:
+    """One key column as codes: ``codes[i]`` in ``[0, card)``, ordered like the values; ``values(c)``
+    gives the column's values (Arrow, original type) of codes ``c``. A ``dependent`` key is a function
+    of the key before it (e.g. the ACK path of a (forward, ACK) path pair): it is output but adds
+    nothing to the grouping."""
+
+    codes: np.ndarray
+    card: int
+    values: Callable[[np.ndarray], pa.Array]
+    dependent: bool = False
+
+    def take(self, rows: np.ndarray) -> Key:
+        """The same key over a subset of rows (indices or a boolean mask)."""
+        return Key(self.codes[rows], self.card, self.values, self.dependent)
+
+
+def to_numpy(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """A non-null Arrow column as numpy (copies only when it must)."""
+    return np.asarray(a.to_numpy(zero_copy_only=False))
+
+
+def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Concatenated ``arange(s, s + l)`` for each (start, length), vectorised (CSR slices)."""
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    return np.repeat(starts - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
+
+
+def _sorted_dictionary(dictionary: pa.Array) -> tuple[np.ndarray, pa.Array]:
+    """(rank of each dictionary entry, the dictionary sorted), Arrow's ascending order."""
+    order = to_numpy(pc.sort_indices(dictionary)).astype(np.int64)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return rank, dictionary.take(pa.array(order))
+
+
+def _from_dictionary(indices: pa.Array, rank: np.ndarray, values: pa.Array) -> Key:
+    """Key of dictionary indices (nulls: after every value) given the dictionary's ranks and sorted values."""
+    card = len(values)
+    if indices.null_count:
+        idx = to_numpy(pc.fill_null(indices, card)).astype(np.int64)
+        rank = np.append(rank, card)
+        values = pa.concat_arrays([values, pa.nulls(1, values.type)])
+        card += 1
+    else:
+        idx = to_numpy(indices).astype(np.int64)
+    out = values
+    return Key(rank[idx], card, lambda c: out.take(pa.array(c, pa.int64())))
+
+
+def key(col: pa.Array | pa.ChunkedArray) -> Key:
+    """Order-preserving codes of any column (strings, integers; nulls allowed): a hash pass, then a sort
+    of the distinct values only. Integers of a small range are offset instead (no hashing)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if pa.types.is_integer(col.type) and col.null_count == 0 and len(col):
+        v = to_numpy(col).astype(np.int64)
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < max(4 * len(v), 1 << 16):
+            t = col.type
+            return Key(v - lo, hi - lo + 1, lambda c: pa.array(np.asarray(c, np.int64) + lo).cast(t))
+    d = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+    rank, values = _sorted_dictionary(d.dictionary)
+    return _from_dictionary(d.indices, rank, values)
+
+
+def shared_keys(a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> tuple[Key, Key]:
+    """Codes of two string columns over one value space (e.g. prober and responder hosts: one host, one code)."""
+    da = pc.dictionary_encode(a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a)
+    db = pc.dictionary_encode(b.combine_chunks() if isinstance(b, pa.ChunkedArray) else b)
+    both = pc.unique(pa.concat_arrays([da.dictionary, db.dictionary]))
+    rank, values = _sorted_dictionary(both)
+    out = []
+    for d in (da, db):
+        pos = to_numpy(pc.index_in(d.dictionary, value_set=both)).astype(np.int64)
+        out.append(_from_dictionary(d.indices, rank[pos], values))
+    return out[0], out[1]
+
+
+@dataclass
+class Groups:
+    """Rows grouped by keys: ``gid[i]`` the group of row ``i`` (groups numbered in key order),
+    ``codes`` per key the code of each group."""
+
+    gid: np.ndarray
+    n_groups: int
+    codes: list[np.ndarray]
+
+
+def factorize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each value, numbered in ascending value order; the distinct values ascending)."""
+    order = np.argsort(x)
+    s = x[order]
+    new = np.empty(len(s), dtype=bool)
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    gid = np.empty(len(s), dtype=np.int64)
+    gid[order] = np.cumsum(new) - 1
+    return gid, s[new]
+
+
+def group(keys: list[Key]) -> Groups:
+    """Group rows by ``keys`` (all of one length, at least one key)."""
+    n = len(keys[0].codes)
+    comp = np.zeros(n, dtype=np.int64)
+    space = 1
+    for k in keys:
+        if k.dependent:
+            continue
+        if space * k.card >= _RADIX_MAX:  # the radix would overflow: renumber the groups so far densely
+            comp, distinct = factorize(comp)
+            space = len(distinct)
+        comp = comp * k.card + k.codes
+        space *= k.card
+    if space <= min(_DENSE_MAX, 2 * n + 4096):
+        present = np.flatnonzero(np.bincount(comp, minlength=space))
+        lut = np.zeros(space, dtype=np.int64)
+        lut[present] = np.arange(len(present), dtype=np.int64)
+        gid, n_groups = lut[comp], len(present)
+    else:
+        gid, distinct = factorize(comp)
+        n_groups = len(distinct)
+    first = np.zeros(n_groups, dtype=np.int64)
+    first[gid] = np.arange(n, dtype=np.int64)  # any row of a group: all have its key codes
+    return Groups(gid, n_groups, [k.codes[first] for k in keys])
+
+
+def sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]) -> pa.Table:
+    """``SELECT keys, sum(v) ... GROUP BY keys ORDER BY keys`` as an Arrow table: key columns in their
+    original types, sums int64. ``values[name]`` None counts rows (sum of 1); else per-row integers
+    (summed exactly up to 2**53)."""
+    if len(keys[0].codes) == 0:
+        cols = [k.values(np.zeros(0, np.int64)) for k in keys]
+        cols += [pa.array(np.zeros(0, np.int64)) for _ in values]
+    else:
+        g = group(keys)
+        cols = [k.values(c) for k, c in zip(keys, g.codes, strict=True)]
+        for v in values.values():
+            s = np.bincount(g.gid, minlength=g.n_groups) if v is None else \
+                np.bincount(g.gid, weights=v, minlength=g.n_groups)
+            cols.append(pa.array(s.astype(np.int64)))
+    return pa.Table.from_arrays(cols, names=[*names, *values])
