@@ -19,8 +19,9 @@ as they go, and nothing else uses the CPU meanwhile. Measured, from outside the 
 - consumer lag over time, once a second: uncommitted messages of ``probes.raw`` and
   ``window.partials`` (the workers' group) and of ``probes.enriched`` (the store writer's);
 - per window, from its ``windows.closed`` summary: reducer milliseconds (from taking the message
-  that moved the watermark past the window's end to the window merged and analyzed) and the
-  reducer process's RSS then;
+  that moved the watermark past the window's end to the window merged and analyzed), the CPU
+  milliseconds of the event-loop thread the reducer analyzes on over that span, and the reducer
+  process's RSS then (it shares its process with a worker: an upper bound);
 - verdict latency: from that same moment to the window's verdict rows being readable through the
   store writer's query endpoint (polled every 0.1 s), p50/p99 over the windows with verdicts;
 - CPU seconds per stored row of the workers (the reducer runs in one of them), the store writer
@@ -48,12 +49,14 @@ JOB_RNICS = 64  # RNICs per simulated job (8 hosts)
 
 @dataclass
 class WindowFigures:
-    """One analyzed window: reducer ms and RSS MiB, verdicts, and verdict latency (s; NaN without verdicts)."""
+    """One analyzed window: reducer wall ms, CPU ms (its thread) and RSS MiB, verdicts, and verdict latency
+    (s; NaN without verdicts)."""
 
     window_start_ns: int
     verdicts: int
     timeouts: int
     reduce_ms: float
+    reduce_cpu_ms: float
     reducer_rss_mib: float
     verdict_latency_s: float
 
@@ -79,6 +82,7 @@ class ScaleResult:
     verdict_latency_p50_s: float = float("nan")
     verdict_latency_p99_s: float = float("nan")
     reduce_ms_max: float = float("nan")
+    reduce_cpu_ms_max: float = float("nan")
     reducer_rss_mib_max: float = float("nan")
     cpu_us_per_row: dict[str, float] = field(default_factory=dict)
     cores_for_1_5m_rows_s: float = float("nan")
@@ -322,8 +326,8 @@ def _summarize(res: ScaleResult, summaries: dict[int, dict], seen: dict[int, int
         wm = s.get("watermark_wall_ns") or 0
         lat = (seen[ws] - wm) / 1e9 if s.get("verdicts") and ws in seen and wm else float("nan")
         figs.append(WindowFigures(ws, int(s.get("verdicts", 0)), int(s.get("timeouts", 0)),
-                                  (s.get("closed_wall_ns", wm) - wm) / 1e6, float(s.get("reducer_rss_mib", "nan")),
-                                  lat))
+                                  (s.get("closed_wall_ns", wm) - wm) / 1e6, float(s.get("reducer_cpu_ms", "nan")),
+                                  float(s.get("reducer_rss_mib", "nan")), lat))
     res.window_figures = figs
     lats = [f.verdict_latency_s for f in figs if not math.isnan(f.verdict_latency_s)]
     if lats:
@@ -332,6 +336,7 @@ def _summarize(res: ScaleResult, summaries: dict[int, dict], seen: dict[int, int
     full = [f for f in figs if f.window_start_ns >= start_ns] or figs
     if full:
         res.reduce_ms_max = max(f.reduce_ms for f in full)
+        res.reduce_cpu_ms_max = max(f.reduce_cpu_ms for f in full)
         res.reducer_rss_mib_max = max(f.reducer_rss_mib for f in full)
 
 
@@ -358,10 +363,12 @@ def print_report(r: ScaleResult) -> None:
         lag.add_row(f"{s['t_s']:.0f}", *(f"{s.get(k, 0):,}" for k in keys))
     con.print(lag)
     w = Table(title="windows (reducer: from the message that moved the watermark to merged + analyzed)")
-    for c in ("window start (ns)", "timeouts", "verdicts", "reducer ms", "reducer RSS MiB", "verdict latency s"):
+    for c in ("window start (ns)", "timeouts", "verdicts", "reducer ms", "reducer CPU ms", "reducer RSS MiB",
+              "verdict latency s"):
         w.add_column(c, justify="right")
     for f in r.window_figures:
         w.add_row(str(f.window_start_ns), f"{f.timeouts:,}", str(f.verdicts), f"{f.reduce_ms:,.0f}",
+                  f"{f.reduce_cpu_ms:,.0f}",
                   f"{f.reducer_rss_mib:,.0f}", "-" if math.isnan(f.verdict_latency_s) else f"{f.verdict_latency_s:.2f}")
     con.print(w)
     con.print(f"verdict latency (watermark passed -> verdict readable in the store): p50 "
