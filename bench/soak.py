@@ -119,11 +119,14 @@ def _window_flows(src: np.ndarray, dst: np.ndarray, port: np.ndarray, code: np.n
                      "ts_source": pa.array(np.full(n, "hardware"))})
 
 
-def _reducer_soak(args: tuple, out: multiprocessing.Queue) -> None:
-    """The reducer side (a process of its own): ``(hour, flows with a baseline, update ms, RSS MiB)`` per hour."""
+def _reducer_soak(args: tuple, out: multiprocessing.Queue, parent: int) -> None:
+    """The reducer side (a process of its own): ``(hour, flows with a baseline, update ms, RSS MiB)`` per hour.
+    Stops when the ``parent`` process is gone (killed before it could stop this one)."""
     rng = np.random.default_rng(99)
     baseline = None
     for h, src, dst, port, code, _ in _rotation(*args):
+        if os.getppid() != parent:
+            return
         fq = _window_flows(src, dst, port, code, rng)
         t0 = time.process_time()  # CPU time: wall time on a shared machine swings with the load
         marked = slow_flows(fq, baseline)
@@ -139,7 +142,7 @@ def run(rnics: int = 10_000, hours: int = 168, tor_mesh: int = 8, inter_tor: int
     args = (rnics, hours, tor_mesh, inter_tor, service, seed)
     ctx = multiprocessing.get_context("spawn")
     q = ctx.Queue()
-    child = ctx.Process(target=_reducer_soak, args=(args, q), daemon=True)
+    child = ctx.Process(target=_reducer_soak, args=(args, q, os.getpid()), daemon=True)
     child.start()
     index = PathIndex()
     out: list[SoakHour] = []
