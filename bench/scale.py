@@ -378,3 +378,51 @@ def print_report(r: ScaleResult) -> None:
               f"[bold]{r.cores_for_1_5m_rows_s:.1f}[/bold]")
     con.print("peak RSS MiB: " + ", ".join(f"{k} {v:.0f}" for k, v in r.peak_rss_mib.items())
               + f"; worker event-loop lag p99 <= {r.loop_lag_p99_ms:.0f} ms")
+
+
+def profile_reducer(rnics: int = 1024, rate: float = 1.0, seed: int = 1, top: int = 12) -> str:
+    """cProfile of the reducer closing the benchmark fabric's windows, in this process, without Kafka.
+
+    The simulator's uploads go through the production worker and reducer functions
+    (:class:`bench.sim_reducer.SimPipeline`, one worker) for two windows; only
+    :meth:`WindowReducer.close_ready` (merge of the partials, the analyzer) is profiled. Returns a
+    report: CPU (and wall) seconds per closed window and the ``top`` functions by cumulative CPU time
+    (the process's, all threads: Acero's group-bys run on a thread pool).
+    """
+    import cProfile
+    import io
+    import pstats
+
+    from bench.sim_reducer import SimPipeline
+    from producers.sim.engine import BATCH_NS
+    from streams.pingmesh.windows import WINDOW_NS
+
+    sim = build_simulator(rnics, rate, seed)
+    pipe = SimPipeline(sim)
+    start = (time.time_ns() // WINDOW_NS - 3) * WINDOW_NS
+    pipe.start(start - BATCH_NS)
+    red = pipe.reducer
+    close = red.close_ready
+    prof = cProfile.Profile(time.process_time)  # CPU time: on a shared machine wall time is mostly waiting
+    per_window: list[tuple[int, float, float]] = []
+
+    def profiled():  # noqa: ANN202 - close_ready's own signature
+        c0, t0 = time.process_time(), time.perf_counter()
+        prof.enable()
+        out = close()
+        prof.disable()
+        if out:
+            per_window.append((len(out), time.process_time() - c0, time.perf_counter() - t0))
+        return out
+
+    red.close_ready = profiled  # type: ignore[method-assign]
+    for k in range(2 * WINDOW_NS // BATCH_NS + 1):
+        pipe.round(start + k * BATCH_NS)
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(top)
+    lines = [f"reducer on {len(sim.inv.rnics):,} RNICs x {rate * PAPER_PPS_PER_RNIC:g} probes/s, "
+             "one process, no Kafka:"]
+    lines += [f"  close of {n} window(s): {cpu:.2f} CPU s, {wall:.2f} wall s" for n, cpu, wall in per_window]
+    body = buf.getvalue().splitlines()
+    first = next((i for i, x in enumerate(body) if x.strip().startswith("ncalls")), 0)
+    return "\n".join(lines + body[first:])

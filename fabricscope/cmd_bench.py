@@ -40,6 +40,8 @@ def scale(
     workers: int = typer.Option(0, help="worker processes (0 = one per core)"),
     timeout: float = typer.Option(3600.0, help="seconds to wait for the pipeline to store every row"),
     hours: int = typer.Option(168, help="--soak: simulated hours"),
+    profile_reducer: bool = typer.Option(False, "--profile-reducer",
+                                         help="cProfile the reducer closing this fabric's windows (no Kafka)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
 ) -> None:
     """A simulated fabric through the real broker, workers, reducer and store writer: rows/s, lag, reducer
@@ -58,6 +60,9 @@ def scale(
         return
     from bench import scale as bench_scale
 
+    if profile_reducer:
+        print(bench_scale.profile_reducer(rnics, rate))
+        return
     try:
         r = bench_scale.run(load().kafka_bootstrap, rnics, windows, rate, workers or None, timeout_s=timeout,
                             progress=say)
