@@ -33,6 +33,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
+import sys
 import tempfile
 import threading
 import time
@@ -218,6 +220,10 @@ def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0
     from streams.pingmesh.windows import WINDOW_NS
 
     workers = workers or os.cpu_count() or 1
+    if threading.current_thread() is threading.main_thread():
+        # SIGTERM (`timeout`, kill) unwinds like Ctrl-C: the worker and store-writer children are
+        # stopped and the benchmark's topics deleted, never left behind
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t_gen = time.perf_counter()
     sim = build_simulator(rnics, rate, seed)
     # the last `windows` whole windows before now (the store's TTLs keep recent rows only)
