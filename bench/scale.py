@@ -8,11 +8,11 @@ RNICs). Every rate is then scaled so the mean RNIC sends ``rate`` x 150 probes/s
 pinglists' shares. One ToR uplink is down for the whole run, so every window has a ``switch``
 verdict whose way into the store can be timed.
 
-The simulator (:class:`producers.sim.Simulator`, traces on change) is slower than the pipeline
-at 10,000 RNICs only per core, not per row, but it shares this machine's cores with it, so every
-message is generated and published first (the registry, then per 5 s upload round each agent's
-traced paths and probe batch, Arrow IPC as the workers read it), and only then do the worker
-processes and the store writer start (:class:`bench.pipeline.PipelineProcs`): they run as fast
+The simulator (:class:`producers.sim.Simulator`, traces on change) makes ~0.5 M rows/s on one core
+at 10,000 RNICs, but it would share the cores with the pipeline it measures, so every message is
+generated and published first (the registry, then per 5 s upload round each agent's traced paths
+and probe batch, Arrow IPC as the workers read it), and only then do the worker processes and the
+store writer start (:class:`bench.pipeline.PipelineProcs`): they run as fast
 as they go, and nothing else uses the CPU meanwhile. Measured, from outside the processes:
 
 - sustained rows/s: probe rows stored, from the first stored row to the last;
@@ -26,6 +26,8 @@ as they go, and nothing else uses the CPU meanwhile. Measured, from outside the 
   store writer's query endpoint (polled every 0.1 s), p50/p99 over the windows with verdicts;
 - CPU seconds per stored row of the workers (the reducer runs in one of them), the store writer
   and the broker, and the cores a 1.5 M rows/s cluster would need at that cost.
+
+:func:`profile_reducer` profiles the reducer alone on the same fabric, in one process.
 """
 
 from __future__ import annotations
