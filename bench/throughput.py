@@ -10,10 +10,7 @@ process and the worker's event-loop lag (from its Prometheus histogram).
 
 from __future__ import annotations
 
-import os
 import resource
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -62,44 +59,19 @@ def _payloads(rows: int, batch_rows: int, seed: int) -> list[bytes]:
     return [encode(whole.slice(i, batch_rows)) for i in range(0, whole.num_rows, batch_rows)]
 
 
-def _lag_ms(ports: list[int]) -> tuple[float, float]:
-    """p99 and max (upper bucket bounds, ms) of the workers' event-loop lag histograms, merged."""
-    import httpx
-
-    buckets: dict[float, float] = {}
-    for port in ports:
-        try:
-            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
-        except httpx.HTTPError:
-            continue
-        for line in text.splitlines():
-            if line.startswith("fabricscope_worker_event_loop_lag_seconds_bucket"):
-                le = line.split('le="', 1)[1].split('"', 1)[0]
-                bound = float("inf") if le == "+Inf" else float(le)
-                buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
-    if not buckets or not buckets.get(float("inf")):
-        return float("nan"), float("nan")
-    bounds = sorted(buckets)
-    total = buckets[float("inf")]
-    p99 = next(b for b in bounds if buckets[b] >= 0.99 * total)
-    top = next(b for b in bounds if buckets[b] >= total)
-    return p99 * 1000, top * 1000
-
-
 def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: int = 7,
         workers: int = 1) -> ThroughputResult:
     """Run the three paths over ``rows`` probe rows in messages of ``batch_rows``; ``workers`` worker processes."""
-    from bench.procstat import cpu_s, free_port, listener_pid, peak_rss_mib
+    from bench.pipeline import PipelineProcs, broker_pid, worker_loop_lag_ms
     from fabricscope.kafka_admin import create_topics, delete_topics
     from producers.kafka_producer import AgentProducer
     from sinks.clickhouse import ChdbStore, migrate
-    from sinks.query_endpoint import find_endpoint, query_remote
     from streams.pingmesh.rtt import decompose
 
     payloads = _payloads(rows, batch_rows, seed)
     prefix = f"bench{uuid.uuid4().hex[:6]}."
     create_topics(bootstrap, prefix)
-    broker = listener_pid(int(bootstrap.split(",")[0].rsplit(":", 1)[1]))
+    broker = broker_pid(bootstrap)
     try:
         prod = AgentProducer(bootstrap, max_buffered=100_000)
         for i, p in enumerate(payloads):
@@ -141,46 +113,29 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
             store.close()
 
         # (b) the pipeline: worker processes + the store writer
-        with tempfile.TemporaryDirectory() as d:
-            env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "FABRICSCOPE_TOPIC_PREFIX": prefix,
-                   "FABRICSCOPE_VAR": d}
-            exe = [sys.executable, "-m", "fabricscope"]
-            ports = [free_port() for _ in range(workers)]
-            procs = {"sink": subprocess.Popen([*exe, "sink"], env=env, stdout=subprocess.DEVNULL,
-                                              stderr=subprocess.DEVNULL, cwd=d)}
-            for w, port in enumerate(ports):
-                procs[f"worker{w}"] = subprocess.Popen([*exe, "worker", "--metrics-port", str(port)], env=env,
-                                                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=d)
-            store_path = Path(d) / "clickhouse"
+        with tempfile.TemporaryDirectory() as d, PipelineProcs(bootstrap, prefix, Path(d), workers) as pipe:
             sql = "SELECT (SELECT count() FROM probes) AS n, (SELECT sum(probes) FROM probes_1m) AS m"
             t_first = None
             n = m = n_first = 0
             cpu0: dict[str, float] = {}
             deadline = time.time() + 600
             while (n < rows or m < rows) and time.time() < deadline:
-                url = find_endpoint(store_path)
-                if url:
-                    r = query_remote(url, sql).to_pylist()[0]
-                    n, m = int(r["n"]), int(r["m"] or 0)
+                r = pipe.query(sql)
+                if r:
+                    n, m = int(r[0]["n"]), int(r[0]["m"] or 0)
                     if n and t_first is None:
                         t_first, n_first = time.perf_counter(), n
-                        cpu0 = {k: cpu_s(p.pid) for k, p in procs.items()}
-                        cpu0["broker"] = cpu_s(broker) if broker else float("nan")
+                        cpu0 = pipe.cpu(broker)
                 time.sleep(0.2)
             t_last = time.perf_counter()
-            cpu1 = {k: cpu_s(p.pid) for k, p in procs.items()}
-            cpu1["broker"] = cpu_s(broker) if broker else float("nan")
-            minute_rows = query_remote(find_endpoint(store_path), "SELECT count() AS c FROM probes_1m")["c"][0].as_py()
-            lag_p99, lag_max = _lag_ms(ports)
-            rss = {name: peak_rss_mib(p.pid) for name, p in procs.items()}
-            for p in procs.values():
-                p.terminate()
-            for p in procs.values():
-                p.wait(timeout=30)
+            cpu1 = pipe.cpu(broker)
+            minute_rows = pipe.query("SELECT count() AS c FROM probes_1m")[0]["c"]
+            lag_p99, lag_max = worker_loop_lag_ms(pipe.metrics_ports)
+            rss = pipe.peak_rss()
             # rows after the first visible insert over the time (and CPU) they took: excludes start-up
             done = max(n - n_first, 1)
             pipeline = done / max(t_last - (t_first or t_last), 1e-9)
-            worker_cpu = sum(cpu1[k] - cpu0.get(k, cpu1[k]) for k in procs if k.startswith("worker"))
+            worker_cpu = sum(cpu1[k] - cpu0.get(k, cpu1[k]) for k in cpu1 if k.startswith("worker"))
         # (b') the store writer alone on the backlog the pipeline left in probes.enriched (full-size blocks)
         backlog_rows_s, backlog_cpu = _sink_on_backlog(bootstrap, prefix, rows)
     finally:

@@ -33,18 +33,47 @@ def throughput(
 
 @bench_app.command("scale")
 def scale(
-    soak: bool = typer.Option(False, "--soak", help="a simulated week of pinglist rotation (worker state)"),
-    rnics: int = typer.Option(10_000, help="RNICs of the simulated fabric"),
+    soak: bool = typer.Option(False, "--soak", help="a simulated week of pinglist rotation (worker and reducer state)"),
+    rnics: int = typer.Option(10_000, help="RNICs of the simulated fabric (32 per ToR)"),
+    windows: int = typer.Option(3, help="20 s windows simulated (3 windows at 10,000 RNICs: ~90 M probe rows)"),
+    rate: float = typer.Option(1.0, help="fraction of the paper's probe rate (1.0 = 150 probes/s per RNIC)"),
+    workers: int = typer.Option(0, help="worker processes (0 = one per core)"),
+    timeout: float = typer.Option(3600.0, help="seconds to wait for the pipeline to store every row"),
     hours: int = typer.Option(168, help="--soak: simulated hours"),
+    profile_reducer: bool = typer.Option(False, "--profile-reducer",
+                                         help="cProfile the reducer closing this fabric's windows (no Kafka)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
 ) -> None:
-    """Scale benchmarks. --soak: path-index entries, update time and RSS per simulated hour stay flat."""
-    if not soak:
-        print("only --soak is implemented: the 10,000-RNIC run through the broker is not (BENCHMARKS.md)")
-        raise typer.Exit(2)
-    from bench import soak as bench_soak
+    """A simulated fabric through the real broker, workers, reducer and store writer: rows/s, lag, reducer
+    ms and MiB per window, verdict latency, cores for 1.5 M rows/s. --soak: state and RSS per simulated hour."""
+    import json
+    import sys
 
-    rows = bench_soak.run(rnics, hours, progress=lambda r: print(r, flush=True))
-    print(bench_soak.report(rows))
+    def say(line: object) -> None:
+        print(line, file=sys.stderr if as_json else sys.stdout, flush=True)
+
+    if soak:
+        from bench import soak as bench_soak
+
+        rows = bench_soak.run(rnics, hours, progress=say)
+        print(json.dumps(bench_soak.summary(rows)) if as_json else bench_soak.report(rows))
+        return
+    from bench import scale as bench_scale
+
+    if profile_reducer:
+        print(bench_scale.profile_reducer(rnics, rate))
+        return
+    try:
+        r = bench_scale.run(load().kafka_bootstrap, rnics, windows, rate, workers or None, timeout_s=timeout,
+                            progress=say)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    if as_json:
+        print(json.dumps(r.as_dict()))
+    else:
+        bench_scale.print_report(r)
+    if not r.complete:
+        raise typer.Exit(1)
 
 
 @bench_app.command("storage")

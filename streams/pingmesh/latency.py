@@ -48,6 +48,10 @@ class LatencyConfig:
             A tail is anomalous relative to the flow's own history; a cross-flow comparison
             inside one window mistakes scheduler noise (software timestamps on busy hosts)
             for a fabric fault.
+        baseline_idle_ns: a flow without a sample for this long (event time; 2 h, two inter-ToR
+            rotation periods, as the worker's path index) loses its baseline: rotated inter-ToR
+            tuples and ended jobs' flows never come back, and keeping them grows the reducer's
+            state without bound (about 30x in a week at 20 % rotation per hour).
     """
 
     quantile: float = 0.99
@@ -58,6 +62,7 @@ class LatencyConfig:
     ewma: float = 0.2
     min_baseline_windows: int = 2
     min_tail_samples: int = 3
+    baseline_idle_ns: int = 2 * 3_600_000_000_000
 
 
 def _flow_key(t: pa.Table) -> pa.Array:
@@ -126,24 +131,40 @@ def latency_cover(marked: pa.Table, vote: VoteConfig = VoteConfig()) -> CoverRes
     return greedy_cover(slow, crossing, vote)
 
 
-def update_baseline(baseline: pa.Table | None, marked: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.Table:
+def update_baseline(baseline: pa.Table | None, marked: pa.Table, cfg: LatencyConfig = LatencyConfig(),
+                    now_ns: int | None = None) -> pa.Table:
     """New per-flow baseline: EWMA of window P99 over flows that were not slow (ns).
 
+    ``now_ns`` (the window's start, event time) stamps the flows probed in the window (slow or not)
+    in ``last_ns`` and drops flows not probed for ``cfg.baseline_idle_ns``; None keeps every flow.
+
     Returns:
-        Table ``flow``, ``baseline_ns``, ``windows`` (windows that built it), one row per flow ever seen.
+        Table ``flow``, ``baseline_ns``, ``windows`` (windows that built it), ``last_ns`` (window the flow
+        was last probed in; 0 when ``now_ns`` was never given), one row per flow probed within the limit.
     """
-    ok = marked.filter(pc.and_(pc.invert(marked["slow"]), pc.greater_equal(marked["n"], cfg.min_samples)))
-    new = pa.table({"flow": ok["flow"], "_new": ok["p99_ns"]})
+    ok = pc.and_(pc.invert(marked["slow"]), pc.greater_equal(marked["n"], cfg.min_samples))
+    stamp = pa.scalar(0 if now_ns is None else now_ns, pa.int64())
     if baseline is None or baseline.num_rows == 0:
-        return pa.table({"flow": new["flow"], "baseline_ns": new["_new"],
-                         "windows": pa.array(np.ones(new.num_rows, np.int64))}).sort_by("flow")
+        first = marked.filter(ok)
+        return pa.table({"flow": first["flow"], "baseline_ns": first["p99_ns"],
+                         "windows": pa.array(np.ones(first.num_rows, np.int64)),
+                         "last_ns": pa.array(np.full(first.num_rows, stamp.as_py(), np.int64))}).sort_by("flow")
+    if "last_ns" not in baseline.column_names:  # a baseline built before flows carried when they were probed
+        baseline = baseline.append_column("last_ns", pa.array(np.full(baseline.num_rows, stamp.as_py(), np.int64)))
+    new = pa.table({"flow": marked["flow"], "_new": pc.if_else(ok, marked["p99_ns"], pa.scalar(None, pa.float64())),
+                    "_probed": pa.array(np.ones(marked.num_rows, bool))})
     j = baseline.join(new, "flow", join_type="full outer")
     old = j["baseline_ns"]
     upd = pc.coalesce(
         pc.add(pc.multiply(old, 1 - cfg.ewma), pc.multiply(j["_new"], cfg.ewma)), old, j["_new"]
     )
     n = pc.add(pc.fill_null(j["windows"], 0), pc.cast(pc.is_valid(j["_new"]), pa.int64()))
-    return pa.table({"flow": j["flow"], "baseline_ns": upd, "windows": n}).sort_by("flow")
+    last = pc.if_else(pc.is_valid(j["_probed"]), stamp, j["last_ns"])
+    out = pa.table({"flow": j["flow"], "baseline_ns": upd, "windows": n, "last_ns": last})
+    keep = pc.is_valid(upd)  # a flow probed only while slow has no baseline yet
+    if now_ns is not None:
+        keep = pc.and_(keep, pc.greater_equal(last, now_ns - cfg.baseline_idle_ns))
+    return out.filter(keep).sort_by("flow")
 
 
 def latency_step(ctx: WindowContext, cfg: LatencyConfig, vote: VoteConfig) -> None:
@@ -162,4 +183,4 @@ def latency_step(ctx: WindowContext, cfg: LatencyConfig, vote: VoteConfig) -> No
             kind, loc = ("rnic_latency", s.access_rnic) if s.access_rnic else ("switch_latency", s.link)
             ctx.emit(kind, loc, s.ratio, s.confidence, s.failed, s.crossing,
                      {"slow_flows": s.failed, "flows": s.crossing, "link": s.link})
-    ctx.state.flow_baseline = update_baseline(ctx.state.flow_baseline, marked, cfg)
+    ctx.state.flow_baseline = update_baseline(ctx.state.flow_baseline, marked, cfg, now_ns=ctx.ws)

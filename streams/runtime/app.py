@@ -24,6 +24,7 @@ import asyncio
 import json
 import logging
 import os
+import resource
 import time
 
 import faust
@@ -98,6 +99,8 @@ _reducer_mirrors: list[TopicMirror] = []
 _reducer_next = -1  # offset of window.partials the reducer applies next; -1: not built yet
 
 _emitted_before: set[int] = set()  # windows.closed as read at the last rebuild: never emitted again
+_consumed_ns = 0  # wall time the reducer took its last message (or idleness tick): when a watermark passed
+_consumed_cpu_ns = 0  # the event loop thread's CPU time then (the reducer merges and analyzes on it)
 
 
 def _path_index() -> tuple[PathIndex, TopicMirror]:
@@ -270,9 +273,10 @@ async def reducer(stream: faust.StreamT) -> None:
 
     A message that does not follow the last one applied (a (re)start, a rebalance) first rebuilds
     the reducer from the topic (:mod:`streams.runtime.reducer_recovery`)."""
-    global _reducer_next
+    global _reducer_next, _consumed_ns, _consumed_cpu_ns
     loop = asyncio.get_running_loop()
     async for event in stream.events():
+        _consumed_ns, _consumed_cpu_ns = time.time_ns(), time.thread_time_ns()
         offset = event.message.offset
         red, mirrors = _window_reducer()
         for mirror in mirrors:
@@ -327,13 +331,20 @@ async def event_loop_lag() -> None:
 @app.timer(interval=1.0)
 async def close_idle_windows() -> None:
     """Close windows held only by idle partitions (processing-time idleness; see WindowReducer)."""
+    global _consumed_ns, _consumed_cpu_ns
     if _reducer is not None and _reducer_next >= 0:
-        await _emit(_reducer.close_ready())
+        tick = time.time_ns(), time.thread_time_ns()
+        closed = _reducer.close_ready()
+        if closed:
+            _consumed_ns, _consumed_cpu_ns = tick
+        await _emit(closed)
 
 
 async def _emit(results: list) -> None:
     """Verdicts and coverage of each closed window, then its ``windows.closed`` summary once the broker
     acknowledged them (the summary is the reducer's record that the window was emitted)."""
+    closed_ns, passed_ns = time.time_ns(), _consumed_ns
+    cpu_ms = round((time.thread_time_ns() - _consumed_cpu_ns) / 1e6, 1)
     if results and _reducer is not None and _retention().mode == "anomalies":
         await _publish_baselines(_reducer.state.flow_baseline)
     for ws, res in results:
@@ -358,9 +369,25 @@ async def _emit(results: list) -> None:
                                             headers=headers_for("coverage.v1")))
         for fut in sent:
             await fut
-        summary = {"window_start_ns": ws, "verdicts": res.verdicts.num_rows, **res.stats}
+        # wall times (ns) for `bench scale`: the watermark passed (the message that closed it was taken),
+        # the window was merged and analyzed, its verdicts acknowledged; and the reducer process's memory
+        summary = {"window_start_ns": ws, "verdicts": res.verdicts.num_rows, **res.stats,
+                   "watermark_wall_ns": passed_ns, "closed_wall_ns": closed_ns, "sent_wall_ns": time.time_ns(),
+                   "reducer_cpu_ms": cpu_ms,
+                   "reducer_rss_mib": _rss_mib(), "reducer_peak_rss_mib": _peak_rss_mib()}
         # acknowledged before the next window: a reducer rebuilt elsewhere reads it and does not emit again
         await (await windows_closed.send(key=str(ws).encode(), value=json.dumps(summary).encode()))
+
+
+def _rss_mib() -> float:
+    """This process's resident set now (MiB), from ``/proc/self/statm``."""
+    with open("/proc/self/statm") as f:
+        return round(int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+
+
+def _peak_rss_mib() -> float:
+    """This process's peak resident set (MiB)."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
 async def _publish_baselines(baseline: pa.Table | None, chunk: int = 100_000) -> None:

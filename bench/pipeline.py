@@ -1,0 +1,172 @@
+"""The real pipeline's processes for the benchmarks: N stream workers and one store writer.
+
+`bench throughput` and `bench scale` both run ``fabricscope worker`` (N processes, one consumer
+group) and ``fabricscope sink`` (the store writer, which owns an embedded chdb store and serves
+read-only queries on 127.0.0.1) as child processes on topics of their own prefix, and read the
+figures every benchmark reports from outside: CPU seconds and peak RSS per process from ``/proc``
+(:mod:`bench.procstat`), the workers' event-loop lag from their Prometheus endpoints, the store
+through the writer's query endpoint, and consumer-group lag from the broker.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench.procstat import cpu_s, free_port, listener_pid, peak_rss_mib, rss_mib
+
+FAUST_GROUP = "fabricscope"  # the app id (streams.runtime.app): the workers' consumer group, after the prefix
+STORE_GROUP = "fabricscope-store"  # sinks.kafka_sink.StoreWriter's default group, after the prefix
+
+
+@dataclass
+class PipelineProcs:
+    """Running worker processes (``worker0`` ..) and store writer (``sink``) on topics of ``prefix``.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        prefix: topic and consumer-group prefix (topics created by the caller).
+        var_dir: the pipeline's ``FABRICSCOPE_VAR`` (its embedded store is ``var_dir/clickhouse``).
+        workers: worker processes.
+        env: extra environment for every child (e.g. ``FABRICSCOPE_STEP_MESSAGES``).
+
+    Use as a context manager: the children are terminated (then killed after 30 s) on exit.
+    """
+
+    bootstrap: str
+    prefix: str
+    var_dir: Path
+    workers: int = 1
+    env: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    metrics_ports: list[int] = field(default_factory=list)
+
+    def __enter__(self) -> PipelineProcs:
+        env = {**os.environ, "KAFKA_BOOTSTRAP": self.bootstrap, "FABRICSCOPE_TOPIC_PREFIX": self.prefix,
+               "FABRICSCOPE_VAR": str(self.var_dir), **self.env}
+        exe = [sys.executable, "-m", "fabricscope"]
+        quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": self.var_dir}
+        self.procs["sink"] = subprocess.Popen([*exe, "sink"], env=env, **quiet)
+        self.metrics_ports = [free_port() for _ in range(self.workers)]
+        for w, port in enumerate(self.metrics_ports):
+            self.procs[f"worker{w}"] = subprocess.Popen([*exe, "worker", "--metrics-port", str(port)], env=env,
+                                                        **quiet)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Terminate every child and wait for it (kill after 30 s)."""
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.terminate()
+        for p in self.procs.values():
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    @property
+    def store_path(self) -> Path:
+        """The embedded store the writer owns."""
+        return self.var_dir / "clickhouse"
+
+    def dead(self) -> list[str]:
+        """Names of children that have exited (a benchmark stops waiting on them)."""
+        return [n for n, p in self.procs.items() if p.poll() is not None]
+
+    def cpu(self, broker_pid: int | None) -> dict[str, float]:
+        """CPU seconds so far of every child and of the broker process (NaN when not on this machine)."""
+        out = {n: cpu_s(p.pid) for n, p in self.procs.items()}
+        out["broker"] = cpu_s(broker_pid) if broker_pid else float("nan")
+        return out
+
+    def rss(self) -> dict[str, float]:
+        """Current RSS (MiB) of every child."""
+        return {n: rss_mib(p.pid) for n, p in self.procs.items()}
+
+    def peak_rss(self) -> dict[str, float]:
+        """Peak RSS (VmHWM, MiB) of every child."""
+        return {n: peak_rss_mib(p.pid) for n, p in self.procs.items()}
+
+    def query(self, sql: str) -> list[dict] | None:
+        """Rows of ``sql`` through the writer's query endpoint; None while it is not serving yet."""
+        from sinks.query_endpoint import find_endpoint, query_remote
+
+        url = find_endpoint(self.store_path)
+        return query_remote(url, sql).to_pylist() if url else None
+
+
+def broker_pid(bootstrap: str) -> int | None:
+    """The local broker's process (its CPU is counted per row), or None when it runs elsewhere."""
+    return listener_pid(int(bootstrap.split(",")[0].rsplit(":", 1)[1]))
+
+
+def worker_loop_lag_ms(ports: list[int]) -> tuple[float, float]:
+    """p99 and max (upper bucket bounds, ms) of the workers' event-loop lag histograms, merged."""
+    import httpx
+
+    buckets: dict[float, float] = {}
+    for port in ports:
+        try:
+            text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+        except httpx.HTTPError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("fabricscope_worker_event_loop_lag_seconds_bucket"):
+                le = line.split('le="', 1)[1].split('"', 1)[0]
+                bound = float("inf") if le == "+Inf" else float(le)
+                buckets[bound] = buckets.get(bound, 0.0) + float(line.rsplit(" ", 1)[1])
+    if not buckets or not buckets.get(float("inf")):
+        return float("nan"), float("nan")
+    bounds = sorted(buckets)
+    total = buckets[float("inf")]
+    p99 = next(b for b in bounds if buckets[b] >= 0.99 * total)
+    top = next(b for b in bounds if buckets[b] >= total)
+    return p99 * 1000, top * 1000
+
+
+class GroupLag:
+    """Consumer lag (messages not yet committed) of consumer groups, per topic, read from the broker.
+
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        groups: ``{group id: [topic, ...]}``; every partition of each topic is counted.
+
+    A group that has committed nothing on a partition lags by the whole partition (its
+    ``auto.offset.reset`` is earliest).
+    """
+
+    def __init__(self, bootstrap: str, groups: dict[str, list[str]]):
+        from confluent_kafka import Consumer, TopicPartition
+
+        self._meta = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-lag-meta"})
+        self._groups: dict[str, tuple[Consumer, list[TopicPartition]]] = {}
+        for g, topics in groups.items():
+            md = self._meta.list_topics(timeout=10).topics
+            tps = [TopicPartition(t, p) for t in topics for p in sorted(md[t].partitions)]
+            # a consumer that never subscribes never joins the group: it only reads its committed offsets
+            self._groups[g] = (Consumer({"bootstrap.servers": bootstrap, "group.id": g,
+                                         "enable.auto.commit": False}), tps)
+
+    def sample(self) -> dict[str, int]:
+        """``{topic: lag in messages}`` summed over partitions (a topic read by two groups: both summed)."""
+        out: dict[str, int] = {}
+        for consumer, tps in self._groups.values():
+            committed = consumer.committed(tps, timeout=10)
+            for tp in committed:
+                _, high = self._meta.get_watermark_offsets(tp, timeout=10, cached=False)
+                done = tp.offset if tp.offset >= 0 else 0
+                out[tp.topic] = out.get(tp.topic, 0) + max(0, high - done)
+        return out
+
+    def close(self) -> None:
+        """Close the broker connections."""
+        for consumer, _ in self._groups.values():
+            consumer.close()
+        self._meta.close()
