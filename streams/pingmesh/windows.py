@@ -149,8 +149,9 @@ class WatermarkTracker:
         newest = self.newest()
         if newest is None:
             return None
-        live = [self.last_upload[a] for a in self.live_agents()]
-        return max(min(live), newest - self.grace_ns)
+        # one pass over the upload times, no sort: the reducer asks this per upload mark
+        oldest_live = min(t for t in self.last_upload.values() if newest - t <= self.liveness_ns)
+        return max(oldest_live, newest - self.grace_ns)
 
     def close_ready(self) -> list[int]:
         """Starts (ns, ascending) of open windows whose end the watermark has passed; marks them closed."""
