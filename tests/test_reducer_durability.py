@@ -100,10 +100,6 @@ def _key(v: dict) -> tuple:
             v["failed_probes"], v["total_probes"], v["confidence"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "passes with one partial per probes.raw message; with batched worker steps the restarted worker "
-    "groups the uncommitted messages differently and their rows are merged twice (failed_probes doubled "
-    "in the window of the kill): a step's partials need an identity the reducer can dedupe"))
 def test_kill_9_mid_window_gives_the_uninterrupted_verdicts(kafka_bootstrap, pipeline_env):
     env, procs = pipeline_env
     kill_after = random.Random(12).choice([6, 7, 9, 10, 11])  # a seeded point inside a window (not on a 20 s edge)
