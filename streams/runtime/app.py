@@ -238,6 +238,11 @@ async def _learn_emitted(events: list[faust.types.EventT], raw: list[RawMessage]
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
     _emitted.learn(found)
+    for p, r in sorted(resume.items()):
+        if found.get(p, -1) >= r:
+            log.warning("probes.raw partition %d resumes at offset %d; steps up to offset %d already reached the "
+                        "reducer: their rows go to the store again (deduplicated), their partials do not", p, r,
+                        found[p])
 
 
 async def _rtt_step(events: list[faust.types.EventT]) -> None:
