@@ -27,10 +27,11 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from schemas.topics import MAX_MESSAGE_BYTES
+
 FORMAT = b"window_step.v1"
-MAX_PART_BYTES = 16 * 1024 * 1024 - 256 * 1024
-"""Largest value of one part: the pipeline's 16 MiB message limit (``schemas.topics.MAX_MESSAGE_BYTES``)
-less room for the headers and the record overhead."""
+MAX_PART_BYTES = MAX_MESSAGE_BYTES - 256 * 1024
+"""Largest value of one part: the pipeline's message limit (16 MiB) less room for headers and record overhead."""
 
 Ranges = dict[int, tuple[int, int]]
 

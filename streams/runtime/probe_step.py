@@ -10,7 +10,11 @@ once per step instead of once per message.
 
 Nothing here depends on how messages are grouped into steps: the outputs per
 message are functions of that message, and window partials merge exactly
-(tests/test_step_grouping.py).
+(tests/test_step_grouping.py). The step's input to the reducer is one
+:class:`~streams.pingmesh.step_message.Step` identified by the raw offset ranges it
+covers; messages a step already carried to the reducer (a restart, a rebalance:
+``emitted``) are left out of it, and only their store rows go again
+(README "Exactly-once rows").
 """
 
 from __future__ import annotations
