@@ -2,7 +2,10 @@
 
 A dead RNIC (``rnic C1`` from the start) whose host then goes down mid-window (``host_down H5``,
 revising the earlier ``rnic C1`` verdict): the revision needs the analyzer state carried from
-earlier windows, so a reducer that lost its state on restart would miss it or differ."""
+earlier windows, so a reducer that lost its state on restart would miss it or differ. The worker
+batches many raw messages per step; the restarted one re-reads what was not committed, grouped
+differently, so a step merged twice would double that window's counts. Killed twice: before the
+worker's first commit, and after it (resuming raw partitions and rebuilding the reducer past 0)."""
 
 from __future__ import annotations
 
