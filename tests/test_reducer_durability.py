@@ -124,11 +124,13 @@ def test_kill_9_mid_window_gives_the_uninterrupted_verdicts(kafka_bootstrap, pip
     env, procs = pipeline_env
     kill_after = random.Random(12).choice([6, 7, 9, 10, 11])  # a seeded point inside a window (not on a 20 s edge)
     assert kill_after % 4
-    runs = {}
+    runs, logs = {}, procs.logdir
     for name, kill, commit_first in (("uninterrupted", None, False), ("killed", kill_after, False),
                                      ("killed after commits", kill_after, True)):
         prefix = f"d{uuid.uuid4().hex[:6]}."
         procs.env = {**env, "FABRICSCOPE_TOPIC_PREFIX": prefix, "FABRICSCOPE_PARTITION_IDLE_S": "5"}
+        procs.logdir = logs / name.replace(" ", "-")  # each run's worker logs kept apart
+        procs.logdir.mkdir()
         try:
             runs[name] = _run(kafka_bootstrap, prefix, procs, kill, commit_first)
         finally:

@@ -88,7 +88,13 @@ class WindowReducer:
     are active. Processing time is used for one thing only, as in Flink's idleness:
     a partition that has sent nothing for ``idle_s`` seconds (no live agent hashes to
     it) stops holding the watermark back; until every one of ``partitions`` has been
-    seen or ``idle_s`` has passed since start, nothing closes.
+    seen or ``idle_s`` has passed since start, nothing closes. A stall of the reducer's
+    whole input (a restarted worker working through its backlog, a rebuild) is nobody's
+    silence: time beyond ``idle_s / 2`` without any input does not count toward any
+    partition's idleness, and a step refreshes every partition it covers before its
+    marks move the watermark. Otherwise the first big step after a stall would close
+    windows on the marks of its first partition while the others, in the same step,
+    counted as idle (their hosts then looked silent: spurious ``host_down``).
 
     Attributes:
         late_partials: partials that arrived after their window closed (counted, not analyzed).
@@ -109,6 +115,7 @@ class WindowReducer:
     pending: dict[int, list[WindowPartial]] = field(default_factory=dict)
     late_partials: int = 0
     started: float | None = None
+    last_input: float | None = None
     first_upload_ns: int | None = None
     registered_hosts: set[str] = field(default_factory=set)
     raw_merged: dict[int, int] = field(default_factory=dict)
@@ -175,8 +182,10 @@ class WindowReducer:
         if novelty != "new":
             self.dropped_steps[novelty] += 1
             return []
+        now = self._input_at()
         for p, (_, b) in step.ranges.items():
             self.raw_merged[p] = b
+            self.last_seen[p] = now  # every partition of the step is alive, whichever mark comes first
         if self.assembling:  # a step whose last parts never came (its worker died) is superseded now
             self.assembling = {k: a for k, a in self.assembling.items() if self._novelty(a.ranges) == "new"}
         self.last_step = step
@@ -190,14 +199,24 @@ class WindowReducer:
             out += self.add(m, None, None, p)
         return out
 
+    def _input_at(self) -> float:
+        """Record an input now (processing time); a stall of all input longer than ``idle_s / 2`` moves every
+        partition's last-seen time (and the start) forward by the excess. Returns now."""
+        now = self.clock()
+        if self.started is None:
+            self.started = now
+        if self.last_input is not None and (stall := now - self.last_input - self.idle_s / 2) > 0:
+            self.last_seen = {p: t + stall for p, t in self.last_seen.items()}
+            self.started += stall
+        self.last_input = now
+        return now
+
     def add(self, mark: UploadMark | None, window_start_ns: int | None, partial: bytes | None,
             partition: int = 0) -> list[tuple[int, WindowResult]]:
         """A partial of one window (no dedup: :meth:`apply_step` does that) and/or an upload mark (an idle
         agent's heartbeat, when alone) from raw ``partition``; the windows that closed.
         """
-        now = self.clock()
-        if self.started is None:
-            self.started = now
+        now = self._input_at()
         if window_start_ns is not None and partial is not None:
             if window_start_ns < self.closed_before:
                 self.late_partials += 1
