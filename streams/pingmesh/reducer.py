@@ -88,13 +88,11 @@ class WindowReducer:
     are active. Processing time is used for one thing only, as in Flink's idleness:
     a partition that has sent nothing for ``idle_s`` seconds (no live agent hashes to
     it) stops holding the watermark back; until every one of ``partitions`` has been
-    seen or ``idle_s`` has passed since start, nothing closes. A stall of the reducer's
-    whole input (a restarted worker working through its backlog, a rebuild) is nobody's
-    silence: time beyond ``idle_s / 2`` without any input does not count toward any
-    partition's idleness, and a step refreshes every partition it covers before its
-    marks move the watermark. Otherwise the first big step after a stall would close
-    windows on the marks of its first partition while the others, in the same step,
-    counted as idle (their hosts then looked silent: spurious ``host_down``).
+    seen or ``idle_s`` has passed since start, nothing closes. A step marks every
+    partition it covers as seen before its marks move the watermark: otherwise the
+    first big step after a stall (a restarted worker's backlog) would close windows on
+    the marks of its first partition while the others, in the same step, still counted
+    as idle (their hosts then looked silent: spurious ``host_down``).
 
     Attributes:
         late_partials: partials that arrived after their window closed (counted, not analyzed).
@@ -115,7 +113,6 @@ class WindowReducer:
     pending: dict[int, list[WindowPartial]] = field(default_factory=dict)
     late_partials: int = 0
     started: float | None = None
-    last_input: float | None = None
     first_upload_ns: int | None = None
     registered_hosts: set[str] = field(default_factory=set)
     raw_merged: dict[int, int] = field(default_factory=dict)
@@ -200,15 +197,10 @@ class WindowReducer:
         return out
 
     def _input_at(self) -> float:
-        """Record an input now (processing time); a stall of all input longer than ``idle_s / 2`` moves every
-        partition's last-seen time (and the start) forward by the excess. Returns now."""
+        """Processing time now; the first call starts the reducer's clock (the unseen-partition rule)."""
         now = self.clock()
         if self.started is None:
             self.started = now
-        if self.last_input is not None and (stall := now - self.last_input - self.idle_s / 2) > 0:
-            self.last_seen = {p: t + stall for p, t in self.last_seen.items()}
-            self.started += stall
-        self.last_input = now
         return now
 
     def add(self, mark: UploadMark | None, window_start_ns: int | None, partial: bytes | None,
