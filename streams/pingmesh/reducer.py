@@ -182,6 +182,7 @@ class WindowReducer:
         now = self._input_at()
         for p, (_, b) in step.ranges.items():
             self.raw_merged[p] = b
+        for p in {*step.ranges, *(p for p, _ in step.marks)}:
             self.last_seen[p] = now  # every partition of the step is alive, whichever mark comes first
         if self.assembling:  # a step whose last parts never came (its worker died) is superseded now
             self.assembling = {k: a for k, a in self.assembling.items() if self._novelty(a.ranges) == "new"}

@@ -59,9 +59,11 @@ class MessageOutput:
 
 @dataclass
 class StepOutput:
-    """Outputs of one step: per message (in input order); and the step's input to the reducer, over the
-    messages not already emitted (``fresh``): window partials, upload marks per raw partition, and the raw
-    offset range per partition they cover (empty when no message was fresh)."""
+    """Outputs of one step: per message (in input order); and the step's input to the reducer: the window
+    partials of the messages not already emitted (``fresh``) and the raw offset range per partition they
+    cover (empty when no message was fresh), and the upload marks of all its messages per raw partition (a
+    mark moves a watermark to a maximum, so a repeat changes nothing, and it tells the reducer that the
+    partition is alive: a restarted worker's first step may carry only skipped messages of a partition)."""
 
     messages: list[MessageOutput]
     partials: dict[int, bytes]
@@ -158,7 +160,7 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
         baseline: the latency rule's per-flow baselines, for ``anomalies`` retention.
         emitted: raw partition → highest offset already emitted to the reducer (:func:`fresh_ranges`):
             messages at or below it still yield their store rows (the store writer drops repeats by raw
-            offset) but are left out of the partials and marks (the reducer cannot split an aggregate).
+            offset) but are left out of the partials (the reducer cannot split an aggregate) and the ranges.
 
     Returns:
         :class:`StepOutput`. Raises nothing for bad input (dead-letter rows instead).
@@ -178,5 +180,5 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
                  if f and r.enriched is not None and r.enriched.num_rows]
         step = pa.concat_tables(fresh) if fresh else None
     partials = batch_partials(step, paths, window_ns) if step is not None else {}
-    marks = upload_marks([(m, r.enriched) for m, r, f in zip(messages, results, flags, strict=True) if f])
+    marks = upload_marks([(m, r.enriched) for m, r in zip(messages, results, strict=True)])
     return StepOutput(outs, partials, marks, ranges)
