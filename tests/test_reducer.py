@@ -90,6 +90,24 @@ def test_a_partition_silent_while_others_go_on_is_idle():
     assert r3.watermark() == T0 + 20 * S
 
 
+def test_when_all_input_ended_a_partition_whose_agents_died_holds_nothing():
+    clock = Clock()
+    r = WindowReducer(partitions=2, idle_s=10.0, clock=clock)
+    r.open_windows.update({T0, T0 + 20 * S, T0 + 40 * S})
+    r.add(UploadMark("H5", T0 + 35 * S, "H5"), None, None, partition=1)  # its only agent, then it died
+    r.add(UploadMark("H1", T0 + 55 * S, "H1"), None, None, partition=0)
+    r.add(UploadMark("H3", T0 + 60 * S, "H3"), None, None, partition=0)
+    assert r.watermark() == T0 + 35 * S and r.closed_before == T0 + 20 * S  # both partitions active
+    clock.now += 10  # then no input at all: partition 1 (35 s) is over 20 s behind the newest (60 s)
+    assert r.watermark() == T0 + 55 * S
+    assert [ws for ws, _ in r.close_ready()] == [] and r.closed_before == T0 + 40 * S  # no partials: none analyzed
+    r2 = WindowReducer(partitions=2, idle_s=10.0, clock=clock)
+    r2.add(UploadMark("H5", T0 + 45 * S, "H5"), None, None, partition=1)  # 15 s behind: maybe lagging
+    r2.add(UploadMark("H1", T0 + 60 * S, "H1"), None, None, partition=0)
+    clock.now += 10
+    assert r2.watermark() == T0 + 45 * S
+
+
 def _sim_steps(rounds: int) -> list[list[tuple[list, bytes]]]:
     """The ``window.partials`` messages of Panel 1 with a dead switch link: one step per agent upload, raw
     partition 0, offsets 0, 1, 2, ... (what a worker taking one message per step sends)."""

@@ -88,7 +88,9 @@ class WindowReducer:
     are active. Processing time is used for one thing only, as in Flink's idleness:
     a partition that has sent nothing for ``idle_s`` seconds (no live agent hashes to
     it) stops holding the watermark back; until every one of ``partitions`` has been
-    seen or ``idle_s`` has passed since start, nothing closes. A step marks every
+    seen or ``idle_s`` has passed since start, nothing closes. When every partition is
+    idle (the input ended), a partition counts unless its newest upload is over the
+    liveness time behind the newest of all, as an agent within one. A step marks every
     partition it covers as seen before its marks move the watermark: otherwise the
     first big step after a stall (a restarted worker's backlog) would close windows on
     the marks of its first partition while the others, in the same step, still counted
@@ -249,7 +251,19 @@ class WindowReducer:
             return None  # a partition not heard from yet may still be catching up
         active = [t.watermark() for p, t in self.trackers.items() if now - self.last_seen[p] < self.idle_s]
         active = [w for w in active if w is not None]
-        return min(active) if active else None
+        if active or not self.trackers:
+            return min(active) if active else None
+        # The whole input has been quiet for idle_s (the end of a replay; every worker waiting): no partition
+        # is behind in processing any more, so one is left out as an agent is inside a partition
+        # (WatermarkTracker.live_agents): when its newest upload is over the liveness time behind the newest.
+        # Without this a partition whose only agent died held every later window open once the input ended.
+        newest = {p: n for p, t in self.trackers.items() if (n := t.newest()) is not None}
+        top = max(newest.values(), default=None)
+        if top is None:
+            return None
+        live = [self.trackers[p].watermark() for p, n in newest.items()
+                if top - n <= self.trackers[p].liveness_ns]
+        return min((w for w in live if w is not None), default=None)
 
     def close_ready(self) -> list[tuple[int, WindowResult]]:
         """Analyze every window the watermark has passed, oldest first: ``[(window_start_ns, result)]``."""
