@@ -1,10 +1,12 @@
 """The simulator's uploads through the production window-closing path, in one process.
 
 What the Faust app does across processes, minus Kafka: each agent's 5 s probe batch is
-decomposed (:func:`streams.pingmesh.rtt.decompose`), turned into the worker's
-``window.partials`` messages (:func:`streams.pingmesh.reducer.worker_messages`), and those
-go to the one :class:`streams.pingmesh.reducer.WindowReducer`, which keeps the watermark and
-closes, merges and analyzes windows. Traced paths and registry updates arrive first, as
+decomposed (:func:`streams.pingmesh.rtt.decompose`), turned into the worker's step
+(:func:`streams.pingmesh.reducer.worker_step`, one per partition and round, covering that
+round's batches as consecutive raw offsets), encoded as the Faust worker sends it to
+``window.partials`` (:func:`streams.pingmesh.step_message.encode_step`), and those messages go
+to the one :class:`streams.pingmesh.reducer.WindowReducer`, which drops replayed steps, keeps
+the watermark and closes, merges and analyzes windows. Traced paths and registry updates arrive first, as
 agents and the controller publish them. The benchmark and the analyzer tests drive this;
 there is no other copy of the closing path.
 """
@@ -23,8 +25,9 @@ from schemas.arrow_pa import table_from_columns
 from streams.pingmesh.analyzer import AnalyzerConfig, WindowResult
 from streams.pingmesh.links import PathIndex
 from streams.pingmesh.partial import from_bytes
-from streams.pingmesh.reducer import UploadMark, WindowReducer, worker_messages
+from streams.pingmesh.reducer import UploadMark, WindowReducer, worker_step
 from streams.pingmesh.rtt import decompose
+from streams.pingmesh.step_message import Step, encode_step
 
 
 @dataclass
@@ -48,6 +51,8 @@ class SimPipeline:
     link_probes: dict[int, dict[str, int]] = field(default_factory=dict)
     """window start → link → probes that crossed it (for the links in ``watch``; ground-truth
     bookkeeping of the benchmark: how many probes a fault on that link could fail)."""
+    offsets: dict[int, int] = field(default_factory=dict)
+    """raw partition → next offset (each agent upload is one raw message)."""
 
     def __post_init__(self) -> None:
         self.reducer = WindowReducer(config=self.config, partitions=self.workers, clock=lambda: 0.0)
@@ -87,12 +92,26 @@ class SimPipeline:
         out: list[tuple[int, WindowResult]] = []
         for part in sorted(per_part):  # one worker step per partition: its agents' batches of the round
             enriched = decompose(pa.concat_tables(per_part[part]), f"sim/{tag}/{t0_ns}/{part}")
-            for mark, ws, blob in worker_messages(enriched, self.paths, self.config.window_ns):
-                if self.watch and blob is not None and ws is not None:
+            step = worker_step(enriched, self.paths, self.config.window_ns, self._take(part, len(per_part[part])),
+                               part)
+            if self.watch:
+                for ws, blob in step.partials.items():
                     self._count(ws, from_bytes(blob).crossing)
-                out += self.reducer.add(mark, ws, blob, part)
+            out += self._send(step)
         for part, agent in idle:  # an agent with nothing to send still uploads (a heartbeat)
-            out += self.reducer.add(UploadMark(agent, t0_ns + BATCH_NS, agent), None, None, part)
+            out += self._send(Step(self._take(part, 1), {}, [(part, UploadMark(agent, t0_ns + BATCH_NS, agent))]))
+        return out
+
+    def _take(self, part: int, n: int) -> dict[int, tuple[int, int]]:
+        """The raw offset range of the next ``n`` messages of ``part``."""
+        first = self.offsets.get(part, 0)
+        self.offsets[part] = first + n
+        return {part: (first, first + n - 1)}
+
+    def _send(self, step: Step) -> list[tuple[int, WindowResult]]:
+        out: list[tuple[int, WindowResult]] = []
+        for headers, value in encode_step(step):
+            out += self.reducer.receive(dict(headers), value)
         return out
 
     def run(self, t0_ns: int, seconds: int, tag: str = "", max_rounds: int | None = None,

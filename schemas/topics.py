@@ -43,8 +43,9 @@ HOSTMETRICS_RAW = Topic(
 REGISTRY = Topic("registry", 1, "rnic", "registry.v1", _COMPACTED, "RNIC registry: GID, QPN per RNIC")
 PINGLISTS = Topic("pinglists", 1, "agent_id", "pinglist.v1", _COMPACTED, "controller pinglists per agent")
 WINDOW_PARTIALS = Topic(
-    "window.partials", 1, "window_start_ns", "", _RETAIN_7D,
-    "per-worker window partials (link counts, failing paths) to the one reducer",
+    "window.partials", 1, "step", "window_step.v1", _RETAIN_7D,
+    "one message per worker step: its window partials (link counts, failing paths), upload marks and raw "
+    "offset ranges, to the one reducer (streams.pingmesh.step_message)",
 )
 WINDOWS_CLOSED = Topic(
     "windows.closed", 1, "window_start_ns", "json", _RETAIN_7D,

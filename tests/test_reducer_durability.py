@@ -2,7 +2,10 @@
 
 A dead RNIC (``rnic C1`` from the start) whose host then goes down mid-window (``host_down H5``,
 revising the earlier ``rnic C1`` verdict): the revision needs the analyzer state carried from
-earlier windows, so a reducer that lost its state on restart would miss it or differ."""
+earlier windows, so a reducer that lost its state on restart would miss it or differ. The worker
+batches many raw messages per step; the restarted one re-reads what was not committed, grouped
+differently, so a step merged twice would double that window's counts. Killed twice: before the
+worker's first commit, and after it (resuming raw partitions and rebuilding the reducer past 0)."""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer
+from confluent_kafka import Consumer, TopicPartition
 
 from fabricscope.kafka_admin import create_topics, delete_topics
 from producers.kafka_producer import AgentProducer
@@ -72,7 +75,18 @@ def _alive(procs) -> None:
     assert not dead, f"a pipeline process exited; see the logs in {procs.logdir}"
 
 
-def _run(bootstrap: str, prefix: str, procs, kill_after: int | None) -> _Topics:
+def _committed(bootstrap: str, prefix: str) -> dict[str, int]:
+    """The worker group's committed offsets: highest over ``probes.raw``'s partitions, and ``window.partials``."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}fabricscope", "enable.auto.commit": False})
+    try:
+        raw = [TopicPartition(T.topic_name(T.PROBES_RAW, prefix), p) for p in range(T.PROBES_RAW.partitions)]
+        tps = c.committed([*raw, TopicPartition(T.topic_name(T.WINDOW_PARTIALS, prefix), 0)], timeout=10)
+    finally:
+        c.close()
+    return {"raw": max(tp.offset for tp in tps[:-1]), "partials": tps[-1].offset}
+
+
+def _run(bootstrap: str, prefix: str, procs, kill_after: int | None, commit_first: bool = False) -> _Topics:
     create_topics(bootstrap, prefix)
     producer = AgentProducer(bootstrap)
     sim = Simulator(panel1(), seed=7, faults=FAULTS, inter_tor="even")
@@ -81,7 +95,13 @@ def _run(bootstrap: str, prefix: str, procs, kill_after: int | None) -> _Topics:
     if kill_after is None:
         publish_sim(sim, producer, prefix, START, ROUNDS)
     else:
-        publish_sim(sim, producer, prefix, START, kill_after)
+        first = 0
+        if commit_first:  # the worker commits part of the stream: the restart resumes and rebuilds past offset 0
+            first = kill_after - 2
+            publish_sim(sim, producer, prefix, START, first)
+            wait_for(lambda: (_alive(procs), min(_committed(bootstrap, prefix).values()) > 0)[1],
+                     what="the worker's first commits")
+        publish_sim(sim, producer, prefix, START, kill_after, first=first)
         last_upload = START + kill_after * 5 * S
         # the worker has turned the last round into partials (the reducer is applying them now)
         wait_for(lambda: (_alive(procs), seen.poll(), seen.newest_partial_upload >= last_upload)[2],
@@ -100,29 +120,29 @@ def _key(v: dict) -> tuple:
             v["failed_probes"], v["total_probes"], v["confidence"])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "passes with one partial per probes.raw message; with batched worker steps the restarted worker "
-    "groups the uncommitted messages differently and their rows are merged twice (failed_probes doubled "
-    "in the window of the kill): a step's partials need an identity the reducer can dedupe"))
 def test_kill_9_mid_window_gives_the_uninterrupted_verdicts(kafka_bootstrap, pipeline_env):
     env, procs = pipeline_env
     kill_after = random.Random(12).choice([6, 7, 9, 10, 11])  # a seeded point inside a window (not on a 20 s edge)
     assert kill_after % 4
-    runs = {}
-    for name, kill in (("uninterrupted", None), ("killed", kill_after)):
+    runs, logs = {}, procs.logdir
+    for name, kill, commit_first in (("uninterrupted", None, False), ("killed", kill_after, False),
+                                     ("killed after commits", kill_after, True)):
         prefix = f"d{uuid.uuid4().hex[:6]}."
         procs.env = {**env, "FABRICSCOPE_TOPIC_PREFIX": prefix, "FABRICSCOPE_PARTITION_IDLE_S": "5"}
+        procs.logdir = logs / name.replace(" ", "-")  # each run's worker logs kept apart
+        procs.logdir.mkdir()
         try:
-            runs[name] = _run(kafka_bootstrap, prefix, procs, kill)
+            runs[name] = _run(kafka_bootstrap, prefix, procs, kill, commit_first)
         finally:
             procs.stop_all()
             procs.procs.clear()
             delete_topics(kafka_bootstrap, prefix)
     whole = {_key(v) for v in runs["uninterrupted"].verdicts if v["window_start_ns"] < START + 80 * S}
-    killed = {_key(v) for v in runs["killed"].verdicts if v["window_start_ns"] < START + 80 * S}
-    assert killed == whole, (sorted(killed - whole), sorted(whole - killed))
+    for name in ("killed", "killed after commits"):
+        killed = {_key(v) for v in runs[name].verdicts if v["window_start_ns"] < START + 80 * S}
+        assert killed == whole, (name, sorted(killed - whole), sorted(whole - killed))
+        # every window was emitted once, before and after the kill together
+        closed = [w for w in runs[name].closed if w < START + 80 * S]
+        assert sorted(closed) == sorted(set(closed)), name
     kinds = {(k[1], k[2], bool(k[4])) for k in whole}
     assert ("rnic", "C1", False) in kinds and ("host_down", "H5", True) in kinds  # the revision needs carried state
-    # every window was emitted once, before and after the kill together
-    closed = [w for w in runs["killed"].closed if w < START + 80 * S]
-    assert sorted(closed) == sorted(set(closed))

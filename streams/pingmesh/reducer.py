@@ -1,12 +1,13 @@
 """The window reducer: merges the workers' partials of a window and analyzes it once (R-Pingmesh §4.3).
 
-Workers partitioned over ``probes.raw`` each see part of a window. Each sends,
-per batch, one serialised :class:`~streams.pingmesh.partial.WindowPartial` per window the
-batch touches, plus the batch's upload marks (agent, upload time, host). The one
-reducer keeps the global watermark from those marks, so a window closes only
-when every live agent has uploaded past its end (or the grace passed), then
-merges and runs :func:`streams.pingmesh.analyzer.analyze_window`. Merging partials is
-exact, so the verdict equals the one-worker verdict. No Kafka here.
+Workers partitioned over ``probes.raw`` each see part of a window. Each worker step sends
+one :class:`~streams.pingmesh.step_message.Step` (its serialised
+:class:`~streams.pingmesh.partial.WindowPartial` per window, its upload marks and the raw
+offset ranges it covers). The one reducer keeps the global watermark from the marks, so a
+window closes only when every live agent has uploaded past its end (or the grace passed),
+then merges and runs :func:`streams.pingmesh.analyzer.analyze_window`. Merging partials is
+exact, so the verdict equals the one-worker verdict. A step whose raw offsets were already
+merged (a restarted worker's replay, a zombie's resend) is dropped by its ranges. No Kafka here.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -22,21 +24,23 @@ from streams.pingmesh.analyzer import AnalyzerConfig, AnalyzerState, WindowResul
 from streams.pingmesh.impact import JobThreshold
 from streams.pingmesh.links import PathIndex
 from streams.pingmesh.partial import WindowPartial, from_bytes, merge, summarize, to_bytes
+from streams.pingmesh.step_message import (
+    Step,
+    StepFormatError,
+    UploadMark,
+    decode_body,
+    encode_step,
+    part_of,
+)
 from streams.pingmesh.windows import WatermarkTracker, split_by_window
+
+__all__ = ["StepFormatError", "UploadMark", "WindowReducer", "batch_marks", "batch_partials", "worker_messages",
+           "worker_step"]
 
 
 def batch_partials(enriched: pa.Table, paths: PathIndex, window_ns: int) -> dict[int, bytes]:
     """Worker side: ``{window_start_ns: serialised partial}`` of one ``probe_enriched.v1`` batch."""
     return {ws: to_bytes(summarize(ws, rows, paths)) for ws, rows in split_by_window(enriched, window_ns).items()}
-
-
-@dataclass
-class UploadMark:
-    """Who uploaded and when (prober host clock, ns): what moves the watermark."""
-
-    agent_id: str
-    upload_ns: int
-    host: str | None
 
 
 def batch_marks(enriched: pa.Table) -> list[UploadMark]:
@@ -49,33 +53,28 @@ def batch_marks(enriched: pa.Table) -> list[UploadMark]:
                 strict=True)]
 
 
-def message_args(headers: Mapping[str, bytes]) -> tuple[UploadMark, int | None, int, int | None]:
-    """(mark, window start or None, source partition, source offset or None) of one ``window.partials``
-    message's headers.
-
-    Raises:
-        KeyError: the headers lack ``agent_id`` or ``upload_ns``.
-    """
-    ws = headers.get("window_start_ns", b"")
-    mark = UploadMark(headers["agent_id"].decode(), int(headers["upload_ns"]),
-                      headers.get("host", b"").decode() or None)
-    off = headers.get("src_offset", b"")
-    return mark, int(ws) if ws else None, int(headers.get("src_partition", b"0")), int(off) if off else None
-
-
-def worker_messages(enriched: pa.Table, paths: PathIndex, window_ns: int
-                    ) -> list[tuple[UploadMark, int | None, bytes | None]]:
-    """Worker side: the ``window.partials`` messages of one probe batch, as (mark, window, partial).
-
-    Every mark but the last goes alone; the last rides on each window's partial (or alone
-    when the batch touches no window). :meth:`WindowReducer.add` takes them in this order.
-    """
-    marks = batch_marks(enriched)
+def worker_step(enriched: pa.Table, paths: PathIndex, window_ns: int, ranges: Mapping[int, tuple[int, int]],
+                partition: int = 0) -> Step:
+    """Worker side: the :class:`~streams.pingmesh.step_message.Step` of one step over ``enriched`` (the rows
+    of the raw messages in ``ranges``, all read from raw ``partition``)."""
+    marks = [(partition, m) for m in batch_marks(enriched)]
     parts = batch_partials(enriched, paths, window_ns) if enriched.num_rows else {}
-    out: list[tuple[UploadMark, int | None, bytes | None]] = [(m, None, None) for m in marks[:-1]]
-    if marks:
-        out += [(marks[-1], ws, blob) for ws, blob in sorted(parts.items())] or [(marks[-1], None, None)]
-    return out
+    return Step(dict(ranges), parts, marks)
+
+
+def worker_messages(enriched: pa.Table, paths: PathIndex, window_ns: int, ranges: Mapping[int, tuple[int, int]],
+                    partition: int = 0) -> list[tuple[list[tuple[str, bytes]], bytes]]:
+    """Worker side: the ``window.partials`` messages ``[(headers, value)]`` of :func:`worker_step`, as the
+    Faust worker sends them (:meth:`WindowReducer.receive` takes them in this order)."""
+    return encode_step(worker_step(enriched, paths, window_ns, ranges, partition))
+
+
+@dataclass
+class _Assembly:
+    """The parts of a multi-part step received so far."""
+
+    ranges: dict[int, tuple[int, int]]
+    parts: list[bytes | None]
 
 
 @dataclass
@@ -89,7 +88,13 @@ class WindowReducer:
     are active. Processing time is used for one thing only, as in Flink's idleness:
     a partition that has sent nothing for ``idle_s`` seconds (no live agent hashes to
     it) stops holding the watermark back; until every one of ``partitions`` has been
-    seen or ``idle_s`` has passed since start, nothing closes.
+    seen or ``idle_s`` has passed since start, nothing closes. When every partition is
+    idle (the input ended), a partition counts unless its newest upload is over the
+    liveness time behind the newest of all, as an agent within one. A step marks every
+    partition it covers as seen before its marks move the watermark: otherwise the
+    first big step after a stall (a restarted worker's backlog) would close windows on
+    the marks of its first partition while the others, in the same step, still counted
+    as idle (their hosts then looked silent: spurious ``host_down``).
 
     Attributes:
         late_partials: partials that arrived after their window closed (counted, not analyzed).
@@ -112,8 +117,13 @@ class WindowReducer:
     started: float | None = None
     first_upload_ns: int | None = None
     registered_hosts: set[str] = field(default_factory=set)
-    sources: dict[int, set[tuple[int, int]]] = field(default_factory=dict)
-    """window → (partition, offset) of the probes.raw batches merged into it (open windows only)."""
+    raw_merged: dict[int, int] = field(default_factory=dict)
+    """raw partition → highest ``probes.raw`` offset whose step was applied (the step dedup)."""
+    assembling: dict[str, _Assembly] = field(default_factory=dict)
+    dropped_steps: dict[str, int] = field(default_factory=lambda: {"replay": 0, "overlap": 0})
+    """Steps not applied: ``replay`` (every offset already merged), ``overlap`` (some were)."""
+    last_step: Step | None = None
+    """The step applied last (its marks feed the worker's per-agent metrics)."""
 
     def on_registry(self, rows: pa.Table) -> None:
         """``registry.v1`` rows: the newest QPN per RNIC replaces the old one; their hosts are known."""
@@ -127,26 +137,89 @@ class WindowReducer:
         rows = rows.select(["job_id", "sample_ns", "value"])
         self.job_metrics = rows if self.job_metrics is None else pa.concat_tables([self.job_metrics, rows])
 
-    def add(self, mark: UploadMark, window_start_ns: int | None, partial: bytes | None,
-            partition: int = 0, source: int | None = None) -> list[tuple[int, WindowResult]]:
-        """One message from a worker: a partial of one window (or none, for an idle heartbeat),
-        about a batch read from ``partition`` of ``probes.raw`` at offset ``source`` (if known).
+    def receive(self, headers: Mapping[str, bytes], value: bytes) -> list[tuple[int, WindowResult]]:
+        """One ``window.partials`` message (a step, or one part of a step): the windows it closed.
 
-        A partial of a window from a (partition, offset) already merged into it is dropped: a worker
-        that crashed before committing processes that batch again, and the repeat must count once.
+        Raises:
+            StepFormatError: not a step message of :mod:`streams.pingmesh.step_message`'s format.
         """
+        part = part_of(headers)
+        if self._novelty(part.ranges) != "new":
+            self.assembling.pop(part.step_id, None)
+            if part.index == part.count - 1:  # count a step once, at its last part
+                self.dropped_steps[self._novelty(part.ranges)] += 1
+            return []
+        if part.count == 1:
+            body = value
+        else:
+            a = self.assembling.setdefault(part.step_id, _Assembly(part.ranges, [None] * part.count))
+            if len(a.parts) != part.count or a.ranges != part.ranges:
+                raise StepFormatError(f"step {part.step_id}: part {part.index}/{part.count} does not match "
+                                      f"its earlier parts")
+            a.parts[part.index] = value
+            if any(p is None for p in a.parts):
+                return []
+            del self.assembling[part.step_id]
+            body = b"".join(a.parts)  # type: ignore[arg-type]
+        return self.apply_step(decode_body(part.ranges, body))
+
+    def _novelty(self, ranges: Mapping[int, tuple[int, int]]) -> Literal["new", "replay", "overlap"]:
+        """``new``: no offset merged yet; ``replay``: all merged; ``overlap``: some merged (a zombie
+        worker racing the partition's new owner; a merged aggregate cannot be split, so it is dropped)."""
+        merged = [(a, b, self.raw_merged.get(p, -1)) for p, (a, b) in ranges.items()]
+        if all(b <= hwm for _, b, hwm in merged):
+            return "replay"
+        return "overlap" if any(a <= hwm for a, _, hwm in merged) else "new"
+
+    def apply_step(self, step: Step) -> list[tuple[int, WindowResult]]:
+        """Merge a step that covers no merged raw offset: its partials first, then its marks, oldest upload
+        first, each as one message at a time would bring it (so the watermark never passes a window before
+        the step's rows for it are in, and the verdicts do not depend on how messages were grouped into
+        steps: tests/test_step_grouping.py). A replayed step is dropped (counted in ``dropped_steps``).
+        """
+        novelty = self._novelty(step.ranges)
+        if novelty != "new":
+            self.dropped_steps[novelty] += 1
+            return []
+        now = self._input_at()
+        for p, (_, b) in step.ranges.items():
+            self.raw_merged[p] = b
+        for p in {*step.ranges, *(p for p, _ in step.marks)}:
+            self.last_seen[p] = now  # every partition of the step is alive, whichever mark comes first
+        if self.assembling:  # a step whose last parts never came (its worker died) is superseded now
+            self.assembling = {k: a for k, a in self.assembling.items() if self._novelty(a.ranges) == "new"}
+        self.last_step = step
+        for ws, blob in sorted(step.partials.items()):
+            self.add(None, ws, blob, min(step.ranges))
+        out: list[tuple[int, WindowResult]] = []
+        # Oldest upload first, as one message at a time would bring them: an agent's newest upload
+        # jumping ahead of a laggard's intermediate uploads would eject the laggard from the live set
+        # (windows.WatermarkTracker.live_agents) and close a window before the laggard's rows came in.
+        for p, m in sorted(step.marks, key=lambda pm: (pm[1].upload_ns, pm[0], pm[1].agent_id)):
+            out += self.add(m, None, None, p)
+        return out
+
+    def _input_at(self) -> float:
+        """Processing time now; the first call starts the reducer's clock (the unseen-partition rule)."""
         now = self.clock()
         if self.started is None:
             self.started = now
+        return now
+
+    def add(self, mark: UploadMark | None, window_start_ns: int | None, partial: bytes | None,
+            partition: int = 0) -> list[tuple[int, WindowResult]]:
+        """A partial of one window (no dedup: :meth:`apply_step` does that) and/or an upload mark (an idle
+        agent's heartbeat, when alone) from raw ``partition``; the windows that closed.
+        """
+        now = self._input_at()
         if window_start_ns is not None and partial is not None:
-            seen = self.sources.get(window_start_ns, set())
             if window_start_ns < self.closed_before:
                 self.late_partials += 1
-            elif source is None or (partition, source) not in seen:
-                if source is not None:
-                    self.sources.setdefault(window_start_ns, set()).add((partition, source))
+            else:
                 self.pending.setdefault(window_start_ns, []).append(from_bytes(partial))
                 self.open_windows.add(window_start_ns)
+        if mark is None:
+            return []
         self.first_upload_ns = min(self.first_upload_ns or mark.upload_ns, mark.upload_ns)
         tracker = self.trackers.setdefault(partition, WatermarkTracker(window_ns=self.config.window_ns))
         tracker.heartbeat(mark.agent_id, mark.upload_ns, mark.host)
@@ -178,7 +251,19 @@ class WindowReducer:
             return None  # a partition not heard from yet may still be catching up
         active = [t.watermark() for p, t in self.trackers.items() if now - self.last_seen[p] < self.idle_s]
         active = [w for w in active if w is not None]
-        return min(active) if active else None
+        if active or not self.trackers:
+            return min(active) if active else None
+        # The whole input has been quiet for idle_s (the end of a replay; every worker waiting): no partition
+        # is behind in processing any more, so one is left out as an agent is inside a partition
+        # (WatermarkTracker.live_agents): when its newest upload is over the liveness time behind the newest.
+        # Without this a partition whose only agent died held every later window open once the input ended.
+        newest = {p: n for p, t in self.trackers.items() if (n := t.newest()) is not None}
+        top = max(newest.values(), default=None)
+        if top is None:
+            return None
+        live = [self.trackers[p].watermark() for p, n in newest.items()
+                if top - n <= self.trackers[p].liveness_ns]
+        return min((w for w in live if w is not None), default=None)
 
     def close_ready(self) -> list[tuple[int, WindowResult]]:
         """Analyze every window the watermark has passed, oldest first: ``[(window_start_ns, result)]``."""
@@ -189,7 +274,6 @@ class WindowReducer:
         for ws in sorted(w for w in self.open_windows if w + self.config.window_ns <= wm):
             self.open_windows.discard(ws)
             self.closed_before = max(self.closed_before, ws + self.config.window_ns)
-            self.sources.pop(ws, None)
             parts = self.pending.pop(ws, None)
             if parts:
                 out.append((ws, analyze_window(merge(parts), registry=self.registry,

@@ -3,7 +3,7 @@
     probes.raw ──rtt (N workers, a step of many messages)──▶ probes.enriched ──▶ (sink) `probes_1m`, `probes`
         │   per raw message: minute tier + rows kept,   │                       (hourly tiers by view)
         │   to the partition of its raw partition       └─▶ deadletter ──▶ (sink) `deadletters`
-        └─ per step and window: summarize(rows, paths) ──▶ window.partials (1 partition)
+        └─ per step: one message (partials per window, marks, raw offset ranges) ──▶ window.partials (1 partition)
     paths.traced ──(mirror in every worker)──▶ PathIndex (bounded)
     window.partials ──reducer (one owner)──▶ verdicts ──▶ (sink) `verdicts`, chatops
         registry, jobs.metrics ──(mirror)──▶      └───▶ coverage ──▶ (sink) `coverage`
@@ -35,15 +35,17 @@ from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
 from schemas.minute_tier import MINUTE
 from streams.pingmesh.links import PathIndex
-from streams.pingmesh.reducer import UploadMark, WindowReducer, message_args
+from streams.pingmesh.reducer import StepFormatError, WindowReducer
 from streams.pingmesh.retention import RetentionPolicy
+from streams.pingmesh.step_message import encode_step
 from streams.pingmesh.windows import WINDOW_NS
 from streams.runtime import hostping_agents
 from streams.runtime import metrics as M
 from streams.runtime.config import current
 from streams.runtime.deadletter import whole_message
+from streams.runtime.emitted_input import CLOCK_SKEW_MS, EmittedOffsets, read_emitted
 from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
-from streams.runtime.probe_step import RawMessage, process_step, reducer_messages
+from streams.runtime.probe_step import RawMessage, process_step, reducer_step
 from streams.runtime.reducer_recovery import rebuild
 from streams.runtime.topic_mirror import TopicMirror
 
@@ -149,12 +151,6 @@ def _partitions_of(topic: str) -> dict:
     return md.topics[topic].partitions
 
 
-def _mark_headers(m: UploadMark, ws: int | None, partition: int) -> list[tuple[str, bytes]]:
-    return [("agent_id", m.agent_id.encode()), ("upload_ns", str(m.upload_ns).encode()),
-            ("host", (m.host or "").encode()), ("window_start_ns", b"" if ws is None else str(ws).encode()),
-            ("src_partition", str(partition).encode())]
-
-
 _baseline: pa.Table | None = None
 _baseline_mirror: TopicMirror | None = None
 
@@ -181,7 +177,7 @@ def _baselines_mirror() -> TopicMirror:
     return _baseline_mirror
 
 
-_sent_marks: dict[tuple[int, str], UploadMark] = {}  # last upload mark sent per (raw partition, agent)
+_emitted = EmittedOffsets()  # per raw partition: next offset expected, highest offset sent to the reducer
 STEP_MESSAGES = CONFIG.step_messages
 STEP_S = CONFIG.step_s
 
@@ -215,6 +211,41 @@ async def _rtt_alone(event: faust.types.EventT) -> None:
                              schema_key_from_headers(dict(event.headers or {})) or "",
                              f"worker error: {type(err).__name__}: {err}", event.value or b"")
         await deadletter.send(key=msg.topic.encode(), value=encode(dead), headers=headers_for("deadletter.v1"))
+        _emitted.processed([RawMessage(b"", None, msg.topic, msg.partition, msg.offset)], {})
+
+
+@app.on_partitions_revoked.connect
+async def _forget_revoked(sender: faust.App, revoked: set, **_: object) -> None:
+    """A revoked raw partition may be advanced by another worker: look at the topic when it comes back."""
+    raw = T.topic_name(T.PROBES_RAW, PREFIX)
+    _emitted.forget(tp.partition for tp in revoked if tp.topic == raw)
+
+
+async def _learn_emitted(events: list[faust.types.EventT], raw: list[RawMessage]) -> None:
+    """Where the step resumes a raw partition (start, rebalance), learn from ``window.partials`` which of its
+    offsets a step already carried (:mod:`streams.runtime.emitted_input`). Retries while the broker is away:
+    a step sent without knowing could overlap one already merged."""
+    resume = _emitted.resumed(raw)
+    if not resume:
+        return
+    stamps = [e.message.timestamp for e in events if e.message.partition in resume and e.message.timestamp]
+    not_before = int(min(stamps) * 1000) - CLOCK_SKEW_MS if stamps else None
+    topic = T.topic_name(T.WINDOW_PARTIALS, PREFIX)
+    loop, delay = asyncio.get_running_loop(), 0.5
+    while True:
+        try:
+            found = await loop.run_in_executor(None, read_emitted, BOOTSTRAP, topic, SECURITY, resume, not_before)
+            break
+        except Exception:  # noqa: BLE001 - the broker is needed for the step's sends anyway: wait for it
+            log.exception("reading the tail of %s failed; retrying in %.1f s", topic, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10.0)
+    _emitted.learn(found)
+    for p, r in sorted(resume.items()):
+        if found.get(p, -1) >= r:
+            log.warning("probes.raw partition %d resumes at offset %d; steps up to offset %d already reached the "
+                        "reducer: their rows go to the store again (deduplicated), their partials do not", p, r,
+                        found[p])
 
 
 async def _rtt_step(events: list[faust.types.EventT]) -> None:
@@ -232,7 +263,9 @@ async def _rtt_step(events: list[faust.types.EventT]) -> None:
     if policy.mode == "anomalies":
         await loop.run_in_executor(None, _baselines_mirror().catch_up)
         baseline = _baseline
-    out = await loop.run_in_executor(None, process_step, raw, paths, WINDOW_NS, _rnics or None, policy, baseline)
+    await _learn_emitted(events, raw)
+    out = await loop.run_in_executor(None, process_step, raw, paths, WINDOW_NS, _rnics or None, policy, baseline,
+                                     dict(_emitted.emitted))
     for event, mo in zip(events, out.messages, strict=True):
         msg = event.message
         if mo.dead is not None:
@@ -242,9 +275,11 @@ async def _rtt_step(events: list[faust.types.EventT]) -> None:
         if mo.enriched is not None:
             M.PROBE_ROWS.labels("ok").inc(mo.enriched.num_rows)
             await _send_to_store(event.key, msg.partition, mo.stored, mo.minute)
-    for part, mark, ws, blob in reducer_messages(out, _sent_marks):  # partials first, then the marks
-        await window_partials.send(key=b"mark" if ws is None else str(ws).encode(), value=blob or b"",
-                                   headers=_mark_headers(mark, ws, part))
+    step = reducer_step(out)  # after the store sends: whatever a step in the topic covers is fully emitted
+    if step is not None:
+        for headers, value in encode_step(step):  # one message, or its parts in order
+            await window_partials.send(key=b"step", value=value, headers=headers)
+    _emitted.processed(raw, out.ranges)
 
 
 _enriched_partitions: int | None = None
@@ -289,10 +324,24 @@ async def reducer(stream: faust.StreamT) -> None:
             _emitted_before.clear()
             _emitted_before.update(done)
             await _emit(missed)
-        mark, ws, part, src = message_args(dict(event.headers or {}))
-        M.AGENT_LAST_UPLOAD.labels(mark.agent_id).set(mark.upload_ns / 1e9)
         _reducer_next = offset + 1
-        await _emit(red.add(mark, ws, event.value or None, part, source=src))
+        before = red.last_step
+        try:
+            results = red.receive(dict(event.headers or {}), event.value or b"")
+        except StepFormatError as err:
+            log.error("window.partials offset %d: %s; dead-lettered", offset, err)
+            M.DEAD_LETTERS.inc()
+            dead = whole_message(event.message.topic, event.message.partition, offset, "window_step.v1",
+                                 str(err), event.value or b"")
+            await deadletter.send(key=event.message.topic.encode(), value=encode(dead),
+                                  headers=headers_for("deadletter.v1"))
+            continue
+        if red.last_step is not before and red.last_step is not None:
+            for _, mark in red.last_step.marks:
+                M.AGENT_LAST_UPLOAD.labels(mark.agent_id).set(mark.upload_ns / 1e9)
+        for reason, n in red.dropped_steps.items():
+            M.DROPPED_STEPS.labels(reason).set(n)
+        await _emit(results)
 
 
 def _fresh_reducer() -> WindowReducer:

@@ -9,6 +9,9 @@ PROBE_ROWS = Counter("fabricscope_worker_probe_rows_total", "probe rows in, by o
 DEAD_LETTERS = Counter("fabricscope_worker_dead_letters_total", "dead-letter records sent")
 WINDOWS_CLOSED = Counter("fabricscope_reducer_windows_closed_total", "20 s windows analyzed by the reducer")
 VERDICTS = Counter("fabricscope_reducer_verdicts_total", "verdicts emitted", ["kind"])
+DROPPED_STEPS = Gauge("fabricscope_reducer_dropped_steps",
+                      "worker steps not merged: replay (every raw offset merged before), overlap (some were)",
+                      ["reason"])
 LATE_PARTIALS = Gauge("fabricscope_reducer_late_partials", "window partials that came after their window closed")
 WINDOW_DELAY = Histogram(
     "fabricscope_reducer_window_delay_seconds",

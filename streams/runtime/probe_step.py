@@ -10,11 +10,16 @@ once per step instead of once per message.
 
 Nothing here depends on how messages are grouped into steps: the outputs per
 message are functions of that message, and window partials merge exactly
-(tests/test_step_grouping.py).
+(tests/test_step_grouping.py). The step's input to the reducer is one
+:class:`~streams.pingmesh.step_message.Step` identified by the raw offset ranges it
+covers; messages a step already carried to the reducer (a restart, a rebalance:
+``emitted``) are left out of it, and only their store rows go again
+(README "Exactly-once rows").
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -22,8 +27,9 @@ import pyarrow as pa
 
 from schemas.minute_tier import minute_rows
 from streams.pingmesh.links import PathIndex
-from streams.pingmesh.reducer import UploadMark, batch_partials
+from streams.pingmesh.reducer import batch_partials
 from streams.pingmesh.retention import RetentionPolicy, retained
+from streams.pingmesh.step_message import Step, UploadMark
 from streams.runtime.probe_batch import BatchResult, process_probe_message
 
 
@@ -53,42 +59,50 @@ class MessageOutput:
 
 @dataclass
 class StepOutput:
-    """Outputs of one step: per message (in input order), the window partials, the upload marks per partition.
-
-    ``first_marks`` are the marks of the step's first message that has any (what a one-message step would
-    send with its partials)."""
+    """Outputs of one step: per message (in input order); and the step's input to the reducer: the window
+    partials of the messages not already emitted (``fresh``) and the raw offset range per partition they
+    cover (empty when no message was fresh), and the upload marks of all its messages per raw partition (a
+    mark moves a watermark to a maximum, so a repeat changes nothing, and it tells the reducer that the
+    partition is alive: a restarted worker's first step may carry only skipped messages of a partition)."""
 
     messages: list[MessageOutput]
     partials: dict[int, bytes]
     marks: list[tuple[int, UploadMark]]
-    first_marks: list[tuple[int, UploadMark]] = field(default_factory=list)
+    ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
-def reducer_messages(out: StepOutput, sent: dict[tuple[int, str], UploadMark]
-                     ) -> list[tuple[int, UploadMark, int | None, bytes | None]]:
-    """What to send to the reducer for a step, in order: ``(raw partition, mark, window start, partial)``.
+def reducer_step(out: StepOutput) -> Step | None:
+    """The one :class:`~streams.pingmesh.step_message.Step` to send to the reducer after the step's store
+    sends, or None when every message of the step had been emitted before (README "Exactly-once rows").
 
-    The partials go first, and they carry a mark that moves no watermark: the last mark this worker
-    already sent for one of the step's (partition, agent) (``sent``, updated here), else the first
-    message's own mark (what a one-message step sends). Only then the step's marks, oldest first. So
-    the watermark never passes a window before every row of the step for it is in, whatever the step
-    size: the verdicts do not depend on the grouping (tests/test_step_grouping.py).
+    The reducer applies its partials before its marks, oldest upload first, so the watermark never passes
+    a window before every row of the step for it is in, whatever the step size: the verdicts do not depend
+    on the grouping (tests/test_step_grouping.py).
     """
-    msgs: list[tuple[int, UploadMark, int | None, bytes | None]] = []
-    if out.partials:
-        carrier = next(((p, sent[(p, m.agent_id)]) for p, m in out.marks if (p, m.agent_id) in sent), None)
-        if carrier is None and out.first_marks:
-            carrier = out.first_marks[0]
-        if carrier is None:
-            return []  # rows without any mark cannot happen: every row carries agent and upload time
-        msgs += [(carrier[0], carrier[1], ws, blob) for ws, blob in sorted(out.partials.items())]
-    # Marks oldest upload first, as one message at a time would bring them: an agent's newest upload
-    # jumping ahead of a laggard's intermediate uploads would eject the laggard from the live set
-    # (windows.WatermarkTracker.live_agents) and close a window before the laggard's rows came in.
-    for p, m in sorted(out.marks, key=lambda pm: (pm[1].upload_ns, pm[0], pm[1].agent_id)):
-        msgs.append((p, m, None, None))
-        sent[(p, m.agent_id)] = m
-    return msgs
+    return Step(out.ranges, out.partials, out.marks) if out.ranges else None
+
+
+def fresh_ranges(messages: list[RawMessage], emitted: Mapping[int, int]
+                 ) -> tuple[list[bool], dict[int, tuple[int, int]]]:
+    """Which messages the reducer has not had yet, and the offset range per raw partition they span.
+
+    A message is fresh when its offset is above ``emitted[partition]`` (the highest raw offset of that
+    partition already emitted to the reducer; absent: none) and above every offset of its partition
+    earlier in the step (a consumer that re-read after a rebalance may deliver offsets again).
+
+    Returns:
+        (one flag per message, in input order; ``{partition: (first, last)}`` of the fresh ones).
+    """
+    high = dict(emitted)
+    ranges: dict[int, tuple[int, int]] = {}
+    flags = []
+    for m in messages:
+        fresh = m.offset > high.get(m.partition, -1)
+        if fresh:
+            high[m.partition] = m.offset
+            ranges[m.partition] = (ranges.get(m.partition, (m.offset, 0))[0], m.offset)
+        flags.append(fresh)
+    return flags, ranges
 
 
 def validate_messages(messages: list[RawMessage], known_rnics: set[str] | None) -> list[BatchResult]:
@@ -134,7 +148,7 @@ def upload_marks(results: list[tuple[RawMessage, pa.Table | None]]) -> list[tupl
 
 def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns: int,
                  known_rnics: set[str] | None = None, retention: RetentionPolicy = RetentionPolicy(),
-                 baseline: pa.Table | None = None) -> StepOutput:
+                 baseline: pa.Table | None = None, emitted: Mapping[int, int] | None = None) -> StepOutput:
     """Analyse a step of probe messages.
 
     Args:
@@ -144,6 +158,9 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
         known_rnics: the registry's RNICs (unknown-RNIC rule), or None while it is empty.
         retention: which raw rows go to the store (the minute tier and the partials count all rows).
         baseline: the latency rule's per-flow baselines, for ``anomalies`` retention.
+        emitted: raw partition → highest offset already emitted to the reducer (:func:`fresh_ranges`):
+            messages at or below it still yield their store rows (the store writer drops repeats by raw
+            offset) but are left out of the partials (the reducer cannot split an aggregate) and the ranges.
 
     Returns:
         :class:`StepOutput`. Raises nothing for bad input (dead-letter rows instead).
@@ -157,8 +174,11 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
         minute = by_batch.get(f"{m.topic}/{m.partition}/{m.offset}") if r.enriched is not None else None
         stored = retained(r.enriched, retention, baseline) if r.enriched is not None else None
         outs.append(MessageOutput(m, r.enriched, minute, r.dead, stored))
+    flags, ranges = fresh_ranges(messages, emitted or {})
+    if not all(flags):  # rare (a restart or rebalance): summarize only what the reducer has not had
+        fresh = [r.enriched for r, f in zip(results, flags, strict=True)
+                 if f and r.enriched is not None and r.enriched.num_rows]
+        step = pa.concat_tables(fresh) if fresh else None
     partials = batch_partials(step, paths, window_ns) if step is not None else {}
-    pairs = [(m, r.enriched) for m, r in zip(messages, results, strict=True)]
-    marks = upload_marks(pairs)
-    first = next((upload_marks([pair]) for pair in pairs if upload_marks([pair])), [])
-    return StepOutput(outs, partials, marks, first)
+    marks = upload_marks([(m, r.enriched) for m, r in zip(messages, results, strict=True)])
+    return StepOutput(outs, partials, marks, ranges)

@@ -1,10 +1,11 @@
 """The window reducer survives a kill -9: its state is rebuilt from the topics on (re)start.
 
 The reducer's state (open windows' partials, watermarks, the analyzer's carried state:
-baselines, 60 s RNIC charges, verdicts awaiting revision) is a deterministic function of the
-ordered ``window.partials`` stream (one partition). So the reducer keeps no state of its own
-on disk: when its agent sees a message that does not follow the last one it applied (the
-process just started, or the partition came back after a rebalance), it builds a fresh
+baselines, 60 s RNIC charges, verdicts awaiting revision, the highest raw offset merged per
+``probes.raw`` partition that drops replayed steps, the parts of a step still incomplete) is a
+deterministic function of the ordered ``window.partials`` stream (one partition). So the reducer
+keeps no state of its own on disk: when its agent sees a message that does not follow the last
+one it applied (the process just started, or the partition came back after a rebalance), it builds a fresh
 :class:`~streams.pingmesh.reducer.WindowReducer` and replays ``window.partials`` from the
 beginning up to that message. Windows the replay closes are emitted only when they are
 missing from ``windows.closed``, which the reducer writes after a window's verdicts and
@@ -26,7 +27,7 @@ from collections.abc import Iterable
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
 from streams.pingmesh.analyzer import WindowResult
-from streams.pingmesh.reducer import WindowReducer, message_args
+from streams.pingmesh.reducer import StepFormatError, WindowReducer
 
 log = logging.getLogger("fabricscope.reducer")
 
@@ -55,8 +56,12 @@ def rebuild(reducer: WindowReducer, bootstrap: str, partials_topic: str, closed_
     out: list[tuple[int, WindowResult]] = []
     n = 0
     for headers, value in _read(bootstrap, partials_topic, kafka_config, upto_offset):
-        mark, ws, part, src = message_args(headers)
-        out += [(w, r) for w, r in reducer.add(mark, ws, value or None, part, source=src) if w not in done]
+        try:
+            closed = reducer.receive(headers, value)
+        except StepFormatError as err:  # dead-lettered when it first came; skipped the same way again
+            log.error("%s: a message skipped in the replay: %s", partials_topic, err)
+            closed = []
+        out += [(w, r) for w, r in closed if w not in done]
         n += 1
     log.warning("reducer rebuilt from %d window.partials messages; %d closed windows not yet emitted", n, len(out))
     return out, done
