@@ -8,6 +8,11 @@ back; the rest wait in a deque, and when that is full the oldest of them is
 dropped first and counted (``stats.dropped_oldest``; logged). librdkafka's own
 queue cannot drop its oldest, so it is kept small: otherwise the bound would be
 twice ``max_buffered`` and the drops would fall in the middle.
+
+A batch the broker refuses for a reason that passes (its topic does not exist yet, no
+leader, too few in-sync replicas) goes back into the local buffer and is sent again
+(``stats.requeued``): an agent that starts before its topics are created loses nothing.
+Only a permanent refusal (too large, not authorised) counts as ``failed``.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from schemas.headers import headers_for
 
@@ -26,12 +31,24 @@ log = logging.getLogger("fabricscope.agent.producer")
 
 @dataclass
 class ProducerStats:
-    """Counters: batches published, delivered, failed, and dropped from the local buffer."""
+    """Counters: batches published, delivered, refused for good (``failed``), put back in the buffer after a
+    passing refusal (``requeued``), and dropped from the local buffer."""
 
     published: int = 0
     delivered: int = 0
     failed: int = 0
+    requeued: int = 0
     dropped_oldest: int = 0
+
+
+# (topic, payload, key, schema key, extra headers): one batch as published
+_Batch = tuple[str, bytes, bytes | None, str, list[tuple[str, bytes]]]
+
+# Refusals that pass: the topic is being created (auto-creation is off) or the cluster is electing.
+_PASSING = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._UNKNOWN_PARTITION,
+                      KafkaError.LEADER_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                      KafkaError.NOT_ENOUGH_REPLICAS, KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                      KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT})
 
 
 class AgentProducer:
@@ -56,16 +73,24 @@ class AgentProducer:
         }
         conf.update(kafka_config or {})
         self._producer = Producer(conf)
-        self._backlog: collections.deque[tuple[str, bytes, bytes | None, str, list[tuple[str, bytes]]]] = (
-            collections.deque()
-        )
+        self._backlog: collections.deque[_Batch] = collections.deque()
         self.max_buffered = max_buffered
         self.in_flight_max = int(conf["queue.buffering.max.messages"])
         self.stats = ProducerStats()
 
-    def _on_delivery(self, err: object, _msg: object) -> None:
+    def _on_delivery(self, err: KafkaError | None, entry: _Batch) -> None:
         if err is None:
             self.stats.delivered += 1
+        elif err.code() in _PASSING or err.retriable():
+            # back to the front of the local buffer (it was the oldest in flight), as it was published (the
+            # delivery report does not carry the headers); sent again by the next publish or flush, under
+            # the same bound
+            self.stats.requeued += 1
+            if self.stats.requeued % 100 == 1:
+                log.warning("batch refused by the broker (%s): kept and sent again (%d so far)", err,
+                            self.stats.requeued)
+            self._backlog.appendleft(entry)
+            self.stats.published -= 1
         else:
             self.stats.failed += 1
             log.error("batch delivery failed: %s", err)
@@ -94,11 +119,11 @@ class AgentProducer:
 
     def _drain(self) -> None:
         while self._backlog:
-            topic, payload, key, schema_key, extra = self._backlog[0]
+            entry = self._backlog[0]
+            topic, payload, key, schema_key, extra = entry
             try:
-                self._producer.produce(
-                    topic, payload, key=key, headers=headers_for(schema_key) + extra, on_delivery=self._on_delivery
-                )
+                self._producer.produce(topic, payload, key=key, headers=headers_for(schema_key) + extra,
+                                       on_delivery=lambda err, _msg, e=entry: self._on_delivery(err, e))
             except BufferError:
                 return  # librdkafka's queue is full: keep the rest in our bounded backlog
             except KafkaException as err:
