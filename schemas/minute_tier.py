@@ -153,3 +153,40 @@ def merge_minute_rows(rows: pa.Table) -> pa.Table:
     for name, _col in HISTS:
         cols[name] = _sum_maps(gid, n_groups, rows[name])
     return pa.table({n: cols[n] for n in names})
+
+
+def merge_tier_rows(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
+    """Merge tier rows per ``keys`` into one row each: ``sum`` of ``probes`` and ``timeouts``, ``sumMap`` of the
+    three histograms, as the engine merges an ``AggregatingMergeTree`` tier (schemas/ddl/005_history.sql).
+
+    The store writer rolls a block's merged minute rows up into the hourly tiers with it (``keys`` =
+    ``("hour", "prober_rnic", "responder_rnic")`` after replacing ``minute`` by its hour), so the
+    store needs no materialized view.
+
+    Args:
+        rows: ``keys`` columns (any type Arrow can dictionary-encode) plus ``probes``, ``timeouts`` and the
+            three ``Map(UInt16, UInt64)`` histogram columns; other columns are dropped.
+        keys: the key columns of the target tier.
+
+    Returns:
+        ``keys`` then the value columns, one row per distinct key, in key-code order; vectorised.
+    """
+    names = [*keys, "probes", "timeouts", *(h for h, _ in HISTS)]
+    if rows.num_rows == 0:
+        return rows.select(names)
+    composite = np.zeros(rows.num_rows, dtype=np.int64)
+    for k in keys:
+        codes, card = _codes(rows[k])
+        if int(composite.max()) >= (1 << 62) // card:  # re-densify before the mixed radix overflows
+            composite = np.unique(composite, return_inverse=True)[1].astype(np.int64).ravel()
+        composite = composite * card + codes
+    _, first, gid = np.unique(composite, return_index=True, return_inverse=True)
+    gid = gid.astype(np.int64).ravel()
+    n_groups = len(first)
+    take = pa.array(first, pa.int64())
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {k: rows[k].take(take) for k in keys}
+    for c in ("probes", "timeouts"):
+        cols[c] = pa.array(np.bincount(gid, weights=rows[c].to_numpy(), minlength=n_groups).astype(np.uint64))
+    for name, _col in HISTS:
+        cols[name] = _sum_maps(gid, n_groups, rows[name])
+    return pa.table({n: cols[n] for n in names})

@@ -65,10 +65,9 @@ def test_stored_tiers_equal_the_former_views_over_the_same_rows(store):
     cuts = [0, n // 3, n // 3 + 7, n]  # three batches, one tiny, splitting minutes and hours
     for i in range(3):
         insert_probes(store, probe_table(fab, p, slice(cuts[i], cuts[i + 1]), f"probes.raw/0/{i}"), f"b{i}")
-    views = store.query_arrow("SELECT name, create_table_query AS q FROM system.tables WHERE "
+    views = store.query_arrow("SELECT name FROM system.tables WHERE "
                               "database = currentDatabase() AND engine = 'MaterializedView'").to_pylist()
-    assert sorted(v["name"] for v in views) == ["probes_1h_rnic_from_1m_mv", "probes_1h_tor_from_1m_mv"]
-    assert not [v for v in views if re.search(r"FROM\s+(\w+\.)?`?probes`?(\s|$)", v["q"])], "a view reads raw rows"
+    assert views == [], "the writer fills every tier; a view would count its rows twice"
     for table, select in _former_views().items():
         want = _canon(store, select, KEYS[table])
         got = _canon(store, f"SELECT * FROM {table}", KEYS[table])
