@@ -140,9 +140,13 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
             bare_insert_cpu = (_self_cpu_s() - c0) / rows * 1e6
             store.close()
 
-        # (b) the pipeline: worker processes + the store writer
+        # (b) the pipeline: worker processes + the store writer, on topics of their own. The payloads are
+        # published once both are up, so their CPU is read from before the first row to after the last
+        # block and the merges it set off (every block of the writer, however long its time budget).
+        prefix_b = f"{prefix}b."
+        create_topics(bootstrap, prefix_b)
         with tempfile.TemporaryDirectory() as d:
-            env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "FABRICSCOPE_TOPIC_PREFIX": prefix,
+            env = {**os.environ, "KAFKA_BOOTSTRAP": bootstrap, "FABRICSCOPE_TOPIC_PREFIX": prefix_b,
                    "FABRICSCOPE_VAR": d}
             exe = [sys.executable, "-m", "fabricscope"]
             ports = [free_port() for _ in range(workers)]
@@ -152,22 +156,15 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
                 procs[f"worker{w}"] = subprocess.Popen([*exe, "worker", "--metrics-port", str(port)], env=env,
                                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=d)
             store_path = Path(d) / "clickhouse"
-            sql = "SELECT (SELECT count() FROM probes) AS n, (SELECT sum(probes) FROM probes_1m) AS m"
-            t_first = None
-            n = m = n_first = 0
-            cpu0: dict[str, float] = {}
-            deadline = time.time() + 600
-            while (n < rows or m < rows) and time.time() < deadline:
-                url = find_endpoint(store_path)
-                if url:
-                    r = query_remote(url, sql).to_pylist()[0]
-                    n, m = int(r["n"]), int(r["m"] or 0)
-                    if n and t_first is None:
-                        t_first, n_first = time.perf_counter(), n
-                        cpu0 = {k: cpu_s(p.pid) for k, p in procs.items()}
-                        cpu0["broker"] = cpu_s(broker) if broker else float("nan")
-                time.sleep(0.2)
-            t_last = time.perf_counter()
+            _wait_ready(store_path, ports, procs)
+            cpu0 = {k: cpu_s(p.pid) for k, p in procs.items()}
+            cpu0["broker"] = cpu_s(broker) if broker else float("nan")
+            for i, p in enumerate(payloads):
+                prod.publish(f"{prefix_b}probes.raw", p, "probe.v1", key=f"h{i % 64}")
+            if prod.flush():
+                raise RuntimeError("the broker did not take the pipeline's batches")
+            t_first, t_last = _wait_stored(bootstrap, f"{prefix_b}probes.enriched", store_path, rows)
+            _wait_merges(store_path)
             cpu1 = {k: cpu_s(p.pid) for k, p in procs.items()}
             cpu1["broker"] = cpu_s(broker) if broker else float("nan")
             minute_rows = query_remote(find_endpoint(store_path), "SELECT count() AS c FROM probes_1m")["c"][0].as_py()
@@ -177,40 +174,117 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
                 p.terminate()
             for p in procs.values():
                 p.wait(timeout=30)
-            # rows after the first visible insert over the time (and CPU) they took: excludes start-up
-            done = max(n - n_first, 1)
-            pipeline = done / max(t_last - (t_first or t_last), 1e-9)
-            worker_cpu = sum(cpu1[k] - cpu0.get(k, cpu1[k]) for k in procs if k.startswith("worker"))
+            pipeline = rows / max(t_last - t_first, 1e-9)  # includes the last block's wait for its time budget
+            worker_cpu = sum(cpu1[k] - cpu0[k] for k in procs if k.startswith("worker"))
         # (b') the store writer alone on the backlog the pipeline left in probes.enriched (full-size blocks)
-        backlog_rows_s, backlog_cpu = _sink_on_backlog(bootstrap, prefix, rows)
+        backlog_rows_s, backlog_cpu = _sink_on_backlog(bootstrap, prefix_b, rows)
     finally:
         delete_topics(bootstrap, prefix)
+        delete_topics(bootstrap, f"{prefix}b.")
     rss["bench (this process)"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return ThroughputResult(
         rows, workers, bare_consumer, pipeline, bare_insert,
-        worker_cpu / done * 1e6, (cpu1["sink"] - cpu0.get("sink", cpu1["sink"])) / done * 1e6, bare_insert_cpu,
-        (cpu1["broker"] - cpu0.get("broker", cpu1["broker"])) / done * 1e6, rss, lag_p99, lag_max,
-        minute_rows / max(n, 1), backlog_rows_s, backlog_cpu)
+        worker_cpu / rows * 1e6, (cpu1["sink"] - cpu0["sink"]) / rows * 1e6, bare_insert_cpu,
+        (cpu1["broker"] - cpu0["broker"]) / rows * 1e6, rss, lag_p99, lag_max,
+        minute_rows / rows, backlog_rows_s, backlog_cpu)
+
+
+def _wait_ready(store_path: Path, ports: list[int], procs: dict[str, subprocess.Popen]) -> None:
+    """Wait until the store writer serves queries (store open and migrated) and every worker serves metrics.
+
+    Raises:
+        RuntimeError: a process exited, or 120 s passed.
+    """
+    import httpx
+
+    from sinks.query_endpoint import find_endpoint
+
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if dead := [k for k, p in procs.items() if p.poll() is not None]:
+            raise RuntimeError(f"{dead} exited during start-up")
+        up = find_endpoint(store_path) is not None
+        for port in ports:
+            try:
+                up = up and httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                up = False
+        if up:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the store writer or a worker did not come up in 120 s")
+
+
+def _wait_stored(bootstrap: str, enriched: str, store_path: Path, rows: int) -> tuple[float, float]:
+    """Wait until ``rows`` probes are in ``probes`` and in ``probes_1m``; return (perf_counter when the workers'
+    first output reached ``enriched``, when the last row was visible). Polls the store every 0.5 s (its queries
+    run in the writer's process and count in its CPU, so not more often).
+
+    Raises:
+        RuntimeError: not all rows arrived in 600 s.
+    """
+    from confluent_kafka import TopicPartition
+
+    from sinks.query_endpoint import find_endpoint, query_remote
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watermarks-{uuid.uuid4().hex[:6]}"})
+    parts = list(c.list_topics(enriched, timeout=10).topics[enriched].partitions)
+    sql = "SELECT (SELECT count() FROM probes) AS n, (SELECT sum(probes) FROM probes_1m) AS m"
+    t_first = None
+    n = m = 0
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline:
+            if t_first is None and any(c.get_watermark_offsets(TopicPartition(enriched, p), timeout=5)[1] > 0
+                                       for p in parts):
+                t_first = time.perf_counter()
+            if t_first is not None:
+                r = query_remote(find_endpoint(store_path), sql).to_pylist()[0]
+                n, m = int(r["n"]), int(r["m"] or 0)
+                if n >= rows and m >= rows:
+                    return t_first, time.perf_counter()
+            time.sleep(0.5 if t_first is not None else 0.05)
+    finally:
+        c.close()
+    raise RuntimeError(f"only {n} raw rows and {m} tier probes of {rows} were stored in 600 s")
+
+
+def _wait_merges(store_path: Path, timeout_s: float = 60.0) -> None:
+    """Wait until the store runs no merge in two polls 0.5 s apart (the merges the blocks set off), or timeout."""
+    from sinks.query_endpoint import find_endpoint, query_remote
+
+    url = find_endpoint(store_path)
+    quiet, deadline = 0, time.time() + timeout_s
+    while quiet < 2 and time.time() < deadline:
+        busy = query_remote(url, "SELECT count() AS n FROM system.merges")["n"][0].as_py()
+        quiet = quiet + 1 if busy == 0 else 0
+        time.sleep(0.5)
 
 
 def _sink_on_backlog(bootstrap: str, prefix: str, rows: int) -> tuple[float, float]:
     """rows/s and CPU µs/row of a store writer (in this process) reading probes.enriched from the start."""
     from sinks.clickhouse import ChdbStore, migrate
     from sinks.kafka_sink import StoreWriter
+    from sinks.probe_tiers import TIER_TABLES
 
     with tempfile.TemporaryDirectory() as d:
         store = ChdbStore(Path(d) / "ch")
         migrate(store)
         w = StoreWriter(store, bootstrap, prefix, group=f"backlog-{uuid.uuid4().hex[:6]}")
         deadline = time.time() + 600
-        while w.stats.rows_by_table.get("probes", 0) == 0 and time.time() < deadline:
+
+        def stored() -> int:
+            return w.stats.rows_by_table.get("probes", 0)
+
+        while stored() + w.held_rows("probes") == 0 and time.time() < deadline:
+            w.poll_once()  # joins the group; CPU and time from the first message read
+        c0, t0, n0 = _self_cpu_s(), time.perf_counter(), stored() + w.held_rows("probes")
+        while stored() + w.held_rows("probes") < rows and time.time() < deadline:
             w.poll_once()
-        c0, t0, n0 = _self_cpu_s(), time.perf_counter(), w.stats.rows_by_table.get("probes", 0)
-        while w.stats.rows_by_table.get("probes", 0) < rows and time.time() < deadline:
-            w.poll_once()
-        w.poll_once(timeout=0, force=True)
-        store.command("OPTIMIZE TABLE probes FINAL")
-        n = w.stats.rows_by_table.get("probes", 0) - n0
+        w.poll_once(timeout=0, force=True)  # everything is read: the last block need not wait for its budget
+        for table in ("probes", *TIER_TABLES):  # merged to one part each, as (c) merges its table
+            store.command(f"OPTIMIZE TABLE {table} FINAL")
+        n = stored() - n0
         out = n / (time.perf_counter() - t0), (_self_cpu_s() - c0) / max(n, 1) * 1e6
         w.close()
         store.close()

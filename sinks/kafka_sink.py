@@ -224,6 +224,11 @@ class StoreWriter:
         self._observe_lag(msgs)
         return written
 
+    def held_rows(self, table: str) -> int:
+        """Rows for ``table`` read and not yet inserted (in blocks still open), over every partition."""
+        return sum(e.rows.num_rows for st in self._parts.values() for e in st.pending
+                   if e.table == table and e.rows is not None)
+
     def _entry(self, msg: Message) -> Entry:
         """Decode one message of a block topic; an undecodable one becomes a dead-letter row of the block."""
         try:
