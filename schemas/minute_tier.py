@@ -188,5 +188,28 @@ def merge_tier_rows(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
     for c in ("probes", "timeouts"):
         cols[c] = pa.array(np.bincount(gid, weights=rows[c].to_numpy(), minlength=n_groups).astype(np.uint64))
     for name, _col in HISTS:
-        cols[name] = _sum_maps(gid, n_groups, rows[name])
+        cols[name] = _sum_maps_sorted(gid, n_groups, rows[name])
     return pa.table({n: cols[n] for n in names})
+
+
+def _sum_maps_sorted(gid: np.ndarray, n_groups: int, maps: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """:func:`_sum_maps` with one sort and ``np.add.reduceat`` (no inverse index, no ``np.add.at``, which is
+    slow on large arrays): the same maps, keys ascending."""
+    chunks = maps.chunks if isinstance(maps, pa.ChunkedArray) else [maps]
+    maps = pa.concat_arrays(chunks)
+    offsets = maps.offsets.to_numpy()
+    keys = maps.keys.to_numpy()[offsets[0]:offsets[-1]].astype(np.int64)
+    counts = maps.items.to_numpy()[offsets[0]:offsets[-1]]
+    out_offsets = np.zeros(n_groups + 1, dtype=np.int32)
+    if len(keys) == 0:
+        return pa.MapArray.from_arrays(pa.array(out_offsets), pa.array([], pa.uint16()), pa.array([], pa.uint64()),
+                                       type=_MAP)
+    pair = np.repeat(gid, np.diff(offsets)) * 65536 + keys
+    order = np.argsort(pair)
+    pair = pair[order]
+    starts = np.flatnonzero(np.concatenate(([True], pair[1:] != pair[:-1])))
+    total = np.add.reduceat(counts[order], starts)
+    pair = pair[starts]
+    np.cumsum(np.bincount(pair // 65536, minlength=n_groups), out=out_offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(out_offsets), pa.array((pair % 65536).astype(np.uint16)),
+                                   pa.array(total.astype(np.uint64)), type=_MAP)

@@ -31,9 +31,8 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from schemas.minute_tier import merge_minute_rows
 from sinks.clickhouse import Store
-from sinks.probe_tiers import MINUTE_TABLE, TIER_TABLES, hourly_tiers
+from sinks.probe_tiers import MINUTE_TABLE, TIER_TABLES, hourly_tiers, merge_minute_rows
 
 STATE_TABLE = "sink_blocks"
 

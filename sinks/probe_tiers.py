@@ -23,10 +23,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.minute_tier import merge_minute_rows, merge_tier_rows, minute_rows
+from schemas.minute_tier import merge_tier_rows, minute_rows
 from sinks.clickhouse import Store
 
 MINUTE_TABLE = "probes_1m"
+MINUTE_KEYS = ("minute", "pinglist", "prober_rnic", "responder_rnic")
 HOURLY_KEYS: dict[str, tuple[str, ...]] = {
     "probes_1h_rnic": ("hour", "prober_rnic", "responder_rnic"),
     "probes_1h_tor": ("hour", "prober_tor", "responder_tor", "pinglist"),
@@ -80,6 +81,11 @@ def hourly_tiers(minute: pa.Table, tor_of: Mapping[str, str]) -> dict[str, pa.Ta
         rows = pa.table({**{k: cols[k] for k in keys}, **{c: values[c] for c in values.column_names}})
         out[table] = merge_tier_rows(rows, keys)
     return out
+
+
+def merge_minute_rows(minute: pa.Table) -> pa.Table:
+    """Minute-tier rows (with or without ``batch_id``) merged to one row per key, in ``probes_1m``'s columns."""
+    return merge_tier_rows(minute, MINUTE_KEYS)
 
 
 def tier_tables(minute: pa.Table, tor_of: Mapping[str, str]) -> dict[str, pa.Table]:
