@@ -6,3 +6,15 @@
 -- as they were; queries and saved queries read the same tables.
 DROP VIEW IF EXISTS probes_1h_rnic_from_1m_mv;
 DROP VIEW IF EXISTS probes_1h_tor_from_1m_mv;
+-- Histogram columns: ZSTD(3) instead of ZSTD(6) (007). Measured on chdb (one insert and one merge of the
+-- same tier rows, BENCHMARKS.md section 4): insert 2.0-2.6 -> 1.1-1.6 µs/row, merge 5.0-5.3 -> 3.8-4.1 µs/row,
+-- 10.8 -> 11.1 B/row at 3 probes per row; on the profile fabric's tier 14.4 -> 12.6 B/row.
+ALTER TABLE probes_1m MODIFY COLUMN rtt_hist SimpleAggregateFunction(sumMap, Map(UInt16, UInt64)) CODEC(ZSTD(3));
+ALTER TABLE probes_1m MODIFY COLUMN responder_hist SimpleAggregateFunction(sumMap, Map(UInt16, UInt64)) CODEC(ZSTD(3));
+ALTER TABLE probes_1m MODIFY COLUMN prober_hist SimpleAggregateFunction(sumMap, Map(UInt16, UInt64)) CODEC(ZSTD(3));
+ALTER TABLE probes_1h_rnic MODIFY COLUMN rtt_hist SimpleAggregateFunction(sumMap, Map(UInt16, UInt64)) CODEC(ZSTD(3));
+ALTER TABLE probes_1h_rnic MODIFY COLUMN responder_hist SimpleAggregateFunction(sumMap, Map(UInt16, UInt64)) CODEC(ZSTD(3));
+ALTER TABLE probes_1h_rnic MODIFY COLUMN prober_hist SimpleAggregateFunction(sumMap, Map(UInt16, UInt64)) CODEC(ZSTD(3));
+ALTER TABLE probes_1h_tor MODIFY COLUMN rtt_hist SimpleAggregateFunction(sumMap, Map(UInt16, UInt64)) CODEC(ZSTD(3));
+ALTER TABLE probes_1h_tor MODIFY COLUMN responder_hist SimpleAggregateFunction(sumMap, Map(UInt16, UInt64)) CODEC(ZSTD(3));
+ALTER TABLE probes_1h_tor MODIFY COLUMN prober_hist SimpleAggregateFunction(sumMap, Map(UInt16, UInt64)) CODEC(ZSTD(3));
