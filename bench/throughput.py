@@ -163,7 +163,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
                 prod.publish(f"{prefix_b}probes.raw", p, "probe.v1", key=f"h{i % 64}")
             if prod.flush():
                 raise RuntimeError("the broker did not take the pipeline's batches")
-            t_first, t_last = _wait_stored(bootstrap, f"{prefix_b}probes.enriched", store_path, rows)
+            t_first, t_last = _wait_stored(bootstrap, prefix_b, store_path, rows)
             _wait_merges(store_path)
             cpu1 = {k: cpu_s(p.pid) for k, p in procs.items()}
             cpu1["broker"] = cpu_s(broker) if broker else float("nan")
@@ -215,38 +215,60 @@ def _wait_ready(store_path: Path, ports: list[int], procs: dict[str, subprocess.
     raise RuntimeError("the store writer or a worker did not come up in 120 s")
 
 
-def _wait_stored(bootstrap: str, enriched: str, store_path: Path, rows: int) -> tuple[float, float]:
-    """Wait until ``rows`` probes are in ``probes`` and in ``probes_1m``; return (perf_counter when the workers'
-    first output reached ``enriched``, when the last row was visible). Polls the store every 0.5 s (its queries
-    run in the writer's process and count in its CPU, so not more often).
+def _group_done(admin: object, group: str, topic: str, parts: list[int], high: dict[int, int]) -> bool:
+    """Whether consumer group ``group`` has committed ``high`` (the end) on every partition of ``topic``."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in parts])
+    got = admin.list_consumer_group_offsets([req])[group].result()  # type: ignore[attr-defined]
+    return all(tp.offset >= high[tp.partition] for tp in got.topic_partitions)
+
+
+def _wait_stored(bootstrap: str, prefix: str, store_path: Path, rows: int) -> tuple[float, float]:
+    """Wait until the workers committed all of ``probes.raw`` and the store writer all of ``probes.enriched``
+    (it commits a block after its inserts), then check the store holds ``rows`` probes in ``probes`` and in
+    ``probes_1m``. Returns (perf_counter when the workers' first output reached ``probes.enriched``, when the
+    writer had committed the last block). Progress is read from the broker, not the store: a query through the
+    writer's endpoint costs it ~8 ms of CPU, which polling would charge to its CPU per row.
 
     Raises:
-        RuntimeError: not all rows arrived in 600 s.
+        RuntimeError: not done in 600 s, or the store holds other counts.
     """
     from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
 
     from sinks.query_endpoint import find_endpoint, query_remote
 
+    raw, enriched = f"{prefix}probes.raw", f"{prefix}probes.enriched"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watermarks-{uuid.uuid4().hex[:6]}"})
-    parts = list(c.list_topics(enriched, timeout=10).topics[enriched].partitions)
-    sql = "SELECT (SELECT count() FROM probes) AS n, (SELECT sum(probes) FROM probes_1m) AS m"
+
+    def ends(topic: str) -> tuple[list[int], dict[int, int]]:
+        parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        return parts, {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in parts}
+
+    raw_parts, raw_high = ends(raw)
     t_first = None
-    n = m = 0
     deadline = time.time() + 600
     try:
         while time.time() < deadline:
-            if t_first is None and any(c.get_watermark_offsets(TopicPartition(enriched, p), timeout=5)[1] > 0
-                                       for p in parts):
+            e_parts, e_high = ends(enriched)
+            if t_first is None and any(e_high.values()):
                 t_first = time.perf_counter()
-            if t_first is not None:
-                r = query_remote(find_endpoint(store_path), sql).to_pylist()[0]
-                n, m = int(r["n"]), int(r["m"] or 0)
-                if n >= rows and m >= rows:
-                    return t_first, time.perf_counter()
-            time.sleep(0.5 if t_first is not None else 0.05)
+            if t_first is not None and _group_done(admin, f"{prefix}fabricscope", raw, raw_parts, raw_high):
+                e_parts, e_high = ends(enriched)  # the workers are done: this is all they sent
+                if _group_done(admin, f"{prefix}fabricscope-store", enriched, e_parts, e_high):
+                    t_last = time.perf_counter()
+                    r = query_remote(find_endpoint(store_path), "SELECT (SELECT count() FROM probes) AS n, "
+                                     "(SELECT sum(probes) FROM probes_1m) AS m").to_pylist()[0]
+                    if (int(r["n"]), int(r["m"] or 0)) != (rows, rows):
+                        raise RuntimeError(f"the store holds {r} after the pipeline committed everything, "
+                                           f"expected {rows} probes in each")
+                    return t_first, t_last
+            time.sleep(0.1)
     finally:
         c.close()
-    raise RuntimeError(f"only {n} raw rows and {m} tier probes of {rows} were stored in 600 s")
+    raise RuntimeError(f"the pipeline did not commit {rows} rows in 600 s")
 
 
 def _wait_merges(store_path: Path, timeout_s: float = 60.0) -> None:
@@ -278,7 +300,7 @@ def _sink_on_backlog(bootstrap: str, prefix: str, rows: int) -> tuple[float, flo
 
         while stored() + w.held_rows("probes") == 0 and time.time() < deadline:
             w.poll_once()  # joins the group; CPU and time from the first message read
-        c0, t0, n0 = _self_cpu_s(), time.perf_counter(), stored() + w.held_rows("probes")
+        c0, t0, n0 = _self_cpu_s(), time.perf_counter(), stored()
         while stored() + w.held_rows("probes") < rows and time.time() < deadline:
             w.poll_once()
         w.poll_once(timeout=0, force=True)  # everything is read: the last block need not wait for its budget
