@@ -144,7 +144,8 @@ class PartitionState:
 
         A block being re-formed after a restart is due once its last offset has been read, and holds
         exactly its recorded range. Otherwise a block is due at ``max_rows`` rows or ``max_s`` seconds
-        after its first message was read (or when ``force``d: stopping, partitions revoked).
+        after its first message was read (or when ``force``d: stopping, partitions revoked), and holds the
+        oldest messages up to ``max_rows`` rows; call again for the rest.
         """
         if not self.pending:
             return None
@@ -157,11 +158,21 @@ class PartitionState:
             self._drop(n)
             self.redo = None
             return out or None
-        due = force or self.pending_rows >= max_rows or now_s - (self.first_read_s or now_s) >= max_s
+        started = now_s if self.first_read_s is None else self.first_read_s  # 0.0 is a time, not "unset"
+        due = force or self.pending_rows >= max_rows or now_s - started >= max_s
         if not due:
             return None
-        out = self.pending
-        self._drop(len(out))
+        # At most ``max_rows`` rows (and at least one message): a writer catching up reads 1,000 messages a
+        # poll, which must not all become one block. Where the block is cut does not matter to a replay:
+        # the recorded range is re-formed, not the cut.
+        n, rows = 0, 0
+        for e in self.pending:
+            n += 1
+            rows += e.rows.num_rows if e.rows is not None else 0
+            if rows >= max_rows:
+                break
+        out = self.pending[:n]
+        self._drop(n)
         return out
 
     def _drop(self, n: int) -> None:
