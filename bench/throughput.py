@@ -155,30 +155,36 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
             for w, port in enumerate(ports):
                 procs[f"worker{w}"] = subprocess.Popen([*exe, "worker", "--metrics-port", str(port)], env=env,
                                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=d)
-            store_path = Path(d) / "clickhouse"
-            _wait_ready(store_path, ports, procs)
-            # One upload first, through to the store: the work a process does once, on its first data (lazy
-            # imports, first inserts), is not charged to the measured rows.
-            warm_rows = decode(payloads[0], "probe.v1")[1].num_rows
-            _publish(prod, f"{prefix_b}probes.raw", payloads[:1], 0)
-            _wait_stored(bootstrap, prefix_b, store_path, warm_rows)
-            _wait_merges(store_path)
-            _wait_idle(procs)
-            measured = rows - warm_rows
-            cpu0 = {k: cpu_s(p.pid) for k, p in procs.items()}
-            cpu0["broker"] = cpu_s(broker) if broker else float("nan")
-            _publish(prod, f"{prefix_b}probes.raw", payloads[1:], 1)
-            t_first, t_last = _wait_stored(bootstrap, prefix_b, store_path, rows)
-            _wait_merges(store_path)
-            cpu1 = {k: cpu_s(p.pid) for k, p in procs.items()}
-            cpu1["broker"] = cpu_s(broker) if broker else float("nan")
-            minute_rows = query_remote(find_endpoint(store_path), "SELECT count() AS c FROM probes_1m")["c"][0].as_py()
-            lag_p99, lag_max = _lag_ms(ports)
-            rss = {name: peak_rss_mib(p.pid) for name, p in procs.items()}
-            for p in procs.values():
-                p.terminate()
-            for p in procs.values():
-                p.wait(timeout=30)
+            try:
+                store_path = Path(d) / "clickhouse"
+                _wait_ready(store_path, ports, procs)
+                # One upload first, through to the store: the work a process does once, on its first data (lazy
+                # imports, first inserts), is not charged to the measured rows.
+                warm_rows = decode(payloads[0], "probe.v1")[1].num_rows
+                _publish(prod, f"{prefix_b}probes.raw", payloads[:1], 0)
+                _wait_stored(bootstrap, prefix_b, store_path, warm_rows)
+                _wait_merges(store_path)
+                _wait_idle(procs)
+                measured = rows - warm_rows
+                cpu0 = {k: cpu_s(p.pid) for k, p in procs.items()}
+                cpu0["broker"] = cpu_s(broker) if broker else float("nan")
+                _publish(prod, f"{prefix_b}probes.raw", payloads[1:], 1)
+                t_first, t_last = _wait_stored(bootstrap, prefix_b, store_path, rows)
+                _wait_merges(store_path)
+                cpu1 = {k: cpu_s(p.pid) for k, p in procs.items()}
+                cpu1["broker"] = cpu_s(broker) if broker else float("nan")
+                minute_rows = query_remote(find_endpoint(store_path),
+                                           "SELECT count() AS c FROM probes_1m")["c"][0].as_py()
+                lag_p99, lag_max = _lag_ms(ports)
+                rss = {name: peak_rss_mib(p.pid) for name, p in procs.items()}
+            finally:  # also on an error: no process of the run outlives it
+                for p in procs.values():
+                    p.terminate()
+                for p in procs.values():
+                    try:
+                        p.wait(timeout=30)
+                    except subprocess.TimeoutExpired:
+                        p.kill()
             pipeline = measured / max(t_last - t_first, 1e-9)  # includes the last block's wait for its time budget
             worker_cpu = sum(cpu1[k] - cpu0[k] for k in procs if k.startswith("worker"))
         # (b') the store writer alone on the backlog the pipeline left in probes.enriched (full-size blocks)
