@@ -4,7 +4,7 @@
 Two measurements:
 
 1. ``--rnics`` RNICs for ``--days`` days at ``--per-hour`` probes per RNIC per hour (sparse,
-   so months load quickly) through the materialized views; then every saved query runs
+   so months load quickly) with their tiers (``insert_probes``); then every saved query runs
    and its wall time is printed.
 2. Bytes per row: ``--rate-rnics`` RNICs for ``--rate-minutes`` minutes at the paper's
    rate (``--rate`` probes/s per RNIC, R-Pingmesh §6: under 150), after a final merge,

@@ -11,6 +11,7 @@ process and the worker's event-loop lag (from its Prometheus histogram).
 from __future__ import annotations
 
 import resource
+import subprocess
 import tempfile
 import time
 import uuid
@@ -112,60 +113,192 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
             bare_insert_cpu = (_self_cpu_s() - c0) / rows * 1e6
             store.close()
 
-        # (b) the pipeline: worker processes + the store writer
-        with tempfile.TemporaryDirectory() as d, PipelineProcs(bootstrap, prefix, Path(d), workers) as pipe:
-            sql = "SELECT (SELECT count() FROM probes) AS n, (SELECT sum(probes) FROM probes_1m) AS m"
-            t_first = None
-            n = m = n_first = 0
-            cpu0: dict[str, float] = {}
-            deadline = time.time() + 600
-            while (n < rows or m < rows) and time.time() < deadline:
-                r = pipe.query(sql)
-                if r:
-                    n, m = int(r[0]["n"]), int(r[0]["m"] or 0)
-                    if n and t_first is None:
-                        t_first, n_first = time.perf_counter(), n
-                        cpu0 = pipe.cpu(broker)
-                time.sleep(0.2)
-            t_last = time.perf_counter()
+        # (b) the pipeline: worker processes + the store writer, on topics of their own. The payloads are
+        # published once both are up, so their CPU is read from before the first row to after the last
+        # block and the merges it set off (every block of the writer, however long its time budget).
+        prefix_b = f"{prefix}b."
+        create_topics(bootstrap, prefix_b)
+        with tempfile.TemporaryDirectory() as d, PipelineProcs(bootstrap, prefix_b, Path(d), workers) as pipe:
+            _wait_ready(pipe.store_path, pipe.metrics_ports, pipe.procs)
+            # One upload first, through to the store: the work a process does once, on its first data (lazy
+            # imports, first inserts), is not charged to the measured rows.
+            warm_rows = decode(payloads[0], "probe.v1")[1].num_rows
+            _publish(prod, f"{prefix_b}probes.raw", payloads[:1], 0)
+            _wait_stored(bootstrap, prefix_b, pipe.store_path, warm_rows)
+            _wait_merges(pipe.store_path)
+            _wait_idle(pipe.procs)
+            measured = rows - warm_rows
+            cpu0 = pipe.cpu(broker)
+            _publish(prod, f"{prefix_b}probes.raw", payloads[1:], 1)
+            t_first, t_last = _wait_stored(bootstrap, prefix_b, pipe.store_path, rows)
+            _wait_merges(pipe.store_path)
             cpu1 = pipe.cpu(broker)
-            minute_rows = pipe.query("SELECT count() AS c FROM probes_1m")[0]["c"]
+            minute_rows = (pipe.query("SELECT count() AS c FROM probes_1m") or [{"c": 0}])[0]["c"]
             lag_p99, lag_max = worker_loop_lag_ms(pipe.metrics_ports)
             rss = pipe.peak_rss()
-            # rows after the first visible insert over the time (and CPU) they took: excludes start-up
-            done = max(n - n_first, 1)
-            pipeline = done / max(t_last - (t_first or t_last), 1e-9)
-            worker_cpu = sum(cpu1[k] - cpu0.get(k, cpu1[k]) for k in cpu1 if k.startswith("worker"))
+        pipeline = measured / max(t_last - t_first, 1e-9)  # includes the last block's wait for its time budget
+        worker_cpu = sum(cpu1[k] - cpu0[k] for k in cpu1 if k.startswith("worker"))
         # (b') the store writer alone on the backlog the pipeline left in probes.enriched (full-size blocks)
-        backlog_rows_s, backlog_cpu = _sink_on_backlog(bootstrap, prefix, rows)
+        backlog_rows_s, backlog_cpu = _sink_on_backlog(bootstrap, prefix_b, rows)
     finally:
         delete_topics(bootstrap, prefix)
+        delete_topics(bootstrap, f"{prefix}b.")
     rss["bench (this process)"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return ThroughputResult(
         rows, workers, bare_consumer, pipeline, bare_insert,
-        worker_cpu / done * 1e6, (cpu1["sink"] - cpu0.get("sink", cpu1["sink"])) / done * 1e6, bare_insert_cpu,
-        (cpu1["broker"] - cpu0.get("broker", cpu1["broker"])) / done * 1e6, rss, lag_p99, lag_max,
-        minute_rows / max(n, 1), backlog_rows_s, backlog_cpu)
+        worker_cpu / measured * 1e6, (cpu1["sink"] - cpu0["sink"]) / measured * 1e6, bare_insert_cpu,
+        (cpu1["broker"] - cpu0["broker"]) / measured * 1e6, rss, lag_p99, lag_max,
+        minute_rows / rows, backlog_rows_s, backlog_cpu)
+
+
+def _wait_ready(store_path: Path, ports: list[int], procs: dict[str, subprocess.Popen]) -> None:
+    """Wait until the store writer serves queries (store open and migrated) and every worker serves metrics.
+
+    Raises:
+        RuntimeError: a process exited, or 120 s passed.
+    """
+    import httpx
+
+    from sinks.query_endpoint import find_endpoint
+
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if dead := [k for k, p in procs.items() if p.poll() is not None]:
+            raise RuntimeError(f"{dead} exited during start-up")
+        up = find_endpoint(store_path) is not None
+        for port in ports:
+            try:
+                up = up and httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                up = False
+        if up:
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the store writer or a worker did not come up in 120 s")
+
+
+def _group_done(admin: object, group: str, topic: str, parts: list[int], high: dict[int, int]) -> bool:
+    """Whether consumer group ``group`` has committed ``high`` (the end) on every partition of ``topic`` that
+    holds messages (an empty partition never gets a commit)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+
+    req = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, p) for p in parts])
+    got = admin.list_consumer_group_offsets([req])[group].result()  # type: ignore[attr-defined]
+    return all(high[tp.partition] == 0 or tp.offset >= high[tp.partition] for tp in got.topic_partitions)
+
+
+def _publish(prod: object, topic: str, payloads: list[bytes], first: int) -> None:
+    """Publish ``payloads`` to ``topic`` (keys ``h{i % 64}`` from index ``first``) and wait for the broker.
+
+    Raises:
+        RuntimeError: the broker did not take every batch.
+    """
+    for i, p in enumerate(payloads, first):
+        prod.publish(topic, p, "probe.v1", key=f"h{i % 64}")  # type: ignore[attr-defined]
+    if prod.flush():  # type: ignore[attr-defined]
+        raise RuntimeError(f"the broker did not take the batches for {topic}")
+
+
+def _wait_idle(procs: dict[str, subprocess.Popen], timeout_s: float = 60.0) -> None:
+    """Wait until every process used under 30 ms of CPU in the last second: start-up (imports, the Faust
+    worker's group join and table set-up after its metrics port is up) is not charged to the rows."""
+    from bench.procstat import cpu_s
+
+    deadline = time.time() + timeout_s
+    before = {k: cpu_s(p.pid) for k, p in procs.items()}
+    while time.time() < deadline:
+        time.sleep(1.0)
+        now = {k: cpu_s(p.pid) for k, p in procs.items()}
+        if all(now[k] - before[k] < 0.03 for k in procs):
+            return
+        before = now
+
+
+def _wait_stored(bootstrap: str, prefix: str, store_path: Path, rows: int) -> tuple[float, float]:
+    """Wait until the workers committed all of ``probes.raw`` and the store writer all of ``probes.enriched``
+    (it commits a block after its inserts), then check the store holds ``rows`` probes in ``probes`` and in
+    ``probes_1m``. Returns (perf_counter when the workers' output of these uploads reached
+    ``probes.enriched``, when the writer had committed the last block). Progress is read from the broker,
+    not the store: a query through the writer's endpoint costs it ~8 ms of CPU, which polling would
+    charge to its CPU per row.
+
+    Raises:
+        RuntimeError: not done in 600 s, or the store holds other counts.
+    """
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from sinks.query_endpoint import find_endpoint, query_remote
+
+    raw, enriched = f"{prefix}probes.raw", f"{prefix}probes.enriched"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watermarks-{uuid.uuid4().hex[:6]}"})
+
+    def ends(topic: str) -> tuple[list[int], dict[int, int]]:
+        parts = list(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        return parts, {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in parts}
+
+    raw_parts, raw_high = ends(raw)
+    before = sum(ends(enriched)[1].values())  # what earlier uploads produced
+    t_first = None
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline:
+            e_parts, e_high = ends(enriched)
+            if t_first is None and sum(e_high.values()) > before:
+                t_first = time.perf_counter()
+            if t_first is not None and _group_done(admin, f"{prefix}fabricscope", raw, raw_parts, raw_high):
+                e_parts, e_high = ends(enriched)  # the workers are done: this is all they sent
+                if _group_done(admin, f"{prefix}fabricscope-store", enriched, e_parts, e_high):
+                    t_last = time.perf_counter()
+                    r = query_remote(find_endpoint(store_path), "SELECT (SELECT count() FROM probes) AS n, "
+                                     "(SELECT sum(probes) FROM probes_1m) AS m").to_pylist()[0]
+                    if (int(r["n"]), int(r["m"] or 0)) != (rows, rows):
+                        raise RuntimeError(f"the store holds {r} after the pipeline committed everything, "
+                                           f"expected {rows} probes in each")
+                    return t_first, t_last
+            time.sleep(0.1)
+    finally:
+        c.close()
+    raise RuntimeError(f"the pipeline did not commit {rows} rows in 600 s")
+
+
+def _wait_merges(store_path: Path, timeout_s: float = 60.0) -> None:
+    """Wait until the store runs no merge in two polls 0.5 s apart (the merges the blocks set off), or timeout."""
+    from sinks.query_endpoint import find_endpoint, query_remote
+
+    url = find_endpoint(store_path)
+    quiet, deadline = 0, time.time() + timeout_s
+    while quiet < 2 and time.time() < deadline:
+        busy = query_remote(url, "SELECT count() AS n FROM system.merges")["n"][0].as_py()
+        quiet = quiet + 1 if busy == 0 else 0
+        time.sleep(0.5)
 
 
 def _sink_on_backlog(bootstrap: str, prefix: str, rows: int) -> tuple[float, float]:
     """rows/s and CPU µs/row of a store writer (in this process) reading probes.enriched from the start."""
     from sinks.clickhouse import ChdbStore, migrate
     from sinks.kafka_sink import StoreWriter
+    from sinks.probe_tiers import TIER_TABLES
 
     with tempfile.TemporaryDirectory() as d:
         store = ChdbStore(Path(d) / "ch")
         migrate(store)
         w = StoreWriter(store, bootstrap, prefix, group=f"backlog-{uuid.uuid4().hex[:6]}")
         deadline = time.time() + 600
-        while w.stats.rows_by_table.get("probes", 0) == 0 and time.time() < deadline:
+
+        def stored() -> int:
+            return w.stats.rows_by_table.get("probes", 0)
+
+        while stored() + w.held_rows("probes") == 0 and time.time() < deadline:
+            w.poll_once()  # joins the group; CPU and time from the first message read
+        c0, t0, n0 = _self_cpu_s(), time.perf_counter(), stored()
+        while stored() + w.held_rows("probes") < rows and time.time() < deadline:
             w.poll_once()
-        c0, t0, n0 = _self_cpu_s(), time.perf_counter(), w.stats.rows_by_table.get("probes", 0)
-        while w.stats.rows_by_table.get("probes", 0) < rows and time.time() < deadline:
-            w.poll_once()
-        w.poll_once(timeout=0, force=True)
-        store.command("OPTIMIZE TABLE probes FINAL")
-        n = w.stats.rows_by_table.get("probes", 0) - n0
+        w.poll_once(timeout=0, force=True)  # everything is read: the last block need not wait for its budget
+        for table in ("probes", *TIER_TABLES):  # merged to one part each, as (c) merges its table
+            store.command(f"OPTIMIZE TABLE {table} FINAL")
+        n = stored() - n0
         out = n / (time.perf_counter() - t0), (_self_cpu_s() - c0) / max(n, 1) * 1e6
         w.close()
         store.close()

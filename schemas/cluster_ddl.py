@@ -45,7 +45,8 @@ SHARD_KEYS: dict[str, str] = {
     "deadletters": "cityHash64(source_topic, source_partition)",
     "host_links": "cityHash64(host)",
 }
-# Joined by materialized views on every shard: a full copy on every node.
+# Small dimension tables (joined by materialized views when 005 created them; the store writer
+# reads rnic_inventory since 013): a full copy on every node.
 EVERYWHERE = frozenset({"rnic_inventory", "schema_migrations"})
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

@@ -26,12 +26,13 @@ No Kafka client here: messages come in as ``(offset, schema, table)``.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from schemas.minute_tier import merge_minute_rows
 from sinks.clickhouse import Store
+from sinks.probe_tiers import MINUTE_TABLE, TIER_TABLES, hourly_tiers, merge_minute_rows
 
 STATE_TABLE = "sink_blocks"
 
@@ -100,8 +101,8 @@ def form_block(entries: list[Entry], hwm: dict[str, int]) -> Block:
             after[key] = src[1]
         by_table.setdefault(e.table, []).append(e.rows)
     tables = {t: pa.concat_tables(parts, promote_options="permissive") for t, parts in by_table.items()}
-    if "probes_1m" in tables:  # replays are out: one row per key for the whole block
-        tables["probes_1m"] = merge_minute_rows(tables["probes_1m"])
+    if MINUTE_TABLE in tables:  # replays are out: one row per key for the whole block
+        tables[MINUTE_TABLE] = merge_minute_rows(tables[MINUTE_TABLE])
     return Block(entries[0].offset, entries[-1].offset, tables, dict(hwm), after, dropped)
 
 
@@ -143,7 +144,8 @@ class PartitionState:
 
         A block being re-formed after a restart is due once its last offset has been read, and holds
         exactly its recorded range. Otherwise a block is due at ``max_rows`` rows or ``max_s`` seconds
-        after its first message was read (or when ``force``d: stopping, partitions revoked).
+        after its first message was read (or when ``force``d: stopping, partitions revoked), and holds the
+        oldest messages up to ``max_rows`` rows; call again for the rest.
         """
         if not self.pending:
             return None
@@ -156,11 +158,21 @@ class PartitionState:
             self._drop(n)
             self.redo = None
             return out or None
-        due = force or self.pending_rows >= max_rows or now_s - (self.first_read_s or now_s) >= max_s
+        started = now_s if self.first_read_s is None else self.first_read_s  # 0.0 is a time, not "unset"
+        due = force or self.pending_rows >= max_rows or now_s - started >= max_s
         if not due:
             return None
-        out = self.pending
-        self._drop(len(out))
+        # At most ``max_rows`` rows (and at least one message): a writer catching up reads 1,000 messages a
+        # poll, which must not all become one block. Where the block is cut does not matter to a replay:
+        # the recorded range is re-formed, not the cut.
+        n, rows = 0, 0
+        for e in self.pending:
+            n += 1
+            rows += e.rows.num_rows if e.rows is not None else 0
+            if rows >= max_rows:
+                break
+        out = self.pending[:n]
+        self._drop(n)
         return out
 
     def _drop(self, n: int) -> None:
@@ -194,18 +206,24 @@ def state_row(topic: str, partition: int, block: Block, now_ns: int) -> pa.Table
 
 
 # Tiers before raw rows: a store refusing a tier holds back the block's raw rows too.
-INSERT_ORDER = ("probes_1m", "probes", "deadletters")
-STORAGE_ONLY_COLUMNS = {"probes_1m": ["batch_id"]}  # carried for deduplication, not stored
+INSERT_ORDER = (*TIER_TABLES, "probes", "deadletters")
 
 
-def block_inserts(topic: str, partition: int, block: Block, now_ns: int) -> list[tuple[str, pa.Table, str | None]]:
-    """The statements of one block, in order: ``(table, rows, dedup token)``; the state row comes first."""
+def block_inserts(topic: str, partition: int, block: Block, now_ns: int,
+                  tor_of: Mapping[str, str] | None = None) -> list[tuple[str, pa.Table, str | None]]:
+    """The statements of one block, in order: ``(table, rows, dedup token)``; the state row comes first.
+
+    The block's merged minute rows are rolled up into the hourly tiers here (:mod:`sinks.probe_tiers`),
+    ToRs from ``tor_of`` (RNIC -> ToR; None: every ToR ''). Each tier gets one insert under the block's
+    token, like the raw rows, so a re-formed block is a no-op in every table its first attempt reached.
+    """
     token = block.token(topic, partition)
     out: list[tuple[str, pa.Table, str | None]] = [(STATE_TABLE, state_row(topic, partition, block, now_ns), None)]
-    for table in sorted(block.tables, key=INSERT_ORDER.index):
-        data = block.tables[table]
-        out.append((table, data.drop_columns([c for c in STORAGE_ONLY_COLUMNS.get(table, [])
-                                              if c in data.column_names]), token))
+    tables = dict(block.tables)
+    if MINUTE_TABLE in tables:
+        tables.update(hourly_tiers(tables[MINUTE_TABLE], tor_of or {}))
+    for table in sorted(tables, key=INSERT_ORDER.index):
+        out.append((table, tables[table], token))
     return out
 
 

@@ -25,6 +25,7 @@ import queue
 import re
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -38,6 +39,7 @@ __all__ = ["ChdbStore", "QueryLimits", "ServerStore", "Store", "StoreError", "mi
            "private_dir"]
 
 _TOKEN_OK = re.compile(r"^[A-Za-z0-9_.:/\-]{1,200}$")
+_SETTING_NAME = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
 INSERT_SETTINGS = {"deduplicate_blocks_in_dependent_materialized_views": 1}
 
 
@@ -58,8 +60,10 @@ class Store(Protocol):
             StoreError: the engine's error (syntax, a limit exceeded, an unknown table).
         """
 
-    def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
-        """Insert ``data`` into ``table``; a repeated ``dedup_token`` is ignored by the engine."""
+    def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None,
+                     settings: Mapping[str, int] | None = None) -> None:
+        """Insert ``data`` into ``table``; a repeated ``dedup_token`` is ignored by the engine. ``settings``:
+        extra integer query settings of this insert (e.g. ``optimize_on_insert = 0`` for rows already merged)."""
 
     def close(self) -> None:
         """Release the store."""
@@ -161,14 +165,15 @@ class ChdbStore:
             except Exception as err:
                 raise StoreError(f"{err}\nquery: {sql[:300]}") from None
 
-    def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
+    def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None,
+                     settings: Mapping[str, int] | None = None) -> None:
         if data.num_rows == 0:
             return
         cols = ", ".join(f"`{c}`" for c in data.column_names)
-        settings = dict(INSERT_SETTINGS)
+        opts = _insert_settings(settings)
         if dedup_token:
-            settings["insert_deduplication_token"] = f"'{_check_token(dedup_token)}'"
-        setting_sql = ", ".join(f"{k} = {v}" for k, v in settings.items())
+            opts["insert_deduplication_token"] = f"'{_check_token(dedup_token)}'"
+        setting_sql = ", ".join(f"{k} = {v}" for k, v in opts.items())
         arrow_data = data  # noqa: F841 - chdb's Python() table function finds it by name in this frame
         self.command(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM Python(arrow_data) SETTINGS {setting_sql}")
 
@@ -220,19 +225,30 @@ class ServerStore:
         except Exception as err:
             raise StoreError(f"{err}\nquery: {sql[:300]}") from None
 
-    def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None) -> None:
+    def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None,
+                     settings: Mapping[str, int] | None = None) -> None:
         if data.num_rows == 0:
             return
-        settings: dict[str, object] = dict(INSERT_SETTINGS)
+        opts = _insert_settings(settings)
         if dedup_token:
-            settings["insert_deduplication_token"] = _check_token(dedup_token)
+            opts["insert_deduplication_token"] = _check_token(dedup_token)
         try:
-            self._client.insert_arrow(table, data, settings=settings)
+            self._client.insert_arrow(table, data, settings=opts)
         except Exception as err:
             raise StoreError(f"insert into {table} failed: {err}") from None
 
     def close(self) -> None:
         self._client.close()
+
+
+def _insert_settings(extra: Mapping[str, int] | None) -> dict[str, object]:
+    """:data:`INSERT_SETTINGS` plus ``extra`` (names checked: they are spliced into SQL)."""
+    out: dict[str, object] = dict(INSERT_SETTINGS)
+    for k, v in (extra or {}).items():
+        if not _SETTING_NAME.match(k):
+            raise StoreError(f"insert setting {k!r} is not a setting name")
+        out[k] = int(v)
+    return out
 
 
 def _setting_literal(v: object) -> str:

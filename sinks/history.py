@@ -1,8 +1,8 @@
 """Writes of the history schema (``schemas/ddl/005_history.sql``, ``006_verdict_feedback.sql``):
 the RNIC -> ToR inventory the ToR rollup joins, and operator feedback on verdicts.
 
-The rollups themselves are filled by ClickHouse materialized views on every insert
-into ``probes``; nothing here touches them.
+The tiers themselves are filled by whoever inserts probe rows (the store writer, or
+:func:`sinks.probe_tiers.insert_probes`); nothing here touches them.
 """
 
 from __future__ import annotations

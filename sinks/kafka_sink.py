@@ -7,7 +7,8 @@ after the insert returned (at-least-once delivery, exactly-once rows).
 Probe rows and their minute tier (``probes.enriched``, the bulk of the data) go
 in blocks of many messages: up to ``block_rows`` rows or ``block_s`` seconds per
 partition, aligned to offsets, with their state in the store
-(:mod:`sinks.blocks`). The other topics (verdicts, dead letters, host links,
+(:mod:`sinks.blocks`); the writer rolls each block's minute rows up into the
+hourly tiers itself (:mod:`sinks.probe_tiers`). The other topics (verdicts, dead letters, host links,
 coverage: a few messages per window) keep one insert per message, with the
 message's source identity as its deduplication token.
 """
@@ -27,6 +28,7 @@ from schemas.codec import CodecError, decode, schema_key_from_headers
 from sinks import metrics as M
 from sinks.blocks import STATE_TABLE, Entry, PartitionState, block_inserts, form_block, load_states
 from sinks.clickhouse import Store, StoreError
+from sinks.probe_tiers import TIER_INSERT_SETTINGS, TIER_TABLES, tor_of_rnic
 
 log = logging.getLogger("fabricscope.sink")
 
@@ -104,6 +106,9 @@ class StoreWriter:
         kafka_config: extra client settings (SASL/TLS), never logged.
         block_rows: a block of ``probes.enriched`` is inserted at this many rows (per partition) ...
         block_s: ... or this many seconds after its first message was read, whichever comes first.
+            Only raw history and the tiers wait for a block (verdicts are inserted per message), so the
+            default is long: a block spans several uploads of every agent (one every 5 s), its minute
+            rows merge per pair, and fewer, larger parts cost the engine fewer merges (BENCHMARKS.md 4).
     """
 
     def __init__(
@@ -113,8 +118,8 @@ class StoreWriter:
         prefix: str = "",
         group: str = "fabricscope-store",
         kafka_config: dict[str, str] | None = None,
-        block_rows: int = 100_000,
-        block_s: float = 1.0,
+        block_rows: int = 500_000,
+        block_s: float = 10.0,
     ) -> None:
         self.store = store
         self.prefix = prefix
@@ -169,9 +174,11 @@ class StoreWriter:
                 delay = min(delay * 2, 10.0)
         return None
 
-    def _insert_with_retry(self, table: str, data: pa.Table, token: str, stop: Callable[[], bool]) -> bool:
+    def _insert_with_retry(self, table: str, data: pa.Table, token: str | None, stop: Callable[[], bool]) -> bool:
+        settings = TIER_INSERT_SETTINGS if table in TIER_TABLES else None
+
         def insert() -> bool:
-            self.store.insert_arrow(table, data, dedup_token=token)
+            self.store.insert_arrow(table, data, dedup_token=token, settings=settings)
             return True
 
         return self._retry(insert, f"insert into {table}", stop) is not None
@@ -217,6 +224,11 @@ class StoreWriter:
         self._observe_lag(msgs)
         return written
 
+    def held_rows(self, table: str) -> int:
+        """Rows for ``table`` read and not yet inserted (in blocks still open), over every partition."""
+        return sum(e.rows.num_rows for st in self._parts.values() for e in st.pending
+                   if e.table == table and e.rows is not None)
+
     def _entry(self, msg: Message) -> Entry:
         """Decode one message of a block topic; an undecodable one becomes a dead-letter row of the block."""
         try:
@@ -235,8 +247,11 @@ class StoreWriter:
                      stop: Callable[[], bool]) -> int | None:
         """Record, insert and commit one block (:mod:`sinks.blocks`); rows written, None if stopped first."""
         block = form_block(entries, st.hwm)
+        tor_of = self._retry(lambda: tor_of_rnic(self.store), "read rnic_inventory", stop)
+        if tor_of is None:
+            return None  # stopping before anything of the block was recorded
         rows = 0
-        for table, data, token in block_inserts(topic, part, block, time.time_ns()):
+        for table, data, token in block_inserts(topic, part, block, time.time_ns(), tor_of):
             if not self._insert_with_retry(table, data, token, stop):
                 return None  # stopping; the block is re-formed from its recorded state at the next start
             if token is None:

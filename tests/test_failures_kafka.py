@@ -41,6 +41,19 @@ SEED = int(os.environ.get("FABRICSCOPE_FAILURE_SEED", "8"))
 ROUNDS = 12  # 4 agents x 12 rounds x 50 probes = 2400 rows per test
 
 
+# The store writer's block budget in these tests: a test runs ~5 s, so with the default (10 s) every kill
+# would land before or after the one block; at 0.5 s the kills land between blocks and inside them.
+SINK_BLOCK_S = "0.5"
+
+
+@pytest.fixture
+def pipeline_env(pipeline_env):
+    """conftest's ``pipeline_env`` with short store-writer blocks (:data:`SINK_BLOCK_S`)."""
+    env, procs = pipeline_env
+    env["FABRICSCOPE_SINK_BLOCK_S"] = SINK_BLOCK_S
+    return env, procs
+
+
 def _rng(name: str) -> random.Random:
     return random.Random(f"{SEED}:{name}")
 
@@ -152,6 +165,7 @@ def test_broker_restart_mid_stream_with_the_agent_buffering(private_broker, tmp_
     prefix = "r."
     create_topics(broker.bootstrap, prefix)
     env = {**os.environ, "KAFKA_BOOTSTRAP": broker.bootstrap, "FABRICSCOPE_TOPIC_PREFIX": prefix,
+           "FABRICSCOPE_SINK_BLOCK_S": SINK_BLOCK_S,
            "FABRICSCOPE_VAR": str(tmp_path / "var")}
     procs = Processes(env, tmp_path)
     rng = _rng("broker")

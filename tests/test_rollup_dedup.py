@@ -1,5 +1,8 @@
 """Replays and rollups on the real embedded store (chdb): a replayed batch is counted once in every rollup.
 
+The shipped tiers have no views since schemas/ddl/013 (the store writer inserts every tier under the
+batch's token); the first test keeps ClickHouse's rule for views, should one be added again.
+
 ClickHouse's rule: a materialized view's target table deduplicates a
 replayed block only when the target has ``non_replicated_deduplication_window``
 and the insert sets ``deduplicate_blocks_in_dependent_materialized_views = 1``
@@ -9,18 +12,15 @@ target's setting, three inserts of one batch count 9 in the rollup.
 
 from __future__ import annotations
 
-import re
-
 import pytest
 
 from schemas.arrow_pa import table_from_columns
 from sinks.clickhouse import ChdbStore, migrate
-from sinks.probe_tiers import insert_probes
+from sinks.probe_tiers import TIER_TABLES, insert_probes
 from streams.pingmesh.rtt import decompose
 
 from probe_rows import columns, known_rows
 
-TO_TARGET = re.compile(r"\bTO\s+(?:`?\w+`?\.)?`?(\w+)`?")
 ROLLUP_DDL = """
 CREATE TABLE test_rollup (prober_rnic String, n UInt64) ENGINE = SummingMergeTree ORDER BY prober_rnic
 SETTINGS non_replicated_deduplication_window = 1000
@@ -54,33 +54,23 @@ def test_a_replayed_batch_counts_once_in_a_materialized_view_rollup(store):
     assert rollup == [{"n": 6}]
 
 
-def test_every_shipped_rollup_deduplicates_replays(store):
-    """The rollups of ``schemas/ddl`` (the hourly views over the minute tier since 011): each target table keeps
-    a dedup window, and a replay adds no row to it."""
-    views = store.query_arrow(
-        "SELECT name, create_table_query FROM system.tables WHERE database = currentDatabase() "
-        "AND engine = 'MaterializedView'"
-    ).to_pylist()
-    if not views:
-        pytest.skip("no rollups in schemas/ddl yet (materialized views are added by a later migration)")
-    names = sorted({m.group(1) for v in views if (m := TO_TARGET.search(v["create_table_query"]))})
-    in_list = ", ".join(repr(n) for n in names) or "''"
-    targets = store.query_arrow(
+def test_every_tier_deduplicates_replays(store):
+    """The tiers (minute, hour per RNIC pair, hour per ToR pair; filled by the writer since 013, no views): each
+    table keeps a dedup window, and a replayed batch adds no row to any of them."""
+    engines = store.query_arrow(
         "SELECT name, engine_full AS engine FROM system.tables WHERE database = currentDatabase() "
-        f"AND name IN ({in_list})"
-    ).to_pylist()
-    target_tables = [t for t in targets if t["engine"] and "MergeTree" in t["engine"]]
-    assert target_tables, f"materialized views {[v['name'] for v in views]} write to no MergeTree table"
-    for t in target_tables:
-        assert "non_replicated_deduplication_window" in t["engine"], (
-            f"rollup table {t['name']} lacks non_replicated_deduplication_window: replays would be counted twice"
-        )
-    insert_probes(store, _batch("probes.raw/0/1"), "probes.raw/0/1")  # minute tier, then the hourly views
-    before = {t["name"]: store.query_arrow(f"SELECT count() AS n FROM {t['name']}")["n"][0].as_py()
-              for t in target_tables}
+        f"AND name IN ({', '.join(repr(t) for t in TIER_TABLES)})").to_pylist()
+    assert sorted(e["name"] for e in engines) == sorted(TIER_TABLES)
+    for e in engines:
+        assert "non_replicated_deduplication_window" in e["engine"], (
+            f"tier {e['name']} lacks non_replicated_deduplication_window: replays would be counted twice")
+    batch = _batch("probes.raw/0/1")
+    sql = " UNION ALL ".join(f"SELECT '{t}' AS t, count() AS rows, sum(probes) AS probes FROM {t}"
+                             for t in TIER_TABLES)
+    insert_probes(store, batch, "probes.raw/0/1")
+    before = sorted(store.query_arrow(sql).to_pylist(), key=lambda r: r["t"])
     for _ in range(2):
-        insert_probes(store, _batch("probes.raw/0/1"), "probes.raw/0/1")
-    after = {t["name"]: store.query_arrow(f"SELECT count() AS n FROM {t['name']}")["n"][0].as_py()
-             for t in target_tables}
-    assert all(before.values()), before  # the views did fire
+        insert_probes(store, batch, "probes.raw/0/1")
+    after = sorted(store.query_arrow(sql).to_pylist(), key=lambda r: r["t"])
+    assert [r["probes"] for r in before] == [batch.num_rows] * 3, before
     assert after == before

@@ -56,6 +56,7 @@ def _uploads() -> tuple[list[RawMessage], PathIndex, dict[str, int]]:
 
 
 MSGS, PATHS, REGISTRY = _uploads()
+TOR_OF = {r.id: r.tor for r in panel1().rnics.values()}  # what the writer reads from rnic_inventory
 
 
 def _steps(rng: random.Random | None, msgs: list[RawMessage]) -> list[list[RawMessage]]:
@@ -93,7 +94,7 @@ def _write(store: ChdbStore, log: dict[int, list[Entry]], rng: random.Random, cr
         while i < len(entries):
             n = rng.randint(1, 25)
             block = form_block(entries[i:i + n], st.hwm)
-            stmts = block_inserts(ENRICHED, part, block, now_ns=i)
+            stmts = block_inserts(ENRICHED, part, block, now_ns=i, tor_of=TOR_OF)
             if not crashed and i > 0:
                 for table, data, token in stmts[:2]:  # state row, then the tier: then kill -9
                     store.insert_arrow(table, data, dedup_token=token)
@@ -104,7 +105,7 @@ def _write(store: ChdbStore, log: dict[int, list[Entry]], rng: random.Random, cr
                     st.accept(e, 0.0)
                     if (b := st.take_block(10**9, 10**9, 0.0)) is not None:  # the recorded block, re-formed
                         redo = form_block(b, st.hwm)
-                        for table, data, token in block_inserts(ENRICHED, part, redo, now_ns=i + 1):
+                        for table, data, token in block_inserts(ENRICHED, part, redo, now_ns=i + 1, tor_of=TOR_OF):
                             store.insert_arrow(table, data, dedup_token=token)
                         st.hwm = redo.hwm_after
                         dropped += redo.dropped_rows
@@ -164,6 +165,7 @@ def test_verdicts_and_tiers_do_not_depend_on_step_or_block_grouping(tmp_path):
     assert base_tiers["probes"] == [{"n": rows, "u": rows}]
     for t in TIERS:
         assert sum(r["probes"] for r in base_tiers[t]) == rows, t
+    assert {r["prober_tor"] for r in base_tiers["probes_1h_tor"]} == {"A", "B", "C"}
     for seed, replay in ((1, False), (2, True), (3, True)):
         verdicts, tiers = _run(tmp_path, seed, replay)
         assert verdicts == base_verdicts, f"seed {seed}"

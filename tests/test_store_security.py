@@ -67,7 +67,9 @@ def writer(tmp_path_factory, kafka_bootstrap):
     create_topics(kafka_bootstrap, prefix)
     tmp = tmp_path_factory.mktemp("writer")
     env = {**os.environ, "KAFKA_BOOTSTRAP": kafka_bootstrap, "FABRICSCOPE_TOPIC_PREFIX": prefix,
-           "FABRICSCOPE_VAR": str(tmp / "var"), "FABRICSCOPE_QUERY_MAX_EXECUTION_TIME_S": str(QUERY_LIMIT_S)}
+           "FABRICSCOPE_VAR": str(tmp / "var"), "FABRICSCOPE_QUERY_MAX_EXECUTION_TIME_S": str(QUERY_LIMIT_S),
+           # blocks of probe rows close every 0.5 s (default 10 s), so rows grow step by step while a query runs
+           "FABRICSCOPE_SINK_BLOCK_S": "0.5"}
     procs = Processes(env, tmp)
     proc = procs.start("sink")
     store = tmp / "var" / "clickhouse"
