@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -70,6 +71,31 @@ class PipelineProcs:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        """Wait until the store writer serves queries (store open and migrated) and every worker serves metrics.
+
+        Raises:
+            RuntimeError: a child exited, or ``timeout_s`` passed.
+        """
+        import httpx
+
+        from sinks.query_endpoint import find_endpoint
+
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if dead := self.dead():
+                raise RuntimeError(f"{dead} exited during start-up")
+            up = find_endpoint(self.store_path) is not None
+            for port in self.metrics_ports:
+                try:
+                    up = up and httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
+                except httpx.HTTPError:
+                    up = False
+            if up:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the store writer or a worker did not come up in {timeout_s:.0f} s")
 
     @property
     def store_path(self) -> Path:

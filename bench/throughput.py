@@ -119,7 +119,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
         prefix_b = f"{prefix}b."
         create_topics(bootstrap, prefix_b)
         with tempfile.TemporaryDirectory() as d, PipelineProcs(bootstrap, prefix_b, Path(d), workers) as pipe:
-            _wait_ready(pipe.store_path, pipe.metrics_ports, pipe.procs)
+            pipe.wait_ready()
             # One upload first, through to the store: the work a process does once, on its first data (lazy
             # imports, first inserts), is not charged to the measured rows.
             warm_rows = decode(payloads[0], "probe.v1")[1].num_rows
@@ -149,32 +149,6 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
         worker_cpu / measured * 1e6, (cpu1["sink"] - cpu0["sink"]) / measured * 1e6, bare_insert_cpu,
         (cpu1["broker"] - cpu0["broker"]) / measured * 1e6, rss, lag_p99, lag_max,
         minute_rows / rows, backlog_rows_s, backlog_cpu)
-
-
-def _wait_ready(store_path: Path, ports: list[int], procs: dict[str, subprocess.Popen]) -> None:
-    """Wait until the store writer serves queries (store open and migrated) and every worker serves metrics.
-
-    Raises:
-        RuntimeError: a process exited, or 120 s passed.
-    """
-    import httpx
-
-    from sinks.query_endpoint import find_endpoint
-
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        if dead := [k for k, p in procs.items() if p.poll() is not None]:
-            raise RuntimeError(f"{dead} exited during start-up")
-        up = find_endpoint(store_path) is not None
-        for port in ports:
-            try:
-                up = up and httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).status_code == 200
-            except httpx.HTTPError:
-                up = False
-        if up:
-            return
-        time.sleep(0.5)
-    raise RuntimeError("the store writer or a worker did not come up in 120 s")
 
 
 def _group_done(admin: object, group: str, topic: str, parts: list[int], high: dict[int, int]) -> bool:

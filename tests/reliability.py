@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -177,46 +176,20 @@ class PrivateBroker:
             shutil.rmtree(self.var / "kafka" / "data", ignore_errors=True)
 
 
-def _free_base(span: int, tries: int = 50) -> int:
-    """A port ``base`` with ``base .. base+span-1`` and ``base+100 .. base+100+span-1`` all free now, below
-    the kernel's ephemeral range (see :func:`conftest.free_port`)."""
-    import random
-
-    from conftest import _ephemeral_ports
-
-    rng = random.Random()
-    for _ in range(tries):
-        base = rng.randrange(20_000, min(40_000, _ephemeral_ports()[0] - 100 - span))
-        ports = [*range(base, base + span), *range(base + 100, base + 100 + span)]
-        try:
-            socks = []
-            for p in ports:
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-        return base
-    raise RuntimeError("no free run of ports for a local Kafka cluster")
-
-
 class PrivateCluster:
     """``kafka.sh cluster`` with ``brokers`` combined KRaft nodes on free loopback ports, data under ``var``.
 
-    Node k listens on ``port0 + k - 1`` (controller ``port0 + 100 + k - 1``); never touches the shared
+    Node k listens on ``port0 + k - 1`` (controller ``port0 + brokers + k - 1``); never touches the shared
     broker on 9092 nor a cluster on the default ports.
     """
 
     def __init__(self, var: Path, brokers: int = 3) -> None:
         self.var = var
         self.brokers = brokers
-        self.port0 = _free_base(brokers)
+        self.port0 = free_port(2 * brokers)  # listeners, then controllers
         link_kafka_jars(var)
         self.env = {**os.environ, "FABRICSCOPE_VAR": str(var), "KAFKA_CLUSTER_PORT": str(self.port0),
-                    "KAFKA_CLUSTER_CONTROLLER_PORT": str(self.port0 + 100)}
+                    "KAFKA_CLUSTER_CONTROLLER_PORT": str(self.port0 + brokers)}
 
     @property
     def bootstrap(self) -> str:
