@@ -105,6 +105,19 @@ def test_busy_h1_is_busy_host_with_the_veto_and_false_rnic_without(veto):
         assert not [k for k in kinds(res) if k[0] == "busy_host"]
 
 
+def test_busy_host_with_one_rnic_over_the_rule_charges_every_timeout_to_the_host():
+    # 10 % of the busy host's probes time out: only A1 passes the RNIC rule (the veto wants both of
+    # H1's RNICs), and A3 looks faulty to its two probers, A1 and A2, which are H1's own. The lab hit
+    # this under load: `busy_host` plus an `rnic` verdict in one window.
+    res = analyze(Faults(busy_hosts={"H1"}, busy_timeout_p=0.1), seed=1)
+    assert kinds(res) == [("busy_host", "H1")]
+    v = res.verdicts.to_pylist()[0]
+    ev = json.loads(v["evidence"])
+    assert ev["rnics"] == ["A1", "A2"] and ev["flagged_rnics"] == ["A1"] and not ev["below_rnic_rule"]
+    assert v["failed_probes"] == res.stats["timeouts"] == res.stats["rnic_charged"] > 0
+    assert res.stats["voted"] == 0
+
+
 def test_silent_agent_is_host_down_not_rnic():
     res = analyze(Faults(silent_hosts={"H3"}))
     assert kinds(res) == [("host_down", "H3")]

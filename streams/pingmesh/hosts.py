@@ -126,20 +126,25 @@ def host_step(ctx: WindowContext, findings: list[RnicFinding], cfg: TriageConfig
         failed = sum(by_rnic[r].failed for r in b.rnics)
         total = sum(by_rnic[r].total for r in b.rnics)
         _emit_busy(ctx, b, failed, total, background, n_hosts, onset.get(b.host, 0), {})
-        out_rnics |= set(b.rnics)
+        # every timeout at a busy host is the host's, flagged RNIC or not (none may reach the vote)
+        out_rnics |= set(ctx.rnics_of(b.host))
     for b in busy_by_delay(p.delays, ctx.state.host_baseline, {b.host for b in busy}, cfg, onset):
-        rn = set(ctx.rnics_of(b.host)) - {f.rnic for f in findings}
+        rn = set(ctx.rnics_of(b.host))
         hit = (isin(failing, "responder_rnic", rn) | isin(failing, "prober_rnic", rn)) & ~f_before
         failed = int(failing["n"].to_numpy()[hit].sum()) if failing.num_rows else 0
         if failed >= min_votes:
             busy.append(b)
             out_rnics |= rn
+            flagged = sorted(f.rnic for f in by_host.get(b.host, []))
             _emit_busy(ctx, b, failed, failed, background, n_hosts, onset.get(b.host, 0),
-                       {"below_rnic_rule": True, "rnics": sorted(rn)})
+                       {"below_rnic_rule": not flagged, "rnics": sorted(rn), "flagged_rnics": flagged})
     busy_hosts = {b.host for b in busy}
+    busy_rnics = set(out_rnics)
     rest: list[RnicFinding] = []
     for h, fs in sorted(by_host.items()):
-        fs = [f for f in fs if f.rnic not in out_rnics]
+        # a peer seen failing only by a busy host's RNICs is not an RNIC fault: the busy prober
+        # timed out on it (it took its replies late), so the RNIC rule's two probers are not there
+        fs = [f for f in fs if f.rnic not in out_rnics and len(set(f.probers) - busy_rnics) >= cfg.rnic_min_probers]
         n_rn = len(ctx.rnics_of(h))
         if h in busy_hosts or not fs:
             continue
