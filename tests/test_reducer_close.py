@@ -1,0 +1,98 @@
+"""The reducer's close on integer codes equals the string computations it replaced (same inputs, same tables).
+
+The references below are the earlier implementations, kept here only to compare: links of each probe by
+splitting every row's hop strings and grouping by (row, link) strings; probes per link by a group-by
+over those strings.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+sim = pytest.importorskip("producers.sim")
+from analyzer_sim import run  # noqa: E402
+
+import streams.pingmesh.reducer as reducer  # noqa: E402
+from producers.sim.fabrics import random_clos  # noqa: E402
+from streams.pingmesh.links import explode_links, probe_link_codes, probe_links  # noqa: E402
+from streams.pingmesh.partial import link_counts  # noqa: E402
+
+
+def _probe_links_by_strings(fwd_hops: pa.Array, rev_hops: pa.Array) -> pa.Table:
+    n = len(fwd_hops)
+    both = pa.concat_arrays([a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a for a in (fwd_hops, rev_hops)])
+    ex = explode_links(both)
+    row = pc.if_else(pc.less(ex["path"], n), ex["path"], pc.subtract(ex["path"], n))
+    t = pa.table({"row": row, "link": ex["link"], "access_rnic": ex["access_rnic"]})
+    if t.num_rows == 0:
+        return t
+    g = t.group_by(["row", "link"]).aggregate([("access_rnic", "max")])
+    g = g.select(["row", "link", "access_rnic_max"]).rename_columns(["row", "link", "access_rnic"])
+    return g.sort_by([("row", "ascending"), ("link", "ascending")])
+
+
+def _link_counts_by_strings(groups: pa.Table) -> pa.Table:
+    pl = _probe_links_by_strings(groups["fwd_hops"], groups["rev_hops"])
+    if pl.num_rows == 0:
+        return pa.table({"link": pa.array([], pa.string()), "n": pa.array([], pa.int64())})
+    n = groups["n"].to_numpy()
+    t = pa.table({"link": pl["link"], "n": pa.array(n[pl["row"].to_numpy()])})
+    return t.group_by("link").aggregate([("n", "sum")]).rename_columns(["link", "n"]).sort_by("link")
+
+
+def test_links_of_each_probe_by_hand():
+    fwd = pa.array(["A1,A,S3,B,B2", "A1,A,*", None, "", "tor-1,tor,S,tor2,r2", "A,S3,B,B2"])
+    rev = pa.array(["B2,B,S3,A,A1", "", "A2,A,A1", "x", None, "B2,B,S3,A,A1"])
+    t = probe_links(fwd, rev).to_pylist()
+    got = [(r["row"], r["link"], r["access_rnic"]) for r in t]
+    assert got == [
+        # a link on both paths of a probe counts once for it; access links name their RNIC
+        (0, "A->S3", None), (0, "A1->A", "A1"), (0, "B->S3", None), (0, "B2->B", "B2"),
+        (1, "A->*", None), (1, "A1->A", "A1"),  # an unanswered tail: the pseudo-link, not an access link
+        (2, "A1->A", "A1"), (2, "A2->A", "A2"),  # an ACK path alone (untraced forward)
+        # string order of the names ("tor-1->tor" sorts before "tor->S" although "tor" < "tor-1")
+        (4, "r2->tor2", "r2"), (4, "tor-1->tor", "tor-1"), (4, "tor->S", None), (4, "tor2->S", None),
+        # a trace from the ToR: A->S3 is its first link (access "A") and a middle one of the ACK path
+        # (none); the probe's access RNIC is the larger, as a group-by max over strings gives it
+        (5, "A->S3", "A"), (5, "A1->A", "A1"), (5, "B->S3", None), (5, "B2->B", "B2"),
+    ]
+    n = pa.array([5, 2, 7, 1, 3, 4], pa.int64())
+    c = link_counts(pa.table({"fwd_hops": fwd, "rev_hops": rev, "n": n}))
+    assert dict(zip(c["link"].to_pylist(), c["n"].to_pylist(), strict=True)) == {
+        "A->*": 2, "A->S3": 5 + 4, "A1->A": 5 + 2 + 7 + 4, "A2->A": 7, "B->S3": 5 + 4, "B2->B": 5 + 4,
+        "r2->tor2": 3, "tor-1->tor": 3, "tor->S": 3, "tor2->S": 3}
+    assert c["link"].to_pylist() == sorted(c["link"].to_pylist())
+
+
+def test_no_paths_give_empty_tables_of_the_same_schema():
+    empty = pa.array([], pa.string())
+    assert probe_links(empty, empty).equals(_probe_links_by_strings(empty, empty))
+    g = pa.table({"fwd_hops": empty, "rev_hops": empty, "n": pa.array([], pa.int64())})
+    assert link_counts(g).equals(_link_counts_by_strings(g))
+    assert len(probe_link_codes(pa.array(["", None]), pa.array([None, "x"])).row) == 0
+
+
+def test_codes_equal_the_string_expansion_on_simulated_windows(monkeypatch):
+    # a random Clos with a dead link (incomplete traces: resolved tails and X->* pseudo-links) and a
+    # lossy one; every merged window's flows, service connections and failing groups
+    merged = []
+    merge = reducer.merge
+    monkeypatch.setattr(reducer, "merge", lambda parts: merged.append(merge(parts)) or merged[-1])
+    inv = random_clos(5, n_tors=5, n_spines=4, hosts_per_tor=2, rnics_per_host=2)
+    tors = list(inv.tors)
+    run(inv, [sim.LinkDown(a=tors[0], b="S1"), sim.LossyLink(a=tors[1], b="S2", rate=0.05)], seconds=40)
+    assert len(merged) >= 2
+    dark = 0
+    for p in merged:
+        for t in (p.flows, p.service, p.failing):
+            assert probe_links(t["fwd_hops"], t["rev_hops"]).equals(
+                _probe_links_by_strings(t["fwd_hops"], t["rev_hops"]))
+            g = t.append_column("one", pa.array(np.ones(t.num_rows, np.int64)))
+            g = g.select(["fwd_hops", "rev_hops", "n"])
+            assert link_counts(g).equals(_link_counts_by_strings(g))
+        dark += sum("*" in h for h in p.failing["fwd_hops"].to_pylist())
+    assert dark > 0  # the pseudo-links were exercised
+    assert sum(p.flows.num_rows for p in merged) > 100
