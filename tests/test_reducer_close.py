@@ -2,7 +2,7 @@
 
 The references below are the earlier implementations, kept here only to compare: links of each probe by
 splitting every row's hop strings and grouping by (row, link) strings; probes per link by a group-by
-over those strings.
+over those strings; flow quantiles by sorting rows on the flow key string and Arrow group-bys and a join.
 """
 
 from __future__ import annotations
@@ -17,8 +17,10 @@ from analyzer_sim import run  # noqa: E402
 
 import streams.pingmesh.reducer as reducer  # noqa: E402
 from producers.sim.fabrics import random_clos  # noqa: E402
+from streams.pingmesh.latency import LatencyConfig, flow_quantiles  # noqa: E402
 from streams.pingmesh.links import explode_links, probe_link_codes, probe_links  # noqa: E402
-from streams.pingmesh.partial import link_counts  # noqa: E402
+from streams.pingmesh.partial import FLOW_KEYS, bucket_value, link_counts  # noqa: E402
+from streams.pingmesh.triage import group_quantile  # noqa: E402
 
 
 def _probe_links_by_strings(fwd_hops: pa.Array, rev_hops: pa.Array) -> pa.Table:
@@ -41,6 +43,37 @@ def _link_counts_by_strings(groups: pa.Table) -> pa.Table:
     n = groups["n"].to_numpy()
     t = pa.table({"link": pl["link"], "n": pa.array(n[pl["row"].to_numpy()])})
     return t.group_by("link").aggregate([("n", "sum")]).rename_columns(["link", "n"]).sort_by("link")
+
+
+def _flow_quantiles_by_strings(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.Table:
+    parts = [pc.cast(flows[c], pa.string()) for c in ("pinglist", "prober_rnic", "responder_rnic", "src_port")]
+    t = flows.append_column("flow", pc.binary_join_element_wise(*parts, "|"))
+    t = t.sort_by([("flow", "ascending"), ("bucket", "ascending")])
+    key = np.array(t["flow"].to_pylist(), dtype=object)
+    keys, q = group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), cfg.quantile, cfg.min_tail_samples)
+    g = t.group_by(["flow", *FLOW_KEYS]).aggregate([("n", "sum")])
+    g = g.select(["flow", *FLOW_KEYS, "n_sum"]).rename_columns(["flow", *FLOW_KEYS, "n"])
+    g = g.group_by(["flow"], use_threads=False).aggregate([(c, "max") for c in FLOW_KEYS] + [("n", "sum")])
+    g = g.select(["flow", *[f"{c}_max" for c in FLOW_KEYS], "n_sum"]).rename_columns(["flow", *FLOW_KEYS, "n"])
+    qt = pa.table({"flow": pa.array(keys.astype(str), pa.string()), "p99_ns": pa.array(q, pa.float64())})
+    return g.join(qt, "flow").sort_by("flow")
+
+
+def test_flow_quantiles_by_hand():
+    # flow x|a|b|99: 10 samples in bucket 100 and 5 in bucket 120 over two path pairs (re-traced
+    # mid-window); min_tail 3: q = min(0.99, 1 - 3/15) = 0.8 -> the 12th sample -> bucket 120.
+    # flow x|a|b|100 (sorts first as a string): 4 samples in bucket 90 -> q = 0.25 -> bucket 90.
+    flows = pa.table({
+        "pinglist": ["x", "x", "x"], "prober_rnic": ["a", "a", "a"], "responder_rnic": ["b", "b", "b"],
+        "src_port": pa.array([99, 99, 100], pa.uint16()), "fwd_hops": ["a,T,b", "a,U,b", "a,T,b"],
+        "rev_hops": ["b,T,a", "b,U,a", "b,T,a"], "ts_source": ["hardware", "hardware", "software"],
+        "bucket": pa.array([100, 120, 90], pa.int64()), "n": pa.array([10, 5, 4], pa.int64())})
+    fq = flow_quantiles(flows)
+    assert fq["flow"].to_pylist() == ["x|a|b|100", "x|a|b|99"]
+    assert fq["n"].to_pylist() == [4, 15]
+    assert fq["p99_ns"].to_pylist() == [float(bucket_value(np.array([90]))[0]), float(bucket_value(np.array([120]))[0])]
+    assert fq["fwd_hops"].to_pylist() == ["a,T,b", "a,U,b"]  # the largest of the flow's paths
+    assert fq.equals(_flow_quantiles_by_strings(flows))
 
 
 def test_links_of_each_probe_by_hand():
@@ -83,7 +116,8 @@ def test_codes_equal_the_string_expansion_on_simulated_windows(monkeypatch):
     monkeypatch.setattr(reducer, "merge", lambda parts: merged.append(merge(parts)) or merged[-1])
     inv = random_clos(5, n_tors=5, n_spines=4, hosts_per_tor=2, rnics_per_host=2)
     tors = list(inv.tors)
-    run(inv, [sim.LinkDown(a=tors[0], b="S1"), sim.LossyLink(a=tors[1], b="S2", rate=0.05)], seconds=40)
+    run(inv, [sim.LinkDown(a=tors[0], b="S1"), sim.LossyLink(a=tors[1], b="S2", rate=0.05),
+              sim.LatencyLink(a=tors[2], b="S3")], seconds=40)
     assert len(merged) >= 2
     dark = 0
     for p in merged:
@@ -93,6 +127,7 @@ def test_codes_equal_the_string_expansion_on_simulated_windows(monkeypatch):
             g = t.append_column("one", pa.array(np.ones(t.num_rows, np.int64)))
             g = g.select(["fwd_hops", "rev_hops", "n"])
             assert link_counts(g).equals(_link_counts_by_strings(g))
+        assert flow_quantiles(p.flows).equals(_flow_quantiles_by_strings(p.flows))
         dark += sum("*" in h for h in p.failing["fwd_hops"].to_pylist())
     assert dark > 0  # the pseudo-links were exercised
     assert sum(p.flows.num_rows for p in merged) > 100
