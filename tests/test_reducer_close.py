@@ -2,7 +2,8 @@
 
 The references below are the earlier implementations, kept here only to compare: links of each probe by
 splitting every row's hop strings and grouping by (row, link) strings; probes per link by a group-by
-over those strings; flow quantiles by sorting rows on the flow key string and Arrow group-bys and a join.
+over those strings; flow quantiles by sorting rows on the flow key string and Arrow group-bys and a join;
+job footprints by a Python step per row and per link crossed.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ sim = pytest.importorskip("producers.sim")
 from analyzer_sim import run  # noqa: E402
 
 import streams.pingmesh.reducer as reducer  # noqa: E402
+from bench.scale import build_simulator  # noqa: E402
+from bench.sim_reducer import SimPipeline  # noqa: E402
 from producers.sim.fabrics import random_clos  # noqa: E402
+from streams.pingmesh.impact import Footprint, footprints  # noqa: E402
 from streams.pingmesh.latency import LatencyConfig, flow_quantiles  # noqa: E402
 from streams.pingmesh.links import explode_links, probe_link_codes, probe_links  # noqa: E402
 from streams.pingmesh.partial import FLOW_KEYS, bucket_value, link_counts  # noqa: E402
@@ -57,6 +61,39 @@ def _flow_quantiles_by_strings(flows: pa.Table, cfg: LatencyConfig = LatencyConf
     g = g.select(["flow", *[f"{c}_max" for c in FLOW_KEYS], "n_sum"]).rename_columns(["flow", *FLOW_KEYS, "n"])
     qt = pa.table({"flow": pa.array(keys.astype(str), pa.string()), "p99_ns": pa.array(q, pa.float64())})
     return g.join(qt, "flow").sort_by("flow")
+
+
+def _footprints_row_by_row(service: pa.Table) -> dict[str, Footprint]:
+    out: dict[str, Footprint] = {}
+    if service.num_rows == 0:
+        return out
+    pl = _probe_links_by_strings(service["fwd_hops"], service["rev_hops"])
+    jobs = service["job_id"].to_pylist()
+    for row, link in zip(pl["row"].to_pylist(), pl["link"].to_pylist(), strict=True):
+        out.setdefault(jobs[row], Footprint()).links.add(link)
+    cols = [service[c].to_pylist() for c in ("prober_rnic", "responder_rnic", "prober_host",
+                                             "responder_host", "src_port")]
+    for j, pr, rr, ph, rh, sp in zip(jobs, *cols, strict=True):
+        fp = out.setdefault(j, Footprint())
+        fp.rnics.update((pr, rr))
+        fp.hosts.update((ph, rh))
+        fp.flows.add(f"{pr}|{rr}|{sp}")
+    return out
+
+
+def test_footprints_by_hand():
+    service = pa.table({
+        "job_id": ["j2", "j1", "j1"], "prober_host": ["H1", "H1", "H2"], "prober_rnic": ["A1", "A1", "A2"],
+        "responder_host": ["H3", "H3", "H3"], "responder_rnic": ["B1", "B1", "B2"],
+        "src_port": pa.array([7, 7, 9], pa.uint16()), "fwd_hops": ["A1,A,S1,B,B1", "A1,A,S1,B,B1", ""],
+        "rev_hops": ["B1,B,S2,A,A1", "B1,B,S2,A,A1", "B2,B,S1,A,A2"]})
+    fps = footprints(service)
+    assert sorted(fps) == ["j1", "j2"]
+    assert fps["j1"] == Footprint(links={"A1->A", "A->S1", "B->S1", "B1->B", "B->S2", "A->S2", "A2->A", "B2->B"},
+                                  rnics={"A1", "A2", "B1", "B2"}, hosts={"H1", "H2", "H3"},
+                                  flows={"A1|B1|7", "A2|B2|9"})
+    assert fps["j2"].flows == {"A1|B1|7"} and fps["j2"].hosts == {"H1", "H3"}
+    assert fps == _footprints_row_by_row(service)
 
 
 def test_flow_quantiles_by_hand():
@@ -108,16 +145,28 @@ def test_no_paths_give_empty_tables_of_the_same_schema():
     assert len(probe_link_codes(pa.array(["", None]), pa.array([None, "x"])).row) == 0
 
 
-def test_codes_equal_the_string_expansion_on_simulated_windows(monkeypatch):
-    # a random Clos with a dead link (incomplete traces: resolved tails and X->* pseudo-links) and a
-    # lossy one; every merged window's flows, service connections and failing groups
-    merged = []
-    merge = reducer.merge
-    monkeypatch.setattr(reducer, "merge", lambda parts: merged.append(merge(parts)) or merged[-1])
+def _random_clos_windows() -> bool:
+    # a dead link (incomplete traces: resolved tails and X->* pseudo-links), a lossy one, a slow one
     inv = random_clos(5, n_tors=5, n_spines=4, hosts_per_tor=2, rnics_per_host=2)
     tors = list(inv.tors)
     run(inv, [sim.LinkDown(a=tors[0], b="S1"), sim.LossyLink(a=tors[1], b="S2", rate=0.05),
               sim.LatencyLink(a=tors[2], b="S3")], seconds=40)
+    return False  # no service pinglist
+
+
+def _bench_scale_windows() -> bool:
+    # the `bench scale` fabric (three pinglists, jobs of 64 RNICs, a dead ToR uplink) at 128 RNICs
+    SimPipeline(build_simulator(128, 0.2)).run(1_796_061_300_000_000_000, 40)
+    return True
+
+
+@pytest.mark.parametrize("windows", [_random_clos_windows, _bench_scale_windows], ids=["random_clos", "bench_scale"])
+def test_codes_equal_the_string_expansion_on_simulated_windows(monkeypatch, windows):
+    # every merged window's flows, service connections and failing groups
+    merged = []
+    merge = reducer.merge
+    monkeypatch.setattr(reducer, "merge", lambda parts: merged.append(merge(parts)) or merged[-1])
+    has_jobs = windows()
     assert len(merged) >= 2
     dark = 0
     for p in merged:
@@ -128,6 +177,8 @@ def test_codes_equal_the_string_expansion_on_simulated_windows(monkeypatch):
             g = g.select(["fwd_hops", "rev_hops", "n"])
             assert link_counts(g).equals(_link_counts_by_strings(g))
         assert flow_quantiles(p.flows).equals(_flow_quantiles_by_strings(p.flows))
+        assert footprints(p.service) == _footprints_row_by_row(p.service)
         dark += sum("*" in h for h in p.failing["fwd_hops"].to_pylist())
     assert dark > 0  # the pseudo-links were exercised
     assert sum(p.flows.num_rows for p in merged) > 100
+    assert (sum(len(footprints(p.service)) for p in merged) >= 2) == has_jobs
