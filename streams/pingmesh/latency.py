@@ -149,7 +149,13 @@ def slow_flows(fq: pa.Table, baseline: pa.Table | None, cfg: LatencyConfig = Lat
 
 
 def latency_cover(marked: pa.Table, vote: VoteConfig = VoteConfig()) -> CoverResult:
-    """Vote slow flows over their forward and ACK paths (one vote per slow flow and link)."""
+    """Vote slow flows over their forward and ACK paths (one vote per slow flow and link).
+
+    Flows per link (the vote's denominator) are counted only when a flow is slow: in most windows none
+    is, and the count expands every flow of the window to its links.
+    """
+    if not pc.any(marked["slow"]).as_py():
+        return CoverResult([], 0, 0, 0)  # what the cover gives without failing groups
     ones = pa.array(np.ones(marked.num_rows, np.int64))
     allf = pa.table({"fwd_hops": marked["fwd_hops"], "rev_hops": marked["rev_hops"], "n": ones})
     crossing = link_counts(allf)
