@@ -3,7 +3,7 @@
 The references below are the earlier implementations, kept here only to compare: links of each probe by
 splitting every row's hop strings and grouping by (row, link) strings; probes per link by a group-by
 over those strings; flow quantiles by sorting rows on the flow key string and Arrow group-bys and a join;
-job footprints by a Python step per row and per link crossed.
+job footprints by a Python step per row and per link crossed; host delay medians by a string group-by.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from streams.pingmesh.impact import Footprint, footprints  # noqa: E402
 from streams.pingmesh.latency import LatencyConfig, flow_quantiles  # noqa: E402
 from streams.pingmesh.links import explode_links, probe_link_codes, probe_links  # noqa: E402
 from streams.pingmesh.partial import FLOW_KEYS, bucket_value, link_counts  # noqa: E402
-from streams.pingmesh.triage import group_quantile  # noqa: E402
+from streams.pingmesh.triage import group_quantile, host_delay_p50  # noqa: E402
 
 
 def _probe_links_by_strings(fwd_hops: pa.Array, rev_hops: pa.Array) -> pa.Table:
@@ -79,6 +79,39 @@ def _footprints_row_by_row(service: pa.Table) -> dict[str, Footprint]:
         fp.hosts.update((ph, rh))
         fp.flows.add(f"{pr}|{rr}|{sp}")
     return out
+
+
+def _host_delay_p50_by_strings(delays: pa.Table, from_slot: dict[str, int] | None = None) -> dict:
+    if delays.num_rows == 0:
+        return {}
+    if from_slot:
+        j = delays.join(pa.table({"host": pa.array(list(from_slot), pa.string()),
+                                  "_from": pa.array(list(from_slot.values()), pa.int64())}), "host",
+                        join_type="left outer")
+        delays = j.filter(pc.greater_equal(j["slot"], pc.fill_null(j["_from"], 0)))
+        if delays.num_rows == 0:
+            return {}
+    t = delays.group_by(["host", "role", "bucket"]).aggregate([("n", "sum")]).rename_columns(
+        ["host", "role", "bucket", "n"])
+    t = t.sort_by([("host", "ascending"), ("role", "ascending"), ("bucket", "ascending")])
+    key = np.array([f"{h}\t{r}" for h, r in zip(t["host"].to_pylist(), t["role"].to_pylist(), strict=True)],
+                   dtype=object)
+    return {tuple(str(k).split("\t", 1)): float(v)
+            for k, v in zip(*group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), 0.5), strict=True)}
+
+
+def test_host_delay_medians_by_hand():
+    # H1 responder: 3 samples in bucket 100 (slot 0) and 4 in 110 (slot 2): 7 samples, the 4th -> 110;
+    # counting from slot 2 only the 4 in 110. H1 prober: 1 sample in 90. H10 sorts after H1.
+    delays = pa.table({"host": ["H1", "H1", "H1", "H10"], "role": ["responder", "responder", "prober", "prober"],
+                       "slot": pa.array([0, 2, 0, 1], pa.int64()), "bucket": pa.array([100, 110, 90, 95], pa.int64()),
+                       "n": pa.array([3, 4, 1, 2], pa.int64())})
+    v = lambda b: float(bucket_value(np.array([b]))[0])  # noqa: E731
+    got = host_delay_p50(delays)
+    assert got == {("H1", "prober"): v(90), ("H1", "responder"): v(110), ("H10", "prober"): v(95)}
+    assert list(got) == list(_host_delay_p50_by_strings(delays))
+    assert host_delay_p50(delays, {"H1": 2}) == {("H1", "responder"): v(110), ("H10", "prober"): v(95)}
+    assert host_delay_p50(delays, {"H1": 2}) == _host_delay_p50_by_strings(delays, {"H1": 2})
 
 
 def test_footprints_by_hand():
@@ -178,6 +211,9 @@ def test_codes_equal_the_string_expansion_on_simulated_windows(monkeypatch, wind
             assert link_counts(g).equals(_link_counts_by_strings(g))
         assert flow_quantiles(p.flows).equals(_flow_quantiles_by_strings(p.flows))
         assert footprints(p.service) == _footprints_row_by_row(p.service)
+        assert host_delay_p50(p.delays) == _host_delay_p50_by_strings(p.delays)
+        onset = {h: 2 for h in p.delays["host"].to_pylist()[::3]}
+        assert host_delay_p50(p.delays, onset) == _host_delay_p50_by_strings(p.delays, onset)
         dark += sum("*" in h for h in p.failing["fwd_hops"].to_pylist())
     assert dark > 0  # the pseudo-links were exercised
     assert sum(p.flows.num_rows for p in merged) > 100
