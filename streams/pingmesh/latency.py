@@ -27,7 +27,7 @@ from schemas.group_codes import group, key, to_numpy
 from streams.pingmesh.context import WindowContext
 from streams.pingmesh.partial import FLOW_KEYS, link_counts
 from streams.pingmesh.tomography import CoverResult, VoteConfig, greedy_cover
-from streams.pingmesh.triage import group_quantile
+from streams.pingmesh.triage import coded_quantile
 
 
 @dataclass(frozen=True)
@@ -106,12 +106,8 @@ def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.
     rank = np.empty(g.n_groups, dtype=np.int64)
     rank[by_name] = np.arange(g.n_groups, dtype=np.int64)
     r = rank[g.gid]
-    bucket = to_numpy(flows["bucket"]).astype(np.int64)
     n = to_numpy(flows["n"]).astype(np.int64)
-    lo, width = int(bucket.min()), int(bucket.max() - bucket.min()) + 1
-    srt = np.argsort(r * width + (bucket - lo)) if g.n_groups * width < 2**62 else \
-        np.lexsort((bucket, r))
-    _, q = group_quantile(r[srt], bucket[srt], n[srt], cfg.quantile, cfg.min_tail_samples)
+    _, q = coded_quantile(r, g.n_groups, to_numpy(flows["bucket"]), n, cfg.quantile, cfg.min_tail_samples)
     take = pa.array(by_name)
     cols = {"flow": flow.take(take)}
     cols |= {c: a.take(take) for c, a in zip(FLOW_KEYS[:4], id_cols, strict=True)}

@@ -164,11 +164,7 @@ def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None)
     # (host, role) groups on integer codes, each group's histogram read in bucket order (one int64 sort)
     host, role = key(delays["host"]), key(delays["role"])
     g = group([host, role])
-    bucket = to_numpy(delays["bucket"]).astype(np.int64)
-    n = to_numpy(delays["n"]).astype(np.int64)
-    lo, width = int(bucket.min()), int(bucket.max() - bucket.min()) + 1
-    srt = np.argsort(g.gid * width + (bucket - lo)) if g.n_groups * width < 2**62 else np.lexsort((bucket, g.gid))
-    gids, p50 = group_quantile(g.gid[srt], bucket[srt], n[srt], 0.5)
+    gids, p50 = coded_quantile(g.gid, g.n_groups, to_numpy(delays["bucket"]), to_numpy(delays["n"]), 0.5)
     hosts, roles = host.values(g.codes[0]).to_pylist(), role.values(g.codes[1]).to_pylist()
     return {(str(hosts[i]), str(roles[i])): float(v) for i, v in zip(gids.tolist(), p50.tolist(), strict=True)}
 
@@ -197,6 +193,17 @@ def failure_onset(slots: pa.Table, hosts: set[str], share: float = 0.5) -> dict[
         if worst > 0:
             out[h] = min(s for s, r in rows if r >= share * worst)
     return out
+
+
+def coded_quantile(gid: np.ndarray, n_groups: int, bucket: np.ndarray, n: np.ndarray, q: float,
+                   min_tail: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`group_quantile` of histogram rows in any order whose groups are integer codes ``gid`` in
+    ``[0, n_groups)``: the rows are put in (group, bucket) order by one int64 sort. Returns (the groups
+    present, ascending; values in ns)."""
+    bucket, n = np.asarray(bucket, np.int64), np.asarray(n, np.int64)
+    lo, width = int(bucket.min()), int(bucket.max() - bucket.min()) + 1
+    srt = np.argsort(gid * width + (bucket - lo)) if n_groups * width < 2**62 else np.lexsort((bucket, gid))
+    return group_quantile(gid[srt], bucket[srt], n[srt], q, min_tail)
 
 
 def group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
