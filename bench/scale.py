@@ -401,12 +401,15 @@ def profile_reducer(rnics: int = 1024, rate: float = 1.0, seed: int = 1, top: in
     The simulator's uploads go through the production worker and reducer functions
     (:class:`bench.sim_reducer.SimPipeline`, one worker) for two windows; only
     :meth:`WindowReducer.close_ready` (merge of the partials, the analyzer) is profiled. Returns a
-    report: CPU (and wall) seconds per closed window and the ``top`` functions by cumulative CPU time
-    (the process's, all threads: Acero's group-bys run on a thread pool).
+    report: CPU (and wall) seconds per closed window, the reducer's CPU per ``window.partials``
+    message outside the closes (decode, partials kept, watermark), this process's peak RSS (simulator
+    and worker included: an upper bound) and the ``top`` functions by cumulative CPU time (the
+    process's, all threads: Acero's group-bys run on a thread pool).
     """
     import cProfile
     import io
     import pstats
+    import resource
 
     from bench.sim_reducer import SimPipeline
     from producers.sim.engine import BATCH_NS
@@ -421,7 +424,15 @@ def profile_reducer(rnics: int = 1024, rate: float = 1.0, seed: int = 1, top: in
     prof = cProfile.Profile(time.process_time)  # CPU time: on a shared machine wall time is mostly waiting
     per_window: list[tuple[int, float, float]] = []
 
+    marks = [0]
+
     def profiled():  # noqa: ANN202 - close_ready's own signature
+        # asked after every upload mark; only a call that closes a window is profiled (the profiler's
+        # per-call overhead would otherwise swamp the watermark's per-mark cost measured below)
+        marks[0] += 1
+        wm = red.watermark()
+        if wm is None or not any(w + red.config.window_ns <= wm for w in red.open_windows):
+            return []  # what close_ready returns when no window is ready
         c0, t0 = time.process_time(), time.perf_counter()
         prof.enable()
         out = close()
@@ -431,6 +442,17 @@ def profile_reducer(rnics: int = 1024, rate: float = 1.0, seed: int = 1, top: in
         return out
 
     red.close_ready = profiled  # type: ignore[method-assign]
+    receive = red.receive
+    messages = [0, 0.0]  # window.partials messages, their CPU s (closes included)
+
+    def counted(headers, value):  # noqa: ANN001, ANN202 - receive's own signature
+        c0 = time.process_time()
+        out = receive(headers, value)
+        messages[0] += 1
+        messages[1] += time.process_time() - c0
+        return out
+
+    red.receive = counted  # type: ignore[method-assign]
     for k in range(2 * WINDOW_NS // BATCH_NS + 1):
         pipe.round(start + k * BATCH_NS)
     buf = io.StringIO()
@@ -438,6 +460,12 @@ def profile_reducer(rnics: int = 1024, rate: float = 1.0, seed: int = 1, top: in
     lines = [f"reducer on {len(sim.inv.rnics):,} RNICs x {rate * PAPER_PPS_PER_RNIC:g} probes/s, "
              "one process, no Kafka:"]
     lines += [f"  close of {n} window(s): {cpu:.2f} CPU s, {wall:.2f} wall s" for n, cpu, wall in per_window]
+    between = messages[1] - sum(cpu for _, cpu, _ in per_window)
+    lines.append(f"  {messages[0]:,} window.partials messages ({marks[0]:,} upload marks): {between:.2f} CPU s "
+                 f"outside the closes (decode, partials kept, watermark: {between / max(marks[0], 1) * 1e6:,.0f} µs "
+                 "per mark)")
+    lines.append(f"  peak RSS of this process (simulator and worker too): "
+                 f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")
     body = buf.getvalue().splitlines()
     first = next((i for i, x in enumerate(body) if x.strip().startswith("ncalls")), 0)
     return "\n".join(lines + body[first:])

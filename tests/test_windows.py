@@ -93,3 +93,45 @@ def test_host_last_upload_feeds_host_down():
     assert max(tr.host_last_upload.values()) == START + 20 * S
     assert set(last_uploads(panel1(), None, START)) >= set(tr.host_last_upload)
     assert np.all(np.array(list(tr.host_last_upload.values())) <= START + 20 * S)
+
+
+def _watermark_by_scan(tr: WatermarkTracker) -> int | None:
+    """The watermark's definition, one pass over every agent (what the tracker computed before it kept a heap)."""
+    if not tr.last_upload:
+        return None
+    newest = max(tr.last_upload.values())
+    oldest_live = min(t for t in tr.last_upload.values() if newest - t <= tr.liveness_ns)
+    return max(oldest_live, newest - tr.grace_ns)
+
+
+def test_incremental_watermark_equals_a_scan_over_every_agent_after_each_upload():
+    # 200 agents uploading every ~5 s with jitter, some lagging, some dying and coming back, some
+    # out-of-order (older) uploads: after every single upload the heap's answer is the scan's
+    rng = np.random.default_rng(7)
+    tr = WatermarkTracker()
+    clock = {f"a{i}": START + int(rng.integers(0, 5 * S)) for i in range(200)}
+    dead_until: dict[str, int] = {}
+    checked = 0
+    for _ in range(6_000):
+        a = f"a{int(rng.integers(0, 200))}"
+        step = int(rng.integers(1 * S, 9 * S))
+        if rng.random() < 0.01:  # silent for 25-60 s (past the liveness time), then back
+            dead_until[a] = clock[a] + int(rng.integers(25 * S, 60 * S))
+        clock[a] += step
+        if clock[a] < dead_until.get(a, 0):
+            continue
+        t = clock[a] - (int(rng.integers(0, 12 * S)) if rng.random() < 0.05 else 0)  # a stale upload
+        tr.heartbeat(a, t, f"h{a}")
+        assert tr.watermark() == _watermark_by_scan(tr)
+        assert tr.newest() == max(tr.last_upload.values())
+        checked += 1
+    assert checked > 4_000
+    assert len(tr._heap) <= 2 * len(tr.last_upload) + 64  # stale entries are compacted away
+
+
+def test_watermark_of_a_tracker_built_from_saved_upload_times():
+    tr = WatermarkTracker(last_upload={"H1": 45 * S, "H2": 61 * S, "H3": 30 * S})
+    assert tr.newest() == 61 * S
+    assert tr.watermark() == 51 * S  # H3 is 31 s behind (not live); H1 at 45 s; grace gives 61 - 10 = 51
+    tr.heartbeat("H1", 70 * S)
+    assert tr.watermark() == 61 * S  # H1 at 70 s: H2 at 61 s is now the oldest live

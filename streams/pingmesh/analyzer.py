@@ -38,7 +38,15 @@ from schemas.verdicts import verdict_id
 from streams.pingmesh.blame import COVERAGE_SCHEMA
 from streams.pingmesh.context import VERDICT, AnalyzerState, WindowContext
 from streams.pingmesh.hosts import host_down_step, host_step
-from streams.pingmesh.impact import CoverageConfig, JobThreshold, breaches, coverage_row, footprints, grade
+from streams.pingmesh.impact import (
+    CoverageConfig,
+    Footprint,
+    JobThreshold,
+    breaches,
+    coverage_row,
+    footprints,
+    grade,
+)
 from streams.pingmesh.latency import LatencyConfig, latency_step
 from streams.pingmesh.partial import WindowPartial
 from streams.pingmesh.tomography import VoteConfig, vote_step
@@ -140,8 +148,9 @@ def analyze_window(
         old = state.host_baseline.get((h, role))
         state.host_baseline[(h, role)] = v if old is None else (1 - cfg.baseline_ewma) * old + cfg.baseline_ewma * v
 
-    verdicts = _grade(ctx, job_metrics, thresholds or {}, cfg, state)         # 6
-    coverage = _coverage(ctx, down, cfg)
+    fps = footprints(ctx.partial.service)  # once: grading and coverage read the same
+    verdicts = _grade(ctx, fps, job_metrics, thresholds or {}, cfg, state)    # 6
+    coverage = _coverage(ctx, fps, down, cfg)
     failing = partial.failing
     fn = failing["n"].to_numpy() if failing.num_rows else np.zeros(0, np.int64)
     f_down, f_stale, f_rnic = (ctx.taken_failing(s) for s in ("host_down", "stale_qpn", "rnic"))
@@ -152,11 +161,11 @@ def analyze_window(
     return WindowResult(verdicts, coverage, stats)
 
 
-def _grade(ctx: WindowContext, job_metrics: pa.Table | None, thresholds: Mapping[str, JobThreshold],
-           cfg: AnalyzerConfig, state: AnalyzerState) -> pa.Table:
-    """Step 6: impact of every claim on the jobs it lies on; ``verdict.v1`` rows; remember revisable claims."""
+def _grade(ctx: WindowContext, fps: Mapping[str, Footprint], job_metrics: pa.Table | None,
+           thresholds: Mapping[str, JobThreshold], cfg: AnalyzerConfig, state: AnalyzerState) -> pa.Table:
+    """Step 6: impact of every claim on the jobs it lies on (``fps``: the window's job footprints);
+    ``verdict.v1`` rows; remember revisable claims."""
     ws, we = ctx.ws, ctx.we
-    fps = footprints(ctx.partial.service)
     breach = breaches(job_metrics, ws, we, thresholds)
     out_rows: list[dict[str, object]] = []
     for c in ctx.claims:
@@ -181,10 +190,9 @@ def _grade(ctx: WindowContext, job_metrics: pa.Table | None, thresholds: Mapping
     return table_from_columns(VERDICT, {n: [r[n] for r in out_rows] for n in names})
 
 
-def _coverage(ctx: WindowContext, down: set[str], cfg: AnalyzerConfig) -> pa.Table:
+def _coverage(ctx: WindowContext, fps: Mapping[str, Footprint], down: set[str], cfg: AnalyzerConfig) -> pa.Table:
     """Per-job coverage rows of the window (what ``blame`` needs to call the network innocent)."""
     ws, we, state = ctx.ws, ctx.we, ctx.state
-    fps = footprints(ctx.partial.service)
     crossing = ctx.vote_crossing if ctx.vote_crossing is not None else ctx.partial.crossing
     cross_map = dict(zip(crossing["link"].to_pylist(), crossing["n"].to_pylist(), strict=True))
     cov_rows = []

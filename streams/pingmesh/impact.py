@@ -18,7 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.pingmesh.links import probe_links
+from schemas.group_codes import key
+from streams.pingmesh.links import probe_link_codes
 
 NETWORK_KINDS = frozenset({"switch", "rnic", "switch_latency", "rnic_latency"})
 """Verdict kinds that blame the network (the others are host or probe problems)."""
@@ -43,22 +44,36 @@ class Footprint:
 
 
 def footprints(service: pa.Table) -> dict[str, Footprint]:
-    """Per job: links, RNICs, hosts and flows of its ``service`` probes (a :class:`WindowPartial` table)."""
-    out: dict[str, Footprint] = {}
+    """Per job: links, RNICs, hosts and flows of its ``service`` probes (a :class:`WindowPartial` table).
+
+    Flows are ``prober_rnic|responder_rnic|src_port``. Each set is filled from one slice of values per
+    job (rows ordered by the job's integer code), not one Python step per row or link crossed.
+    """
     if service.num_rows == 0:
-        return out
-    pl = probe_links(service["fwd_hops"], service["rev_hops"])
-    jobs = service["job_id"].to_pylist()
-    for row, link in zip(pl["row"].to_pylist(), pl["link"].to_pylist(), strict=True):
-        out.setdefault(jobs[row], Footprint()).links.add(link)
-    cols = [service[c].to_pylist() for c in ("prober_rnic", "responder_rnic", "prober_host",
-                                             "responder_host", "src_port")]
-    for j, pr, rr, ph, rh, sp in zip(jobs, *cols, strict=True):
-        fp = out.setdefault(j, Footprint())
-        fp.rnics.update((pr, rr))
-        fp.hosts.update((ph, rh))
-        fp.flows.add(f"{pr}|{rr}|{sp}")
-    return out
+        return {}
+    job = key(service["job_id"])
+    pl = probe_link_codes(service["fwd_hops"], service["rev_hops"])
+    both = np.concatenate([job.codes, job.codes])
+    flows = pc.binary_join_element_wise(service["prober_rnic"], service["responder_rnic"],
+                                        pc.cast(service["src_port"], pa.string()), "|")
+    links = _sets_by_job(job.codes[pl.row], pl.names.take(pa.array(pl.link, pa.int64())).to_pylist(), job.card)
+    rnics = _sets_by_job(both, service["prober_rnic"].to_pylist() + service["responder_rnic"].to_pylist(), job.card)
+    hosts = _sets_by_job(both, service["prober_host"].to_pylist() + service["responder_host"].to_pylist(), job.card)
+    flow_sets = _sets_by_job(job.codes, flows.to_pylist(), job.card)
+    present = np.flatnonzero(np.bincount(job.codes, minlength=job.card))
+    names = job.values(present).to_pylist()
+    return {name: Footprint(links[j], rnics[j], hosts[j], flow_sets[j])
+            for name, j in zip(names, present.tolist(), strict=True)}
+
+
+def _sets_by_job(job: np.ndarray, values: list[object], n_jobs: int) -> list[set]:
+    """``values[i]`` belongs to job code ``job[i]``: the set of each job's values, by code."""
+    order = np.argsort(job, kind="stable")
+    vals = np.empty(len(values), dtype=object)
+    vals[:] = values
+    vals = vals[order]
+    bounds = np.searchsorted(job[order], np.arange(n_jobs + 1))
+    return [set(vals[bounds[j]:bounds[j + 1]].tolist()) for j in range(n_jobs)]
 
 
 def breaches(job_metrics: pa.Table | None, start_ns: int, end_ns: int,

@@ -23,10 +23,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.group_codes import group, key, to_numpy
 from streams.pingmesh.context import WindowContext
 from streams.pingmesh.partial import FLOW_KEYS, link_counts
 from streams.pingmesh.tomography import CoverResult, VoteConfig, greedy_cover
-from streams.pingmesh.triage import group_quantile
+from streams.pingmesh.triage import coded_quantile
 
 
 @dataclass(frozen=True)
@@ -65,34 +66,55 @@ class LatencyConfig:
     baseline_idle_ns: int = 2 * 3_600_000_000_000
 
 
-def _flow_key(t: pa.Table) -> pa.Array:
-    parts = [pc.cast(t[c], pa.string()) for c in ("pinglist", "prober_rnic", "responder_rnic", "src_port")]
-    return pc.binary_join_element_wise(*parts, "|")
+def _flow_key(cols: list[pa.Array]) -> pa.Array:
+    """``pinglist|prober|responder|src_port`` of each row of the flow columns."""
+    return pc.binary_join_element_wise(*(pc.cast(c, pa.string()) for c in cols), "|")
+
+
+def _max_by_group(col: pa.Array | pa.ChunkedArray, gid: np.ndarray, n_groups: int) -> pa.Array:
+    """Largest value of ``col`` per group (nulls skipped, null when a group has none), as a group-by
+    ``max``: over order-preserving codes, not values."""
+    k = key(col)
+    codes = np.where(to_numpy(pc.is_null(col)).astype(bool), -1, k.codes) if col.null_count else k.codes
+    top = np.full(n_groups, -1, dtype=np.int64)
+    np.maximum.at(top, gid, codes)
+    vals = k.values(np.maximum(top, 0))
+    return pc.if_else(pa.array(top >= 0), vals, pa.scalar(None, vals.type)) if (top < 0).any() else vals
 
 
 def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.Table:
     """Window P99 network RTT per flow from the merged histograms.
 
+    A flow is (pinglist, prober RNIC, responder RNIC, source port); its rows (one per path pair,
+    timestamp source and bucket) are grouped on integer codes (:mod:`schemas.group_codes`) and its
+    histogram read in bucket order; the flow key string is built once per flow, not per row.
+
     Returns:
         Table of ``flow`` (key ``pinglist|prober|responder|src_port``), the flow
-        columns, ``n`` (samples) and ``p99_ns`` (float64 ns).
+        columns (``fwd_hops``, ``rev_hops``, ``ts_source``: the largest of the flow's, as a group-by
+        ``max``), ``n`` (samples) and ``p99_ns`` (float64 ns), sorted by ``flow``.
     """
     if flows.num_rows == 0:
         return pa.table({"flow": pa.array([], pa.string()), "pinglist": pa.array([], pa.string()),
                          "fwd_hops": pa.array([], pa.string()), "rev_hops": pa.array([], pa.string()),
                          "n": pa.array([], pa.int64()), "p99_ns": pa.array([], pa.float64())})
-    t = flows.append_column("flow", _flow_key(flows))
-    t = t.sort_by([("flow", "ascending"), ("bucket", "ascending")])
-    key = np.array(t["flow"].to_pylist(), dtype=object)
-    keys, q = group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), cfg.quantile, cfg.min_tail_samples)
-    g = t.group_by(["flow", *FLOW_KEYS]).aggregate([("n", "sum")])
-    g = g.select(["flow", *FLOW_KEYS, "n_sum"]).rename_columns(["flow", *FLOW_KEYS, "n"])
-    g = g.group_by(["flow"], use_threads=False).aggregate(
-        [(c, "max") for c in FLOW_KEYS] + [("n", "sum")]
-    )
-    g = g.select(["flow", *[f"{c}_max" for c in FLOW_KEYS], "n_sum"]).rename_columns(["flow", *FLOW_KEYS, "n"])
-    qt = pa.table({"flow": pa.array(keys.astype(str), pa.string()), "p99_ns": pa.array(q, pa.float64())})
-    return g.join(qt, "flow").sort_by("flow")
+    ids = [key(flows[c]) for c in FLOW_KEYS[:4]]
+    g = group(ids)
+    id_cols = [k.values(c) for k, c in zip(ids, g.codes, strict=True)]
+    flow = _flow_key(id_cols)
+    by_name = to_numpy(pc.sort_indices(flow)).astype(np.int64)  # flows in key-string order
+    rank = np.empty(g.n_groups, dtype=np.int64)
+    rank[by_name] = np.arange(g.n_groups, dtype=np.int64)
+    r = rank[g.gid]
+    n = to_numpy(flows["n"]).astype(np.int64)
+    _, q = coded_quantile(r, g.n_groups, to_numpy(flows["bucket"]), n, cfg.quantile, cfg.min_tail_samples)
+    take = pa.array(by_name)
+    cols = {"flow": flow.take(take)}
+    cols |= {c: a.take(take) for c, a in zip(FLOW_KEYS[:4], id_cols, strict=True)}
+    cols |= {c: _max_by_group(flows[c], r, g.n_groups) for c in FLOW_KEYS[4:]}
+    cols["n"] = pa.array(np.bincount(r, weights=n, minlength=g.n_groups).round().astype(np.int64))
+    cols["p99_ns"] = pa.array(q, pa.float64())
+    return pa.table(cols)
 
 
 def slow_flows(fq: pa.Table, baseline: pa.Table | None, cfg: LatencyConfig = LatencyConfig()) -> pa.Table:
@@ -123,7 +145,13 @@ def slow_flows(fq: pa.Table, baseline: pa.Table | None, cfg: LatencyConfig = Lat
 
 
 def latency_cover(marked: pa.Table, vote: VoteConfig = VoteConfig()) -> CoverResult:
-    """Vote slow flows over their forward and ACK paths (one vote per slow flow and link)."""
+    """Vote slow flows over their forward and ACK paths (one vote per slow flow and link).
+
+    Flows per link (the vote's denominator) are counted only when a flow is slow: in most windows none
+    is, and the count expands every flow of the window to its links.
+    """
+    if not pc.any(marked["slow"]).as_py():
+        return CoverResult([], 0, 0, 0)  # what the cover gives without failing groups
     ones = pa.array(np.ones(marked.num_rows, np.int64))
     allf = pa.table({"fwd_hops": marked["fwd_hops"], "rev_hops": marked["rev_hops"], "n": ones})
     crossing = link_counts(allf)

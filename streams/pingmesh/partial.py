@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.group_codes import Groups, Key, group, key, ranges, shared_keys, sums, to_numpy
-from streams.pingmesh.links import PathIndex, probe_links
+from streams.pingmesh.links import PathIndex, probe_link_codes
 
 HIST_PER_OCTAVE = 8
 
@@ -107,12 +107,17 @@ def link_counts(groups: pa.Table) -> pa.Table:
     """Sum ``n`` per physical link over groups with ``fwd_hops``, ``rev_hops`` and ``n`` columns.
 
     Each group's probes count once per distinct link of their forward and ACK paths.
+
+    Returns:
+        Table ``link`` (string), ``n`` (int64), one row per link crossed, sorted by link; summed over
+        the integer link codes of :func:`streams.pingmesh.links.probe_link_codes`, not per string.
     """
-    pl = probe_links(groups["fwd_hops"], groups["rev_hops"])
-    n = groups["n"].to_numpy()
-    rows = pl["row"].to_numpy()
-    return _group_sum(pa.table({"link": pl["link"], "n": pa.array(n[rows] if len(rows) else
-                                                                  np.zeros(0, np.int64))}), ["link"], ["n"])
+    pl = probe_link_codes(groups["fwd_hops"], groups["rev_hops"])
+    n = to_numpy(groups["n"]).astype(np.int64) if groups.num_rows else np.zeros(0, np.int64)
+    n_links = len(pl.names)
+    total = np.bincount(pl.link, weights=n[pl.row], minlength=n_links).round().astype(np.int64)
+    seen = np.flatnonzero(np.bincount(pl.link, minlength=n_links))
+    return pa.table({"link": pl.names.take(pa.array(seen, pa.int64())), "n": pa.array(total[seen], pa.int64())})
 
 
 def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathIndex | None) -> WindowPartial:

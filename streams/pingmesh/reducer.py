@@ -221,7 +221,9 @@ class WindowReducer:
         if mark is None:
             return []
         self.first_upload_ns = min(self.first_upload_ns or mark.upload_ns, mark.upload_ns)
-        tracker = self.trackers.setdefault(partition, WatermarkTracker(window_ns=self.config.window_ns))
+        tracker = self.trackers.get(partition)
+        if tracker is None:  # not setdefault: that would build a tracker per mark
+            tracker = self.trackers[partition] = WatermarkTracker(window_ns=self.config.window_ns)
         tracker.heartbeat(mark.agent_id, mark.upload_ns, mark.host)
         self.last_seen[partition] = now
         return self.close_ready()

@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.group_codes import group, key, to_numpy
 from streams.pingmesh.context import WindowContext, isin, log_poisson_tail, saturating, significance, sums_by
 from streams.pingmesh.partial import bucket_value
 
@@ -160,15 +161,12 @@ def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None)
         delays = j.filter(pc.greater_equal(j["slot"], pc.fill_null(j["_from"], 0)))
         if delays.num_rows == 0:
             return {}
-    t = delays.group_by(["host", "role", "bucket"]).aggregate([("n", "sum")]).rename_columns(
-        ["host", "role", "bucket", "n"])
-    t = t.sort_by([("host", "ascending"), ("role", "ascending"), ("bucket", "ascending")])
-    host = np.array(t["host"].to_pylist(), dtype=object)
-    role = np.array(t["role"].to_pylist(), dtype=object)
-    key = np.array([f"{h}\t{r}" for h, r in zip(host, role, strict=True)], dtype=object)
-    return {tuple(str(k).split("\t", 1)): float(v)  # type: ignore[misc]
-            for k, v in zip(*group_quantile(key, t["bucket"].to_numpy(), t["n"].to_numpy(), 0.5),
-                            strict=True)}
+    # (host, role) groups on integer codes, each group's histogram read in bucket order (one int64 sort)
+    host, role = key(delays["host"]), key(delays["role"])
+    g = group([host, role])
+    gids, p50 = coded_quantile(g.gid, g.n_groups, to_numpy(delays["bucket"]), to_numpy(delays["n"]), 0.5)
+    hosts, roles = host.values(g.codes[0]).to_pylist(), role.values(g.codes[1]).to_pylist()
+    return {(str(hosts[i]), str(roles[i])): float(v) for i, v in zip(gids.tolist(), p50.tolist(), strict=True)}
 
 
 def failure_onset(slots: pa.Table, hosts: set[str], share: float = 0.5) -> dict[str, int]:
@@ -195,6 +193,17 @@ def failure_onset(slots: pa.Table, hosts: set[str], share: float = 0.5) -> dict[
         if worst > 0:
             out[h] = min(s for s, r in rows if r >= share * worst)
     return out
+
+
+def coded_quantile(gid: np.ndarray, n_groups: int, bucket: np.ndarray, n: np.ndarray, q: float,
+                   min_tail: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`group_quantile` of histogram rows in any order whose groups are integer codes ``gid`` in
+    ``[0, n_groups)``: the rows are put in (group, bucket) order by one int64 sort. Returns (the groups
+    present, ascending; values in ns)."""
+    bucket, n = np.asarray(bucket, np.int64), np.asarray(n, np.int64)
+    lo, width = int(bucket.min()), int(bucket.max() - bucket.min()) + 1
+    srt = np.argsort(gid * width + (bucket - lo)) if n_groups * width < 2**62 else np.lexsort((bucket, gid))
+    return group_quantile(gid[srt], bucket[srt], n[srt], q, min_tail)
 
 
 def group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
