@@ -212,7 +212,9 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
         sup.add("sink", [*exe, "sink"], logs / "sink.log", env)
         workers = workers or os.cpu_count() or 1  # each worker analyses its share of probes.raw's partitions
         for i in range(workers):
-            sup.add(f"worker{i}", [*exe, "worker"], logs / f"worker{i}.log", env)
+            sup.add(f"worker{i}", [*exe, "worker", "--role", "stream"], logs / f"worker{i}.log", env)
+        # the reducer in a process of its own: no worker step holds its GIL while it closes a window
+        sup.add("reducer", [*exe, "worker", "--role", "reducer"], logs / "reducer.log", env)
         if alerts:
             if _kafka_like_call([*exe, "alertmanager", "start"], env) != 0:
                 return EXIT_FAILED
