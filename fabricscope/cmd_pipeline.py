@@ -113,6 +113,9 @@ def worker(loglevel: str = "warn",
            role: WorkerRole = typer.Option("all", help="all: RTT decomposition, window partials, Hostping and "
                                            "the reducer | stream: all but the reducer | reducer: the window "
                                            "reducer alone (run one; `up` runs N stream workers and one reducer)"),
+           nice: int = typer.Option(0, min=0, max=19, help="lower this process's CPU priority by N (as nice(1)): "
+                                    "`up` runs stream workers at +5 so the reducer and the store writer, whose "
+                                    "work a verdict waits on, get a core first"),
            ) -> None:
     """Run one Faust stream worker (RTT decomposition, window partials, the reducer, Hostping).
     Start more for more partitions; with --role, the reducer runs in a process of its own."""
@@ -128,6 +131,8 @@ def worker(loglevel: str = "warn",
     except ValueError as e:
         typer.echo(f"fabricscope: {e}", err=True)
         raise typer.Exit(2) from None
+    if nice:
+        os.nice(nice)
     _serve_metrics(metrics_port)
     run_worker(config, loglevel)
 

@@ -115,7 +115,7 @@ _reducer_next = -1  # offset of window.partials the reducer applies next; -1: no
 
 _emitted_before: set[int] = set()  # windows.closed as read at the last rebuild: never emitted again
 _consumed_ns = 0  # wall time the reducer took its last message (or idleness tick): when a watermark passed
-_consumed_cpu_ns = 0  # the reducer thread's CPU time spent on that message (merge, close, analysis)
+_spent: dict[str, int] = {}  # the reducer thread on that message (merge, close, analysis): see _timed
 # Every use of the reducer's state (mirror catch-up, rebuild, receive, the idle close) runs on this one
 # thread, in order: off the event loop (a close of seconds would stall heartbeats and sends), never two at once.
 _REDUCER_THREAD = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reducer")
@@ -126,11 +126,23 @@ async def _on_reducer_thread(fn, *args):  # noqa: ANN001, ANN002, ANN202 - any c
     return await asyncio.get_running_loop().run_in_executor(_REDUCER_THREAD, fn, *args)
 
 
-def _cpu_timed(fn, *args):  # noqa: ANN001, ANN002, ANN202
-    """``(fn(*args), CPU ns of the calling thread it took)``."""
-    c0 = time.thread_time_ns()
+def _schedstat() -> tuple[int, int]:
+    """(ns on a CPU, ns waiting for one on a run queue) of the calling thread so far (Linux schedstat; 0s elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            on_cpu, waiting, _ = f.read().split()
+        return int(on_cpu), int(waiting)
+    except (OSError, ValueError):
+        return 0, 0
+
+
+def _timed(fn, *args):  # noqa: ANN001, ANN002, ANN202
+    """``(fn(*args), spent)``: ``spent`` holds the wall ns it started (``start_wall_ns``), the calling thread's
+    CPU ns (``cpu_ns``) and its ns runnable but waiting for a core (``runqueue_ns``) meanwhile; the rest of its
+    wall time it was blocked (the GIL, I/O, pyarrow's thread pool). For `bench scale`'s latency breakdown."""
+    start, c0, (_, q0) = time.time_ns(), time.thread_time_ns(), _schedstat()
     out = fn(*args)
-    return out, time.thread_time_ns() - c0
+    return out, {"start_wall_ns": start, "cpu_ns": time.thread_time_ns() - c0, "runqueue_ns": _schedstat()[1] - q0}
 
 
 def _path_index() -> tuple[PathIndex, TopicMirror]:
@@ -334,9 +346,9 @@ async def reducer(stream: faust.StreamT) -> None:
 
     A message that does not follow the last one applied (a (re)start, a rebalance) first rebuilds
     the reducer from the topic (:mod:`streams.runtime.reducer_recovery`)."""
-    global _reducer_next, _consumed_ns, _consumed_cpu_ns
+    global _reducer_next, _consumed_ns, _spent
     async for event in stream.events():
-        _consumed_ns, _consumed_cpu_ns = time.time_ns(), 0
+        _consumed_ns, _spent = time.time_ns(), {}
         offset = event.message.offset
         red, mirrors = await _on_reducer_thread(_window_reducer)
         for mirror in mirrors:
@@ -352,8 +364,8 @@ async def reducer(stream: faust.StreamT) -> None:
         _reducer_next = offset + 1
         before = red.last_step
         try:
-            results, cpu_ns = await _on_reducer_thread(_cpu_timed, red.receive, dict(event.headers or {}),
-                                                       event.value or b"")
+            results, spent = await _on_reducer_thread(_timed, red.receive, dict(event.headers or {}),
+                                                      event.value or b"")
         except StepFormatError as err:
             log.error("window.partials offset %d: %s; dead-lettered", offset, err)
             M.DEAD_LETTERS.inc()
@@ -367,7 +379,7 @@ async def reducer(stream: faust.StreamT) -> None:
                 M.AGENT_LAST_UPLOAD.labels(mark.agent_id).set(mark.upload_ns / 1e9)
         for reason, n in red.dropped_steps.items():
             M.DROPPED_STEPS.labels(reason).set(n)
-        _consumed_cpu_ns = cpu_ns
+        _spent = spent
         await _emit(results)
 
 
@@ -405,12 +417,12 @@ async def event_loop_lag() -> None:
 
 async def close_idle_windows() -> None:
     """Close windows held only by idle partitions (processing-time idleness; see WindowReducer)."""
-    global _consumed_ns, _consumed_cpu_ns
+    global _consumed_ns, _spent
     if _reducer is not None and _reducer_next >= 0:
         tick = time.time_ns()
-        closed, cpu_ns = await _on_reducer_thread(_cpu_timed, _reducer.close_ready)
+        closed, spent = await _on_reducer_thread(_timed, _reducer.close_ready)
         if closed:
-            _consumed_ns, _consumed_cpu_ns = tick, cpu_ns
+            _consumed_ns, _spent = tick, spent
         await _emit(closed)
 
 
@@ -418,7 +430,7 @@ async def _emit(results: list) -> None:
     """Verdicts and coverage of each closed window, then its ``windows.closed`` summary once the broker
     acknowledged them (the summary is the reducer's record that the window was emitted)."""
     closed_ns, passed_ns = time.time_ns(), _consumed_ns
-    cpu_ms = round(_consumed_cpu_ns / 1e6, 1)
+    spent = _spent
     if results and _reducer is not None and _retention().mode == "anomalies":
         await _publish_baselines(_reducer.state.flow_baseline)
     for ws, res in results:
@@ -447,7 +459,9 @@ async def _emit(results: list) -> None:
         # the window was merged and analyzed, its verdicts acknowledged; and the reducer process's memory
         summary = {"window_start_ns": ws, "verdicts": res.verdicts.num_rows, **res.stats,
                    "watermark_wall_ns": passed_ns, "closed_wall_ns": closed_ns, "sent_wall_ns": time.time_ns(),
-                   "reducer_cpu_ms": cpu_ms,
+                   "merge_start_wall_ns": spent.get("start_wall_ns", passed_ns),
+                   "reducer_cpu_ms": round(spent.get("cpu_ns", 0) / 1e6, 1),
+                   "reducer_runqueue_ms": round(spent.get("runqueue_ns", 0) / 1e6, 1),
                    "reducer_rss_mib": _rss_mib(), "reducer_peak_rss_mib": _peak_rss_mib()}
         # acknowledged before the next window: a reducer rebuilt elsewhere reads it and does not emit again
         await (await windows_closed.send(key=str(ws).encode(), value=json.dumps(summary).encode()))
