@@ -108,6 +108,8 @@ class ScaleResult:
     cpu_from: str = "first stored row"
     """where rows/s and CPU per row are counted from (``process start`` when a tiny run stores at once)"""
     load_avg: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    own_reducer: bool = True
+    """the reducer in a process of its own (``fabricscope up``'s layout), else inside a worker"""
     complete: bool = False
 
     def as_dict(self) -> dict:
@@ -250,8 +252,12 @@ class _VerdictPoller(threading.Thread):
 
 
 def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0, workers: int | None = None,
-        seed: int = 1, timeout_s: float = 3600.0, progress=print) -> ScaleResult:  # noqa: ANN001 - print-like
+        seed: int = 1, timeout_s: float = 3600.0, progress=print,  # noqa: ANN001 - print-like
+        own_reducer: bool = True) -> ScaleResult:
     """Generate and publish ``windows`` 20 s windows of the fabric, run the pipeline over them, measure.
+
+    ``own_reducer`` False runs the reducer inside one of the workers (``--role all``), the layout before
+    ``fabricscope up`` gave it a process of its own: for comparison.
 
     Waits until every produced probe row is in ``probes`` and counted in ``probes_1m`` and every
     window's summary is out (``complete``), or ``timeout_s`` passed (``complete`` False).
@@ -286,16 +292,18 @@ def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0
         create_topics(bootstrap, prefix)
         rows, messages = publish_fabric(sim, bootstrap, prefix, start, windows * WINDOW_NS // BATCH_NS, progress)
         res = ScaleResult(len(sim.inv.rnics), windows, rate, workers, rate * PAPER_PPS_PER_RNIC, rows, messages,
-                          time.perf_counter() - t_gen, 0, 0, float("nan"), float("nan"))
+                          time.perf_counter() - t_gen, 0, 0, float("nan"), float("nan"), own_reducer=own_reducer)
         del sim
         progress(f"{rows:,} probe rows in {messages:,} uploads published in {res.generate_s:.0f} s; "
                  f"starting {workers} worker(s) and the store writer")
         closed = _ClosedReader(bootstrap, closed_t)
         closed.start()
-        lag = GroupLag(bootstrap, {f"{prefix}{FAUST_GROUP}": [raw], f"{prefix}{REDUCER_GROUP}": [partials],
-                                   f"{prefix}{STORE_GROUP}": [enriched]})
+        groups = ({f"{prefix}{FAUST_GROUP}": [raw], f"{prefix}{REDUCER_GROUP}": [partials]} if own_reducer
+                  else {f"{prefix}{FAUST_GROUP}": [raw, partials]})
+        lag = GroupLag(bootstrap, {**groups, f"{prefix}{STORE_GROUP}": [enriched]})
         broker = broker_pid(bootstrap)
-        with tempfile.TemporaryDirectory() as d, PipelineProcs(bootstrap, prefix, Path(d), workers) as pipe:
+        with tempfile.TemporaryDirectory() as d, PipelineProcs(bootstrap, prefix, Path(d), workers,
+                                                                      own_reducer=own_reducer) as pipe:
             seen = _measure(pipe, res, closed, lag, broker, start, timeout_s, progress)
             res.loop_lag_p99_ms = worker_loop_lag_ms(pipe.metrics_ports)[0]
             res.peak_rss_mib = pipe.peak_rss()
@@ -415,7 +423,8 @@ def print_report(r: ScaleResult) -> None:
 
     con = Console(width=150)
     con.print(f"[bold]bench scale[/bold]: {r.rnics:,} RNICs x {r.probes_per_rnic_s:g} probes/s, {r.windows} "
-              f"window(s), {r.workers} worker(s); {r.rows_produced:,} probe rows in {r.messages:,} uploads, "
+              f"window(s), {r.workers} worker(s), reducer {'in its own process' if r.own_reducer else 'in a worker'}; "
+              f"{r.rows_produced:,} probe rows in {r.messages:,} uploads, "
               f"generated and published in {r.generate_s:.0f} s; load average "
               f"{r.load_avg[0]:.1f} {r.load_avg[1]:.1f} {r.load_avg[2]:.1f}")
     con.print(f"stored {r.rows_stored:,} rows in {r.pipeline_s:.1f} s: [bold]{r.rows_s:,.0f} rows/s[/bold] "
