@@ -295,7 +295,7 @@ def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0
                           time.perf_counter() - t_gen, 0, 0, float("nan"), float("nan"), own_reducer=own_reducer)
         del sim
         progress(f"{rows:,} probe rows in {messages:,} uploads published in {res.generate_s:.0f} s; "
-                 f"starting {workers} worker(s) and the store writer")
+                 f"starting {workers} worker(s), {'the reducer, ' if own_reducer else ''}and the store writer")
         closed = _ClosedReader(bootstrap, closed_t)
         closed.start()
         groups = ({f"{prefix}{FAUST_GROUP}": [raw], f"{prefix}{REDUCER_GROUP}": [partials]} if own_reducer

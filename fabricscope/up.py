@@ -220,8 +220,9 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
         for i in range(workers):
             sup.add(f"worker{i}", [*exe, "worker", "--role", "stream", "--nice", str(STREAM_WORKER_NICE)],
                     logs / f"worker{i}.log", env)
-        # the reducer in a process of its own: no worker step holds its GIL while it closes a window
-        sup.add("reducer", [*exe, "worker", "--role", "reducer"], logs / "reducer.log", env)
+        # the reducer in a process of its own: no worker step holds its GIL while it closes a window; and in a
+        # session of its own, so where the kernel groups CPU shares by session (autogroup) its share is its own
+        sup.add("reducer", [*exe, "worker", "--role", "reducer"], logs / "reducer.log", env, own_session=True)
         if alerts:
             if _kafka_like_call([*exe, "alertmanager", "start"], env) != 0:
                 return EXIT_FAILED
