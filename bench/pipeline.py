@@ -1,7 +1,8 @@
 """The real pipeline's processes for the benchmarks: N stream workers and one store writer.
 
 `bench throughput` and `bench scale` both run ``fabricscope worker`` (N processes, one consumer
-group) and ``fabricscope sink`` (the store writer, which owns an embedded chdb store and serves
+group; by default as ``fabricscope up`` lays them out: N ``--role stream`` workers and one ``--role
+reducer`` process) and ``fabricscope sink`` (the store writer, which owns an embedded chdb store and serves
 read-only queries on 127.0.0.1) as child processes on topics of their own prefix, and read the
 figures every benchmark reports from outside: CPU seconds and peak RSS per process from ``/proc``
 (:mod:`bench.procstat`), the workers' event-loop lag from their Prometheus endpoints, the store
@@ -20,12 +21,14 @@ from pathlib import Path
 from bench.procstat import cpu_s, free_port, listener_pid, peak_rss_mib, rss_mib
 
 FAUST_GROUP = "fabricscope"  # the app id (streams.runtime.app): the workers' consumer group, after the prefix
+REDUCER_GROUP = "fabricscope-reducer"  # the app id of a `--role reducer` process: its own group
 STORE_GROUP = "fabricscope-store"  # sinks.kafka_sink.StoreWriter's default group, after the prefix
 
 
 @dataclass
 class PipelineProcs:
-    """Running worker processes (``worker0`` ..) and store writer (``sink``) on topics of ``prefix``.
+    """Running worker processes (``worker0`` ..), reducer (``reducer``) and store writer (``sink``) on topics
+    of ``prefix``.
 
     Args:
         bootstrap: Kafka bootstrap servers.
@@ -33,6 +36,9 @@ class PipelineProcs:
         var_dir: the pipeline's ``FABRICSCOPE_VAR`` (its embedded store is ``var_dir/clickhouse``).
         workers: worker processes.
         env: extra environment for every child (e.g. ``FABRICSCOPE_STEP_MESSAGES``).
+        own_reducer: True (``fabricscope up``'s layout): the workers run ``--role stream`` at ``up``'s lower
+            priority (:data:`fabricscope.up.STREAM_WORKER_NICE`) and the reducer runs alone (``--role
+            reducer``); False: every worker runs ``--role all`` and one of them reduces.
 
     Use as a context manager: the children are terminated (then killed after 30 s) on exit.
     """
@@ -42,6 +48,7 @@ class PipelineProcs:
     var_dir: Path
     workers: int = 1
     env: dict[str, str] = field(default_factory=dict)
+    own_reducer: bool = True
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     metrics_ports: list[int] = field(default_factory=list)
 
@@ -52,10 +59,24 @@ class PipelineProcs:
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": self.var_dir}
         self.procs["sink"] = subprocess.Popen([*exe, "sink"], env=env, **quiet)
         self.metrics_ports = [free_port() for _ in range(self.workers)]
+        from fabricscope.supervise import die_with_parent
+        from fabricscope.up import STREAM_WORKER_NICE
+
+        role = ["--role", "stream", "--nice", str(STREAM_WORKER_NICE)] if self.own_reducer else ["--role", "all"]
         for w, port in enumerate(self.metrics_ports):
-            self.procs[f"worker{w}"] = subprocess.Popen([*exe, "worker", "--metrics-port", str(port)], env=env,
-                                                        **quiet)
+            self.procs[f"worker{w}"] = subprocess.Popen([*exe, "worker", *role, "--metrics-port", str(port)],
+                                                        env=env, **quiet)
+        if self.own_reducer:
+            # a session of its own, as `fabricscope up` starts it (a CPU share of its own under autogroup
+            # scheduling); out of the benchmark's process group, so it dies with the benchmark by itself
+            self.procs["reducer"] = subprocess.Popen([*exe, "worker", "--role", "reducer"], env=env,
+                                                     start_new_session=True, preexec_fn=die_with_parent, **quiet)
         return self
+
+    @property
+    def reducer_group(self) -> str:
+        """The consumer group (without the prefix) that reads ``window.partials``."""
+        return REDUCER_GROUP if self.own_reducer else FAUST_GROUP
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -11,21 +11,26 @@ verdict whose way into the store can be timed.
 The simulator (:class:`producers.sim.Simulator`, traces on change) makes ~0.5 M rows/s on one core
 at 10,000 RNICs, but it would share the cores with the pipeline it measures, so every message is
 generated and published first (the registry, then per 5 s upload round each agent's traced paths
-and probe batch, Arrow IPC as the workers read it), and only then do the worker processes and the
-store writer start (:class:`bench.pipeline.PipelineProcs`): they run as fast
-as they go, and nothing else uses the CPU meanwhile. Measured, from outside the processes:
+and probe batch, Arrow IPC as the workers read it), and only then do the worker processes, the
+reducer and the store writer start, laid out as ``fabricscope up`` does (:class:`bench.pipeline.PipelineProcs`:
+N ``--role stream`` workers, one ``--role reducer`` process): they run as fast as they go, and nothing
+else uses the CPU meanwhile. Measured, from outside the processes:
 
 - sustained rows/s: probe rows stored, from the first stored row to the last;
-- consumer lag over time, once a second: uncommitted messages of ``probes.raw`` and
-  ``window.partials`` (the workers' group) and of ``probes.enriched`` (the store writer's);
+- consumer lag over time, once a second: uncommitted messages of ``probes.raw`` (the workers'
+  group), ``window.partials`` (the reducer's) and ``probes.enriched`` (the store writer's);
 - per window, from its ``windows.closed`` summary: reducer milliseconds (from taking the message
-  that moved the watermark past the window's end to the window merged and analyzed), the CPU
-  milliseconds of the event-loop thread the reducer analyzes on over that span, and the reducer
-  process's RSS then (it shares its process with a worker: an upper bound);
+  that moved the watermark past the window's end to the window merged and analyzed), and of them:
+  before the reducer's thread started on the message (mirror catch-up), the CPU milliseconds that
+  thread spent on it (merge, close, analysis; pyarrow's own thread pool not counted) and the
+  milliseconds it was runnable but waiting for a core (schedstat: the machine's load); the rest it
+  was blocked (the GIL, I/O, pyarrow's pool); and the reducer process's RSS then;
 - verdict latency: from that same moment to the window's verdict rows being readable through the
-  store writer's query endpoint (polled every 0.1 s), p50/p99 over the windows with verdicts;
-- CPU seconds per stored row of the workers (the reducer runs in one of them), the store writer
-  and the broker, and the cores a 1.5 M rows/s cluster would need at that cost.
+  store writer's query endpoint (polled every 0.1 s), p50/p99 over the windows with verdicts, and
+  its two later legs: merged + analyzed to the verdicts acknowledged by the broker ("to broker"),
+  then to readable in the store ("to store": the store writer's wait and insert, the poll);
+- CPU seconds per stored row of the workers, the reducer, the store writer and the broker, and the
+  cores a 1.5 M rows/s cluster would need at that cost.
 
 :func:`profile_reducer` profiles the reducer alone on the same fabric, in one process.
 """
@@ -54,7 +59,7 @@ JOB_RNICS = 64  # RNICs per simulated job (8 hosts)
 @dataclass
 class WindowFigures:
     """One analyzed window: reducer wall ms, CPU ms (its thread) and RSS MiB, verdicts, and verdict latency
-    (s; NaN without verdicts)."""
+    (s; NaN without verdicts) with its legs after the close."""
 
     window_start_ns: int
     verdicts: int
@@ -63,6 +68,14 @@ class WindowFigures:
     reduce_cpu_ms: float
     reducer_rss_mib: float
     verdict_latency_s: float
+    before_merge_ms: float = float("nan")
+    """watermark message taken -> the reducer thread starts on it (topic mirrors' catch-up, the thread's queue)"""
+    reduce_runqueue_ms: float = float("nan")
+    """the reducer thread's ms runnable but waiting for a core while on that message (Linux schedstat)"""
+    send_ms: float = float("nan")
+    """merged + analyzed -> its verdicts acknowledged by the broker (ms)"""
+    store_s: float = float("nan")
+    """verdicts acknowledged -> readable in the store (s): the store writer's wait, its insert, the 0.1 s poll"""
 
 
 @dataclass
@@ -95,6 +108,8 @@ class ScaleResult:
     cpu_from: str = "first stored row"
     """where rows/s and CPU per row are counted from (``process start`` when a tiny run stores at once)"""
     load_avg: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    own_reducer: bool = True
+    """the reducer in a process of its own (``fabricscope up``'s layout), else inside a worker"""
     complete: bool = False
 
     def as_dict(self) -> dict:
@@ -210,14 +225,52 @@ class _ClosedReader(threading.Thread):
         self.join(timeout=10)
 
 
+class _VerdictPoller(threading.Thread):
+    """Asks the store every 0.1 s which windows have verdicts; keeps the wall ns each was first seen (a daemon
+    thread of its own, so the benchmark's slower polls (row counts, group lag) never delay the reading)."""
+
+    def __init__(self, pipe) -> None:  # noqa: ANN001 - bench.pipeline.PipelineProcs
+        super().__init__(daemon=True)
+        self.first_seen: dict[int, int] = {}
+        self._pipe = pipe
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                rows = self._pipe.query("SELECT DISTINCT window_start_ns AS ws FROM verdicts")
+            except Exception:  # noqa: BLE001 - the writer is starting or busy; ask again
+                rows = None
+            wall = time.time_ns()
+            for r in rows or ():
+                self.first_seen.setdefault(int(r["ws"]), wall)
+            self._halt.wait(0.1)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(timeout=30)
+
+
 def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0, workers: int | None = None,
-        seed: int = 1, timeout_s: float = 3600.0, progress=print) -> ScaleResult:  # noqa: ANN001 - print-like
+        seed: int = 1, timeout_s: float = 3600.0, progress=print,  # noqa: ANN001 - print-like
+        own_reducer: bool = True) -> ScaleResult:
     """Generate and publish ``windows`` 20 s windows of the fabric, run the pipeline over them, measure.
+
+    ``own_reducer`` False runs the reducer inside one of the workers (``--role all``), the layout before
+    ``fabricscope up`` gave it a process of its own: for comparison.
 
     Waits until every produced probe row is in ``probes`` and counted in ``probes_1m`` and every
     window's summary is out (``complete``), or ``timeout_s`` passed (``complete`` False).
     """
-    from bench.pipeline import FAUST_GROUP, STORE_GROUP, GroupLag, PipelineProcs, broker_pid, worker_loop_lag_ms
+    from bench.pipeline import (
+        FAUST_GROUP,
+        REDUCER_GROUP,
+        STORE_GROUP,
+        GroupLag,
+        PipelineProcs,
+        broker_pid,
+        worker_loop_lag_ms,
+    )
     from fabricscope.kafka_admin import create_topics, delete_topics
     from producers.sim.engine import BATCH_NS
     from schemas import topics as T
@@ -239,15 +292,18 @@ def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0
         create_topics(bootstrap, prefix)
         rows, messages = publish_fabric(sim, bootstrap, prefix, start, windows * WINDOW_NS // BATCH_NS, progress)
         res = ScaleResult(len(sim.inv.rnics), windows, rate, workers, rate * PAPER_PPS_PER_RNIC, rows, messages,
-                          time.perf_counter() - t_gen, 0, 0, float("nan"), float("nan"))
+                          time.perf_counter() - t_gen, 0, 0, float("nan"), float("nan"), own_reducer=own_reducer)
         del sim
         progress(f"{rows:,} probe rows in {messages:,} uploads published in {res.generate_s:.0f} s; "
-                 f"starting {workers} worker(s) and the store writer")
+                 f"starting {workers} worker(s), {'the reducer, ' if own_reducer else ''}and the store writer")
         closed = _ClosedReader(bootstrap, closed_t)
         closed.start()
-        lag = GroupLag(bootstrap, {f"{prefix}{FAUST_GROUP}": [raw, partials], f"{prefix}{STORE_GROUP}": [enriched]})
+        groups = ({f"{prefix}{FAUST_GROUP}": [raw], f"{prefix}{REDUCER_GROUP}": [partials]} if own_reducer
+                  else {f"{prefix}{FAUST_GROUP}": [raw, partials]})
+        lag = GroupLag(bootstrap, {**groups, f"{prefix}{STORE_GROUP}": [enriched]})
         broker = broker_pid(bootstrap)
-        with tempfile.TemporaryDirectory() as d, PipelineProcs(bootstrap, prefix, Path(d), workers) as pipe:
+        with tempfile.TemporaryDirectory() as d, PipelineProcs(bootstrap, prefix, Path(d), workers,
+                                                                      own_reducer=own_reducer) as pipe:
             seen = _measure(pipe, res, closed, lag, broker, start, timeout_s, progress)
             res.loop_lag_p99_ms = worker_loop_lag_ms(pipe.metrics_ports)[0]
             res.peak_rss_mib = pipe.peak_rss()
@@ -262,57 +318,55 @@ def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0
 
 def _measure(pipe, res: ScaleResult, closed: _ClosedReader, lag, broker: int | None,  # noqa: ANN001
              start_ns: int, timeout_s: float, progress) -> dict[int, int]:  # noqa: ANN001 - print-like callable
-    """Poll the store (every 0.1 s), the groups' lag (every 1 s) until all rows are stored and counted.
+    """Poll the store (verdicts every 0.1 s, row counts every 1 s), the groups' lag (every 1 s) until all rows
+    are stored and counted.
 
     Fills ``res``'s rows, rates, lag and CPU figures; returns ``{window start: wall ns its verdicts were
     first readable}``."""
     from streams.pingmesh.windows import WINDOW_NS
 
     want_windows = {start_ns + i * WINDOW_NS for i in range(res.windows)}
-    seen_verdicts: dict[int, int] = {}
+    poller = _VerdictPoller(pipe)
+    poller.start()
+    seen_verdicts = poller.first_seen
     t_start = time.perf_counter()
     deadline = t_start + timeout_s
     t_first = t_last = None
     cpu_start, cpu0 = pipe.cpu(broker), {}  # the children just started: their CPU from 0
     n = m = n_first = 0
     next_lag = next_count = 0.0
-    while time.perf_counter() < deadline:
-        now = time.perf_counter()
-        if pipe.dead():
-            raise RuntimeError(f"pipeline process(es) exited: {', '.join(pipe.dead())}")
-        try:
-            vs = pipe.query("SELECT DISTINCT window_start_ns AS ws FROM verdicts")
-        except Exception:  # noqa: BLE001 - the writer is starting or busy; ask again
-            vs = None
-        if vs is not None:
-            wall = time.time_ns()
-            for r in vs:
-                seen_verdicts.setdefault(int(r["ws"]), wall)
-        if now >= next_count and vs is not None:
-            next_count = now + 1.0
-            try:
-                c = pipe.query("SELECT (SELECT count() FROM probes) AS n, (SELECT sum(probes) FROM probes_1m) AS m")
-            except Exception:  # noqa: BLE001 - as above
-                c = None
-            if c:
-                n, m = int(c[0]["n"]), int(c[0]["m"] or 0)
-            if n and t_first is None:
-                t_first, n_first, cpu0 = time.perf_counter(), n, pipe.cpu(broker)
-            if n > n_first:
-                t_last = time.perf_counter()
-        if now >= next_lag:
-            next_lag = now + 1.0
-            sample = {"t_s": round(now - t_start, 1), **lag.sample(), "rows_stored": n}
-            res.lag.append(sample)
-            if len(res.lag) % 10 == 1:
-                progress(f"{sample['t_s']:6.0f} s: {n:,}/{res.rows_produced:,} rows stored, lag {sample}")
-        done_windows = want_windows <= closed.summaries.keys()
-        if n >= res.rows_produced and m >= res.rows_produced and done_windows:
-            wanted = {w for w in want_windows if closed.summaries[w].get("verdicts")}
-            if wanted <= seen_verdicts.keys():
-                res.complete = True
-                break
-        time.sleep(0.1)
+    try:
+        while time.perf_counter() < deadline:
+            now = time.perf_counter()
+            if pipe.dead():
+                raise RuntimeError(f"pipeline process(es) exited: {', '.join(pipe.dead())}")
+            if now >= next_count:
+                next_count = now + 1.0
+                try:
+                    c = pipe.query("SELECT (SELECT count() FROM probes) AS n, (SELECT sum(probes) FROM probes_1m) AS m")
+                except Exception:  # noqa: BLE001 - as above
+                    c = None
+                if c:
+                    n, m = int(c[0]["n"]), int(c[0]["m"] or 0)
+                if n and t_first is None:
+                    t_first, n_first, cpu0 = time.perf_counter(), n, pipe.cpu(broker)
+                if n > n_first:
+                    t_last = time.perf_counter()
+            if now >= next_lag:
+                next_lag = now + 1.0
+                sample = {"t_s": round(now - t_start, 1), **lag.sample(), "rows_stored": n}
+                res.lag.append(sample)
+                if len(res.lag) % 10 == 1:
+                    progress(f"{sample['t_s']:6.0f} s: {n:,}/{res.rows_produced:,} rows stored, lag {sample}")
+            done_windows = want_windows <= closed.summaries.keys()
+            if n >= res.rows_produced and m >= res.rows_produced and done_windows:
+                wanted = {w for w in want_windows if closed.summaries[w].get("verdicts")}
+                if wanted <= seen_verdicts.keys():
+                    res.complete = True
+                    break
+            time.sleep(0.1)
+    finally:
+        poller.stop()
     cpu1 = pipe.cpu(broker)
     res.rows_stored, res.minute_tier_probes = n, m
     if n - n_first >= n // 10:  # from the first stored row: start-up (imports, catch-up) left out
@@ -324,12 +378,12 @@ def _measure(pipe, res: ScaleResult, closed: _ClosedReader, lag, broker: int | N
         res.cpu_from = "process start"
     res.rows_s = done / max(res.pipeline_s, 1e-9)
     used = {k: cpu1[k] - since.get(k, cpu1[k]) for k in cpu1}
-    per = {"worker": sum(v for k, v in used.items() if k.startswith("worker")), "store_writer": used["sink"],
-           "broker": used["broker"]}
+    per = {"worker": sum(v for k, v in used.items() if k.startswith("worker")),
+           "reducer": used.get("reducer", float("nan")), "store_writer": used["sink"], "broker": used["broker"]}
     res.cpu_us_per_row = {k: v / done * 1e6 for k, v in per.items()}
     res.cores_for_1_5m_rows_s = CLUSTER_ROWS_S * sum(
         v for v in res.cpu_us_per_row.values() if not math.isnan(v)) / 1e6
-    return seen_verdicts
+    return dict(seen_verdicts)
 
 
 def _summarize(res: ScaleResult, summaries: dict[int, dict], seen: dict[int, int], start_ns: int) -> None:
@@ -339,10 +393,17 @@ def _summarize(res: ScaleResult, summaries: dict[int, dict], seen: dict[int, int
     for ws in sorted(summaries):
         s = summaries[ws]
         wm = s.get("watermark_wall_ns") or 0
-        lat = (seen[ws] - wm) / 1e9 if s.get("verdicts") and ws in seen and wm else float("nan")
+        timed = s.get("verdicts") and ws in seen and wm
+        lat = (seen[ws] - wm) / 1e9 if timed else float("nan")
+        closed_ns = s.get("closed_wall_ns", wm)
+        sent_ns = s.get("sent_wall_ns")
         figs.append(WindowFigures(ws, int(s.get("verdicts", 0)), int(s.get("timeouts", 0)),
-                                  (s.get("closed_wall_ns", wm) - wm) / 1e6, float(s.get("reducer_cpu_ms", "nan")),
-                                  float(s.get("reducer_rss_mib", "nan")), lat))
+                                  (closed_ns - wm) / 1e6, float(s.get("reducer_cpu_ms", "nan")),
+                                  float(s.get("reducer_rss_mib", "nan")), lat,
+                                  (s.get("merge_start_wall_ns", wm) - wm) / 1e6,
+                                  float(s.get("reducer_runqueue_ms", "nan")),
+                                  (sent_ns - closed_ns) / 1e6 if sent_ns else float("nan"),
+                                  (seen[ws] - sent_ns) / 1e9 if timed and sent_ns else float("nan")))
     res.window_figures = figs
     lats = [f.verdict_latency_s for f in figs if not math.isnan(f.verdict_latency_s)]
     if lats:
@@ -362,7 +423,8 @@ def print_report(r: ScaleResult) -> None:
 
     con = Console(width=150)
     con.print(f"[bold]bench scale[/bold]: {r.rnics:,} RNICs x {r.probes_per_rnic_s:g} probes/s, {r.windows} "
-              f"window(s), {r.workers} worker(s); {r.rows_produced:,} probe rows in {r.messages:,} uploads, "
+              f"window(s), {r.workers} worker(s), reducer {'in its own process' if r.own_reducer else 'in a worker'}; "
+              f"{r.rows_produced:,} probe rows in {r.messages:,} uploads, "
               f"generated and published in {r.generate_s:.0f} s; load average "
               f"{r.load_avg[0]:.1f} {r.load_avg[1]:.1f} {r.load_avg[2]:.1f}")
     con.print(f"stored {r.rows_stored:,} rows in {r.pipeline_s:.1f} s: [bold]{r.rows_s:,.0f} rows/s[/bold] "
@@ -378,13 +440,18 @@ def print_report(r: ScaleResult) -> None:
         lag.add_row(f"{s['t_s']:.0f}", *(f"{s.get(k, 0):,}" for k in keys))
     con.print(lag)
     w = Table(title="windows (reducer: from the message that moved the watermark to merged + analyzed)")
-    for c in ("window start (ns)", "timeouts", "verdicts", "reducer ms", "reducer CPU ms", "reducer RSS MiB",
-              "verdict latency s"):
+    for c in ("window start (ns)", "timeouts", "verdicts", "reducer ms", "of it: before merge", "CPU", "run queue",
+              "reducer RSS MiB", "to broker ms", "to store s", "verdict latency s"):
         w.add_column(c, justify="right")
+
+    def opt(v: float, fmt: str) -> str:
+        return "-" if math.isnan(v) else format(v, fmt)
+
     for f in r.window_figures:
         w.add_row(str(f.window_start_ns), f"{f.timeouts:,}", str(f.verdicts), f"{f.reduce_ms:,.0f}",
-                  f"{f.reduce_cpu_ms:,.0f}",
-                  f"{f.reducer_rss_mib:,.0f}", "-" if math.isnan(f.verdict_latency_s) else f"{f.verdict_latency_s:.2f}")
+                  opt(f.before_merge_ms, ",.0f"), f"{f.reduce_cpu_ms:,.0f}", opt(f.reduce_runqueue_ms, ",.0f"),
+                  f"{f.reducer_rss_mib:,.0f}", opt(f.send_ms, ",.0f"),
+                  opt(f.store_s, ".2f"), opt(f.verdict_latency_s, ".2f"))
     con.print(w)
     con.print(f"verdict latency (watermark passed -> verdict readable in the store): p50 "
               f"{r.verdict_latency_p50_s:.2f} s, p99 {r.verdict_latency_p99_s:.2f} s")

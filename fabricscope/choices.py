@@ -22,6 +22,9 @@ UP_SOURCES = ("auto", "lab", "sim", "synthetic")
 SOURCE_KINDS = ("sim", "synthetic", "hostping-sim")
 DEMO_SOURCES = ("sim", "lab")
 LAB_FAULT_ACTIONS: tuple[str, ...] = (*_LAB_FAULTS, "clear", "list")
+# streams.runtime.config.ROLES, spelled out: that module imports pyarrow, too slow for every CLI start
+# (tests/test_worker_roles.py checks the two agree)
+WORKER_ROLES = ("all", "stream", "reducer")
 
 
 def _choices(name: str, values: tuple[str, ...]) -> type[enum.Enum]:
@@ -33,6 +36,7 @@ SourceKind = _choices("SourceKind", SOURCE_KINDS)
 DemoSource = _choices("DemoSource", DEMO_SOURCES)
 Scenario = _choices("Scenario", ALL_SCENARIOS)
 LabFault = _choices("LabFault", LAB_FAULT_ACTIONS)
+WorkerRole = _choices("WorkerRole", WORKER_ROLES)
 DemoScenario = Scenario
 
 

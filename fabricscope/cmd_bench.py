@@ -43,6 +43,9 @@ def scale(
     profile_reducer: bool = typer.Option(False, "--profile-reducer",
                                          help="cProfile the reducer closing this fabric's windows (no Kafka)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
+    reducer_in_worker: bool = typer.Option(False, "--reducer-in-worker",
+                                           help="run the reducer inside a worker (--role all), not in a process "
+                                                "of its own as `fabricscope up` does: for comparison"),
 ) -> None:
     """A simulated fabric through the real broker, workers, reducer and store writer: rows/s, lag, reducer
     ms and MiB per window, verdict latency, cores for 1.5 M rows/s. --soak: state and RSS per simulated hour."""
@@ -65,7 +68,7 @@ def scale(
         return
     try:
         r = bench_scale.run(load().kafka_bootstrap, rnics, windows, rate, workers or None, timeout_s=timeout,
-                            progress=say)
+                            progress=say, own_reducer=not reducer_in_worker)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     if as_json:

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from fabricscope.choices import Scenario, SourceKind, UpSource, positive_seconds, value
+from fabricscope.choices import Scenario, SourceKind, UpSource, WorkerRole, positive_seconds, value
 from fabricscope.settings import Settings, load
 from fabricscope.stopping import stop_requested
 
@@ -110,9 +110,15 @@ def topics(
 @commands.command("worker")
 def worker(loglevel: str = "warn",
            metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
+           role: WorkerRole = typer.Option("all", help="all: RTT decomposition, window partials, Hostping and "
+                                           "the reducer | stream: all but the reducer | reducer: the window "
+                                           "reducer alone (run one; `up` runs N stream workers and one reducer)"),
+           nice: int = typer.Option(0, min=0, max=19, help="lower this process's CPU priority by N (as nice(1)): "
+                                    "`up` runs stream workers at +5 so the reducer and the store writer, whose "
+                                    "work a verdict waits on, get a core first"),
            ) -> None:
     """Run one Faust stream worker (RTT decomposition, window partials, the reducer, Hostping).
-    Start more for more partitions."""
+    Start more for more partitions; with --role, the reducer runs in a process of its own."""
     s = load()
     from streams.runtime.config import RuntimeConfig
     from streams.runtime.worker import run_worker
@@ -121,10 +127,12 @@ def worker(loglevel: str = "warn",
         config = RuntimeConfig.from_env(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
                                         os.environ.get("FABRICSCOPE_VAR", "var"))
         config = dataclasses.replace(config, acks=s.kafka_acks, idempotence=s.kafka_idempotence,
-                                     replication=_replication(s))
+                                     replication=_replication(s), role=value(role))
     except ValueError as e:
         typer.echo(f"fabricscope: {e}", err=True)
         raise typer.Exit(2) from None
+    if nice:
+        os.nice(nice)
     _serve_metrics(metrics_port)
     run_worker(config, loglevel)
 

@@ -44,6 +44,7 @@ class Child:
     argv: list[str]
     log_path: Path
     env: dict[str, str] | None = None
+    own_session: bool = False  # a session (setsid) of its own: under autogroup scheduling, a CPU share of its own
     proc: subprocess.Popen | None = None
     started_at: float = 0.0
     restarts: deque = field(default_factory=deque)  # monotonic times of its restarts
@@ -80,9 +81,12 @@ class Supervisor:
         self.max_restarts, self.window_s, self.max_backoff_s = max_restarts, window_s, max_backoff_s
         self.clock = clock
 
-    def add(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> Child:
-        """Start ``argv`` as child ``name``, its stdout and stderr appended to ``log_path``."""
-        c = Child(name, argv, Path(log_path), env)
+    def add(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None,
+            own_session: bool = False) -> Child:
+        """Start ``argv`` as child ``name``, its stdout and stderr appended to ``log_path``; with ``own_session``
+        in a session of its own (Linux autogroup scheduling shares the CPU between sessions first, so the child's
+        share is not carved out of its siblings')."""
+        c = Child(name, argv, Path(log_path), env, own_session)
         self.children.append(c)
         self._start(c)
         return c
@@ -90,9 +94,10 @@ class Supervisor:
     def _start(self, c: Child) -> None:
         c.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(c.log_path, "ab") as out:
+            # Ctrl-C reaches the parent only (a process group, or a session, of the child's own): it stops them in order
+            group = {"start_new_session": True} if c.own_session else {"process_group": 0}
             c.proc = subprocess.Popen(c.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                      env=c.env, preexec_fn=die_with_parent,
-                                      process_group=0)  # Ctrl-C reaches the parent only: it stops them in order
+                                      env=c.env, preexec_fn=die_with_parent, **group)
         c.started_at = self.clock()
 
     def poll(self) -> list[Child]:

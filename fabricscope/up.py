@@ -32,6 +32,12 @@ from fabricscope.supervise import Supervisor
 from infra.runlock import Busy, RunLock
 
 log = logging.getLogger("fabricscope.up")
+
+STREAM_WORKER_NICE = 5
+"""Niceness `up` adds to its stream workers: they carry the bulk (a backlog absorbs a slower share of a core),
+while a verdict waits on the reducer's close and the store writer's insert (about a CPU second per window at
+1,024 RNICs), which must not queue behind worker steps on a busy machine (BENCHMARKS.md 4, `bench scale`)."""
+
 console = Console(stderr=True)
 
 EXIT_OK, EXIT_FAILED, EXIT_BUSY = 0, 1, 1
@@ -212,7 +218,11 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
         sup.add("sink", [*exe, "sink"], logs / "sink.log", env)
         workers = workers or os.cpu_count() or 1  # each worker analyses its share of probes.raw's partitions
         for i in range(workers):
-            sup.add(f"worker{i}", [*exe, "worker"], logs / f"worker{i}.log", env)
+            sup.add(f"worker{i}", [*exe, "worker", "--role", "stream", "--nice", str(STREAM_WORKER_NICE)],
+                    logs / f"worker{i}.log", env)
+        # the reducer in a process of its own: no worker step holds its GIL while it closes a window; and in a
+        # session of its own, so where the kernel groups CPU shares by session (autogroup) its share is its own
+        sup.add("reducer", [*exe, "worker", "--role", "reducer"], logs / "reducer.log", env, own_session=True)
         if alerts:
             if _kafka_like_call([*exe, "alertmanager", "start"], env) != 0:
                 return EXIT_FAILED

@@ -128,6 +128,7 @@ class StoreWriter:
         self._lag: dict[tuple[str, int], int] = {}
         # per (topic, partition) of the block topics; reloaded from the store after every (re)assignment
         self._parts: dict[tuple[str, int], PartitionState] = {}
+        self._wrote_block = False  # the last poll wrote a block: more may be due, so the next one does not wait
         conf = {
             "bootstrap.servers": bootstrap,
             "group.id": f"{prefix}{group}",
@@ -184,8 +185,10 @@ class StoreWriter:
         return self._retry(insert, f"insert into {table}", stop) is not None
 
     def poll_once(self, timeout: float = 0.2, stop: Callable[[], bool] = lambda: False, force: bool = False) -> int:
-        """Consume up to 1,000 messages; insert the due blocks and the other messages, commit; rows written."""
-        msgs = self._consumer.consume(num_messages=1000, timeout=timeout)
+        """Consume up to 1,000 messages; insert the other messages, then one due block (all when ``force``d:
+        verdicts consumed meanwhile go in before the next block), commit; rows written."""
+        msgs = self._consumer.consume(num_messages=1000, timeout=0 if self._wrote_block else timeout)
+        self._wrote_block = False
         written = 0
         now = time.monotonic()
         for msg in msgs:
@@ -221,6 +224,11 @@ class StoreWriter:
                 if n is None:
                     return written  # stopping: the block is recorded; the next start re-forms it
                 written += n
+                if not force:  # one block per poll: verdicts (inserted per message) never wait behind several
+                    self._wrote_block = True
+                    break
+            if self._wrote_block:
+                break
         self._observe_lag(msgs)
         return written
 

@@ -41,11 +41,15 @@ def test_tiny_fabric_through_the_pipeline(kafka_bootstrap: str) -> None:
     assert r["rows_produced"] == pytest.approx(64 * 15 * 20, rel=0.01)
     assert r["complete"] is True
     assert r["rows_stored"] == r["rows_produced"] == r["minute_tier_probes"]
-    assert set(r["cpu_us_per_row"]) == {"worker", "store_writer", "broker"}
+    assert set(r["cpu_us_per_row"]) == {"worker", "reducer", "store_writer", "broker"}
+    assert set(r["peak_rss_mib"]) == {"sink", "worker0", "reducer"}  # the reducer in a process of its own
     assert r["lag"] and {"t_s", "rows_stored"} <= r["lag"][0].keys()
     # the one whole window: the dead uplink's switch verdict, timed from the watermark to the store
     whole = [w for w in r["window_figures"] if w["verdicts"]]
     assert len(whole) == 1 and whole[0]["timeouts"] > 0
     assert whole[0]["reduce_ms"] >= 0 and whole[0]["verdict_latency_s"] >= whole[0]["reduce_ms"] / 1000
+    # the legs add up: close, then to the broker, then to the store
+    legs = whole[0]["reduce_ms"] / 1000 + whole[0]["send_ms"] / 1000 + whole[0]["store_s"]
+    assert legs == pytest.approx(whole[0]["verdict_latency_s"], abs=0.01)
     assert r["verdict_latency_p99_s"] == pytest.approx(whole[0]["verdict_latency_s"], abs=1e-3)
     assert not math.isnan(r["cores_for_1_5m_rows_s"]) and r["cores_for_1_5m_rows_s"] > 0

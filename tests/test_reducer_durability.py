@@ -5,7 +5,9 @@ revising the earlier ``rnic C1`` verdict): the revision needs the analyzer state
 earlier windows, so a reducer that lost its state on restart would miss it or differ. The worker
 batches many raw messages per step; the restarted one re-reads what was not committed, grouped
 differently, so a step merged twice would double that window's counts. Killed twice: before the
-worker's first commit, and after it (resuming raw partitions and rebuilding the reducer past 0)."""
+worker's first commit, and after it (resuming raw partitions and rebuilding the reducer past 0).
+Both process layouts: one worker that also reduces (``--role all``, killed), and ``fabricscope up``'s,
+a worker (``--role stream``) beside a reducer process of its own (``--role reducer``, killed)."""
 
 from __future__ import annotations
 
@@ -65,9 +67,13 @@ class _Topics:
         return len(set(self.closed)) >= n
 
 
-def _worker(procs):
+# layout -> (roles of the processes started, the role of the one killed: the reducer's owner)
+LAYOUTS = {"one process": (("all",), "all"), "own reducer": (("stream", "reducer"), "reducer")}
+
+
+def _worker(procs, role: str):
     Path(procs.env["FABRICSCOPE_VAR"]).mkdir(parents=True, exist_ok=True)
-    return procs.start("worker")
+    return procs.start("worker", "--role", role)
 
 
 def _alive(procs) -> None:
@@ -75,23 +81,30 @@ def _alive(procs) -> None:
     assert not dead, f"a pipeline process exited; see the logs in {procs.logdir}"
 
 
-def _committed(bootstrap: str, prefix: str) -> dict[str, int]:
-    """The worker group's committed offsets: highest over ``probes.raw``'s partitions, and ``window.partials``."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}fabricscope", "enable.auto.commit": False})
-    try:
-        raw = [TopicPartition(T.topic_name(T.PROBES_RAW, prefix), p) for p in range(T.PROBES_RAW.partitions)]
-        tps = c.committed([*raw, TopicPartition(T.topic_name(T.WINDOW_PARTIALS, prefix), 0)], timeout=10)
-    finally:
-        c.close()
-    return {"raw": max(tp.offset for tp in tps[:-1]), "partials": tps[-1].offset}
+def _committed(bootstrap: str, prefix: str, reducer_group: str) -> dict[str, int]:
+    """Committed offsets: the workers' highest of ``probes.raw``'s partitions, the reducer's of ``window.partials``."""
+    out = {}
+    for group, tps in ((f"{prefix}fabricscope", [TopicPartition(T.topic_name(T.PROBES_RAW, prefix), p)
+                                                  for p in range(T.PROBES_RAW.partitions)]),
+                       (f"{prefix}{reducer_group}", [TopicPartition(T.topic_name(T.WINDOW_PARTIALS, prefix), 0)])):
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        try:
+            out["partials" if len(tps) == 1 else "raw"] = max(tp.offset for tp in c.committed(tps, timeout=10))
+        finally:
+            c.close()
+    return out
 
 
-def _run(bootstrap: str, prefix: str, procs, kill_after: int | None, commit_first: bool = False) -> _Topics:
+def _run(bootstrap: str, prefix: str, procs, kill_after: int | None, commit_first: bool = False,
+         layout: str = "one process") -> _Topics:
     create_topics(bootstrap, prefix)
     producer = AgentProducer(bootstrap)
     sim = Simulator(panel1(), seed=7, faults=FAULTS, inter_tor="even")
     seen = _Topics(bootstrap, prefix)
-    worker = _worker(procs)
+    roles, owner = LAYOUTS[layout]
+    started = {role: _worker(procs, role) for role in roles}
+    victim = started[owner]
+    reducer_group = "fabricscope-reducer" if owner == "reducer" else "fabricscope"
     if kill_after is None:
         publish_sim(sim, producer, prefix, START, ROUNDS)
     else:
@@ -99,16 +112,16 @@ def _run(bootstrap: str, prefix: str, procs, kill_after: int | None, commit_firs
         if commit_first:  # the worker commits part of the stream: the restart resumes and rebuilds past offset 0
             first = kill_after - 2
             publish_sim(sim, producer, prefix, START, first)
-            wait_for(lambda: (_alive(procs), min(_committed(bootstrap, prefix).values()) > 0)[1],
+            wait_for(lambda: (_alive(procs), min(_committed(bootstrap, prefix, reducer_group).values()) > 0)[1],
                      what="the worker's first commits")
         publish_sim(sim, producer, prefix, START, kill_after, first=first)
         last_upload = START + kill_after * 5 * S
         # the worker has turned the last round into partials (the reducer is applying them now)
         wait_for(lambda: (_alive(procs), seen.poll(), seen.newest_partial_upload >= last_upload)[2],
                  what="partials of the last round")
-        worker.send_signal(signal.SIGKILL)
-        worker.wait()
-        _worker(procs)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        _worker(procs, owner)
         publish_sim(sim, producer, prefix, START, ROUNDS, first=kill_after)
     wait_for(lambda: (_alive(procs), seen.windows(4))[1], timeout=240, what="four windows closed")
     seen.poll()
@@ -120,7 +133,8 @@ def _key(v: dict) -> tuple:
             v["failed_probes"], v["total_probes"], v["confidence"])
 
 
-def test_kill_9_mid_window_gives_the_uninterrupted_verdicts(kafka_bootstrap, pipeline_env):
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+def test_kill_9_mid_window_gives_the_uninterrupted_verdicts(kafka_bootstrap, pipeline_env, layout):
     env, procs = pipeline_env
     kill_after = random.Random(12).choice([6, 7, 9, 10, 11])  # a seeded point inside a window (not on a 20 s edge)
     assert kill_after % 4
@@ -132,7 +146,7 @@ def test_kill_9_mid_window_gives_the_uninterrupted_verdicts(kafka_bootstrap, pip
         procs.logdir = logs / name.replace(" ", "-")  # each run's worker logs kept apart
         procs.logdir.mkdir()
         try:
-            runs[name] = _run(kafka_bootstrap, prefix, procs, kill, commit_first)
+            runs[name] = _run(kafka_bootstrap, prefix, procs, kill, commit_first, layout)
         finally:
             procs.stop_all()
             procs.procs.clear()

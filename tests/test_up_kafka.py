@@ -99,7 +99,7 @@ def test_second_up_refused_killed_up_takes_children_synthetic_after_lab(tmp_path
 
         kids = _children(first.pid)
         workers = os.cpu_count() or 1  # `up` starts one worker per core by default
-        assert len(kids) == 3 + workers  # sink, worker0.., source-synthetic, hostping
+        assert len(kids) == 4 + workers  # sink, worker0.., reducer, source-synthetic, hostping
         first.kill()  # SIGKILL, as the OOM killer would
         first.wait()
         wait_for(lambda: not any(_alive(k) for k in kids), timeout=60, what="children gone with their parent")

@@ -11,6 +11,13 @@
 
     loopback.raw ──hostlink──▶ host_links, verdicts     (Hostping: :mod:`streams.runtime.hostping_agents`)
 
+Processes (``fabricscope worker --role``): ``all`` runs everything above in one consumer group;
+``stream`` the probe path and Hostping; ``reducer`` the window reducer alone, in a consumer group of
+its own (``<prefix>fabricscope-reducer``), so a worker step never holds the reducer's GIL or core
+and a rebalance of the workers never pauses it. ``fabricscope up`` runs N ``stream`` workers and one
+``reducer``. Inside the reducer process the merge and the close run on one thread of their own
+(:data:`_REDUCER_THREAD`), not on the event loop, so a long close does not stall heartbeats.
+
 Analytics live in plain modules (:mod:`streams.runtime.probe_step`, :mod:`streams.pingmesh.reducer`,
 :mod:`streams.pingmesh.analyzer`); this file is plumbing only. Its configuration is the
 :class:`~streams.runtime.config.RuntimeConfig` the worker was started with
@@ -21,6 +28,7 @@ job thresholds and the partition idle time.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import os
@@ -57,9 +65,14 @@ os.makedirs(CONFIG.var_dir, mode=0o700, exist_ok=True)
 BOOTSTRAP = CONFIG.bootstrap
 PREFIX = CONFIG.topic_prefix
 SECURITY = dict(CONFIG.kafka_client)  # librdkafka settings of the side readers (holds the SASL password)
+RUNS_STREAM = CONFIG.role in ("all", "stream")  # the probe path (rtt) and Hostping
+RUNS_REDUCER = CONFIG.role in ("all", "reducer")
+# A reducer of its own has a consumer group of its own: only window.partials, never paused by a rebalance
+# of the workers' group (a worker restart), and never splitting partitions with workers of other roles.
+APP_ID = f"{PREFIX}fabricscope-reducer" if CONFIG.role == "reducer" else f"{PREFIX}fabricscope"
 
 app = App(
-    f"{PREFIX}fabricscope",
+    APP_ID,
     broker=[f"kafka://{b}" for b in BOOTSTRAP.split(",")],
     broker_credentials=faust_credentials(SECURITY),  # SASL/TLS: the same variables as every other client
     value_serializer="raw",
@@ -102,7 +115,34 @@ _reducer_next = -1  # offset of window.partials the reducer applies next; -1: no
 
 _emitted_before: set[int] = set()  # windows.closed as read at the last rebuild: never emitted again
 _consumed_ns = 0  # wall time the reducer took its last message (or idleness tick): when a watermark passed
-_consumed_cpu_ns = 0  # the event loop thread's CPU time then (the reducer merges and analyzes on it)
+_spent: dict[str, int] = {}  # the reducer thread on that message (merge, close, analysis): see _timed
+# Every use of the reducer's state (mirror catch-up, rebuild, receive, the idle close) runs on this one
+# thread, in order: off the event loop (a close of seconds would stall heartbeats and sends), never two at once.
+_REDUCER_THREAD = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reducer")
+
+
+async def _on_reducer_thread(fn, *args):  # noqa: ANN001, ANN002, ANN202 - any callable and its result
+    """Run ``fn(*args)`` on the reducer's thread; returns its result."""
+    return await asyncio.get_running_loop().run_in_executor(_REDUCER_THREAD, fn, *args)
+
+
+def _schedstat() -> tuple[int, int]:
+    """(ns on a CPU, ns waiting for one on a run queue) of the calling thread so far (Linux schedstat; 0s elsewhere)."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            on_cpu, waiting, _ = f.read().split()
+        return int(on_cpu), int(waiting)
+    except (OSError, ValueError):
+        return 0, 0
+
+
+def _timed(fn, *args):  # noqa: ANN001, ANN002, ANN202
+    """``(fn(*args), spent)``: ``spent`` holds the wall ns it started (``start_wall_ns``), the calling thread's
+    CPU ns (``cpu_ns``) and its ns runnable but waiting for a core (``runqueue_ns``) meanwhile; the rest of its
+    wall time it was blocked (the GIL, I/O, pyarrow's thread pool). For `bench scale`'s latency breakdown."""
+    start, c0, (_, q0) = time.time_ns(), time.thread_time_ns(), _schedstat()
+    out = fn(*args)
+    return out, {"start_wall_ns": start, "cpu_ns": time.thread_time_ns() - c0, "runqueue_ns": _schedstat()[1] - q0}
 
 
 def _path_index() -> tuple[PathIndex, TopicMirror]:
@@ -182,7 +222,6 @@ STEP_MESSAGES = CONFIG.step_messages
 STEP_S = CONFIG.step_s
 
 
-@app.agent(probes_raw)
 async def rtt(stream: faust.StreamT) -> None:
     """Decompose probe batches (R-Pingmesh §4.2.1) a step of many messages at a time; forward the rows and
     their minute tier to the store writer, and the step's window partials to the reducer.
@@ -302,23 +341,21 @@ async def _send_to_store(key: bytes | None, raw_partition: int, enriched: pa.Tab
                                    headers=headers_for("probe_enriched.v1"))
 
 
-@app.agent(window_partials)
 async def reducer(stream: faust.StreamT) -> None:
     """Merge the partials of each window once the watermark passes it; emit verdicts and coverage.
 
     A message that does not follow the last one applied (a (re)start, a rebalance) first rebuilds
     the reducer from the topic (:mod:`streams.runtime.reducer_recovery`)."""
-    global _reducer_next, _consumed_ns, _consumed_cpu_ns
-    loop = asyncio.get_running_loop()
+    global _reducer_next, _consumed_ns, _spent
     async for event in stream.events():
-        _consumed_ns, _consumed_cpu_ns = time.time_ns(), time.thread_time_ns()
+        _consumed_ns, _spent = time.time_ns(), {}
         offset = event.message.offset
-        red, mirrors = _window_reducer()
+        red, mirrors = await _on_reducer_thread(_window_reducer)
         for mirror in mirrors:
-            await loop.run_in_executor(None, mirror.catch_up)
+            await _on_reducer_thread(mirror.catch_up)
         if offset != _reducer_next:
-            red = _fresh_reducer()
-            missed, done = await loop.run_in_executor(None, lambda r=red, o=offset: rebuild(
+            red = await _on_reducer_thread(_fresh_reducer)
+            missed, done = await _on_reducer_thread(lambda r=red, o=offset: rebuild(
                 r, BOOTSTRAP, T.topic_name(T.WINDOW_PARTIALS, PREFIX), T.topic_name(T.WINDOWS_CLOSED, PREFIX),
                 SECURITY, o))
             _emitted_before.clear()
@@ -327,7 +364,8 @@ async def reducer(stream: faust.StreamT) -> None:
         _reducer_next = offset + 1
         before = red.last_step
         try:
-            results = red.receive(dict(event.headers or {}), event.value or b"")
+            results, spent = await _on_reducer_thread(_timed, red.receive, dict(event.headers or {}),
+                                                      event.value or b"")
         except StepFormatError as err:
             log.error("window.partials offset %d: %s; dead-lettered", offset, err)
             M.DEAD_LETTERS.inc()
@@ -341,6 +379,7 @@ async def reducer(stream: faust.StreamT) -> None:
                 M.AGENT_LAST_UPLOAD.labels(mark.agent_id).set(mark.upload_ns / 1e9)
         for reason, n in red.dropped_steps.items():
             M.DROPPED_STEPS.labels(reason).set(n)
+        _spent = spent
         await _emit(results)
 
 
@@ -361,7 +400,6 @@ LAG_TICK_S = 0.1
 loop_lag_max_s = 0.0  # worst lag seen; the throughput benchmark reads it from the log at exit
 
 
-@app.task
 async def event_loop_lag() -> None:
     """Measure how late the event loop wakes a 100 ms sleep: CPU work left on the loop shows up here
     before it costs a missed heartbeat (session timeout 6 s)."""
@@ -377,15 +415,14 @@ async def event_loop_lag() -> None:
             log.info("event loop lag: new maximum %.1f ms", lag * 1000)
 
 
-@app.timer(interval=1.0)
 async def close_idle_windows() -> None:
     """Close windows held only by idle partitions (processing-time idleness; see WindowReducer)."""
-    global _consumed_ns, _consumed_cpu_ns
+    global _consumed_ns, _spent
     if _reducer is not None and _reducer_next >= 0:
-        tick = time.time_ns(), time.thread_time_ns()
-        closed = _reducer.close_ready()
+        tick = time.time_ns()
+        closed, spent = await _on_reducer_thread(_timed, _reducer.close_ready)
         if closed:
-            _consumed_ns, _consumed_cpu_ns = tick
+            _consumed_ns, _spent = tick, spent
         await _emit(closed)
 
 
@@ -393,7 +430,7 @@ async def _emit(results: list) -> None:
     """Verdicts and coverage of each closed window, then its ``windows.closed`` summary once the broker
     acknowledged them (the summary is the reducer's record that the window was emitted)."""
     closed_ns, passed_ns = time.time_ns(), _consumed_ns
-    cpu_ms = round((time.thread_time_ns() - _consumed_cpu_ns) / 1e6, 1)
+    spent = _spent
     if results and _reducer is not None and _retention().mode == "anomalies":
         await _publish_baselines(_reducer.state.flow_baseline)
     for ws, res in results:
@@ -422,7 +459,9 @@ async def _emit(results: list) -> None:
         # the window was merged and analyzed, its verdicts acknowledged; and the reducer process's memory
         summary = {"window_start_ns": ws, "verdicts": res.verdicts.num_rows, **res.stats,
                    "watermark_wall_ns": passed_ns, "closed_wall_ns": closed_ns, "sent_wall_ns": time.time_ns(),
-                   "reducer_cpu_ms": cpu_ms,
+                   "merge_start_wall_ns": spent.get("start_wall_ns", passed_ns),
+                   "reducer_cpu_ms": round(spent.get("cpu_ns", 0) / 1e6, 1),
+                   "reducer_runqueue_ms": round(spent.get("runqueue_ns", 0) / 1e6, 1),
                    "reducer_rss_mib": _rss_mib(), "reducer_peak_rss_mib": _peak_rss_mib()}
         # acknowledged before the next window: a reducer rebuilt elsewhere reads it and does not emit again
         await (await windows_closed.send(key=str(ws).encode(), value=json.dumps(summary).encode()))
@@ -459,4 +498,10 @@ def _as_coverage(t: pa.Table) -> pa.Table:
     return pa.Table.from_arrays([t[name] for name in schema.names], schema=schema)
 
 
-hostping_agents.register(app, _topic, deadletter=deadletter, verdicts=verdicts, config=CONFIG, security=SECURITY)
+app.task(event_loop_lag)
+if RUNS_STREAM:
+    app.agent(probes_raw, name=f"{__name__}.rtt")(rtt)
+    hostping_agents.register(app, _topic, deadletter=deadletter, verdicts=verdicts, config=CONFIG, security=SECURITY)
+if RUNS_REDUCER:
+    app.agent(window_partials, name=f"{__name__}.reducer")(reducer)
+    app.timer(interval=1.0)(close_idle_windows)

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from streams.pingmesh.impact import JobThreshold
 from streams.pingmesh.retention import RetentionPolicy
 
+ROLES = ("all", "stream", "reducer")
+"""Worker roles: everything in one process; the probe path and Hostping; the window reducer alone."""
+
 
 @dataclass(frozen=True)
 class RuntimeConfig:
@@ -38,6 +41,11 @@ class RuntimeConfig:
         idempotence: idempotent producers (``KAFKA_IDEMPOTENCE``; needs ``acks="all"``).
         replication: replicas of topics Faust creates itself; None = Faust's default of 1
             (``fabricscope worker`` passes min(3, brokers) or ``KAFKA_REPLICATION_FACTOR``).
+        role: what this worker process runs (:data:`ROLES`): ``all`` (the probe path, Hostping and the
+            reducer, one consumer group), ``stream`` (the probe path and Hostping only) or ``reducer``
+            (the window reducer only, in a consumer group of its own: ``<prefix>fabricscope-reducer``).
+            ``fabricscope up`` runs N ``stream`` workers and one ``reducer``, so no worker step holds the
+            reducer's GIL or core while it closes a window.
     """
 
     bootstrap: str = "127.0.0.1:9092"
@@ -54,6 +62,11 @@ class RuntimeConfig:
     acks: str = "all"
     idempotence: bool = True
     replication: int | None = None
+    role: str = "all"
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"worker role {self.role!r}: expected one of {', '.join(ROLES)}")
 
     @classmethod
     def from_env(
