@@ -198,7 +198,10 @@ def merge_tier_rows(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
     for c in ("probes", "timeouts"):
         cols[c] = pa.array(np.bincount(gid, weights=rows[c].to_numpy(), minlength=n_groups).astype(np.uint64))
     for name, _col in HISTS:
-        cols[name] = _sum_maps_sorted(gid, n_groups, rows[name])
+        # every key of one row (most hourly keys of a block have one minute row): its maps as they are
+        # (a map's keys are distinct and ascending, as minute_rows builds them), one Arrow take
+        cols[name] = rows[name].take(take) if n_groups == rows.num_rows else _sum_maps_sorted(gid, n_groups,
+                                                                                               rows[name])
     return pa.table({n: cols[n] for n in names})
 
 
