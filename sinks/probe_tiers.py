@@ -27,10 +27,12 @@ from schemas.minute_tier import merge_tier_rows, minute_rows
 from sinks.clickhouse import Store
 
 MINUTE_TABLE = "probes_1m"
-MINUTE_KEYS = ("minute", "pinglist", "prober_rnic", "responder_rnic")
+# Keys in each table's ORDER BY order (schemas/ddl/005): the merged rows come out sorted by them, which
+# the engine detects on insert and then neither sorts nor permutes the block.
+MINUTE_KEYS = ("pinglist", "prober_rnic", "responder_rnic", "minute")
 HOURLY_KEYS: dict[str, tuple[str, ...]] = {
-    "probes_1h_rnic": ("hour", "prober_rnic", "responder_rnic"),
-    "probes_1h_tor": ("hour", "prober_tor", "responder_tor", "pinglist"),
+    "probes_1h_rnic": ("prober_rnic", "responder_rnic", "hour"),
+    "probes_1h_tor": ("prober_tor", "responder_tor", "pinglist", "hour"),
 }
 TIER_TABLES = (MINUTE_TABLE, *HOURLY_KEYS)
 # The tier rows of one insert are merged per key already: the engine's merge-on-insert (sorting and

@@ -156,6 +156,10 @@ def test_the_writers_merge_equals_the_workers_merge(rows):
     })
     key = ["minute", "pinglist", "prober_rnic", "responder_rnic"]
     want = sorted(merge_minute_rows(t).to_pylist(), key=lambda r: [r[k] for k in key])
-    got = sorted(writer_merge(t).to_pylist(), key=lambda r: [r[k] for k in key])
+    merged = writer_merge(t)
+    # in probes_1m's ORDER BY order (pinglist, prober, responder, minute), so the engine need not sort the block
+    order_by = [(r["pinglist"], r["prober_rnic"], r["responder_rnic"], r["minute"]) for r in merged.to_pylist()]
+    assert order_by == sorted(order_by) and len(set(order_by)) == len(order_by)
+    got = sorted(merged.to_pylist(), key=lambda r: [r[k] for k in key])
     assert got == want
     assert sum(r["probes"] for r in got) == sum(r[4] + len(r[5]) for r in rows)
