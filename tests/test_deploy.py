@@ -52,7 +52,8 @@ def test_units_verify_clean_against_the_checkouts_venv(units):
 
 
 def test_units_restart_always_and_hold_only_the_privilege_table(units):
-    wanted = {"fabricscope-worker.service": "", "fabricscope-sink.service": "", "fabricscope-alerts.service": "",
+    wanted = {"fabricscope-worker.service": "", "fabricscope-reducer.service": "", "fabricscope-sink.service": "",
+              "fabricscope-alerts.service": "",
               "fabricscope-agent@.service": "CAP_NET_ADMIN", "fabricscope-hostping.service": "CAP_SYSLOG"}
     assert set(wanted) == set(UNITS)
     for name, caps in wanted.items():
@@ -96,7 +97,7 @@ def test_manifests_agents_daemonset_capabilities_and_config_from_configmap_and_s
                     "responder": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
                     "hostping": {"drop": ["ALL"], "add": ["SYSLOG"]}}
     assert ds["hostNetwork"] is True
-    for name in ("fabricscope-worker", "fabricscope-sink"):
+    for name in ("fabricscope-worker", "fabricscope-reducer", "fabricscope-sink"):
         spec = by[("Deployment", name)]["spec"]["template"]["spec"]
         assert spec["securityContext"]["runAsNonRoot"] is True
         for c in spec["containers"]:

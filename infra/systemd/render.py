@@ -15,7 +15,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 UNITS = ("fabricscope-agent@.service", "fabricscope-hostping.service", "fabricscope-worker.service",
-         "fabricscope-sink.service", "fabricscope-alerts.service")
+         "fabricscope-reducer.service", "fabricscope-sink.service", "fabricscope-alerts.service")
 
 
 def render(venv: Path, out: Path, etc: Path = Path("/etc/fabricscope")) -> list[Path]:
