@@ -376,32 +376,58 @@ class PathIndex:
         n = probes.num_rows
         if n == 0 or not self._pos:
             return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        s, t = self._address_ids(probes["src_ip"]), self._address_ids(probes["dst_ip"])
+        # the batch's distinct 5-tuples (a window's probes repeat each a few times): one hash pass over
+        # an int64 per row (the two addresses' batch codes and the ports), then the lookups per tuple
+        src, s_ids = self._address_codes(probes["src_ip"])
+        dst, t_ids = self._address_codes(probes["dst_ip"])
+        pair = src * len(t_ids) + dst
+        if len(s_ids) * len(t_ids) >= 1 << 31:  # too many addresses for 31 bits: number the pairs first
+            pair = _numpy(pc.dictionary_encode(pa.array(pair, pa.int64())).indices).astype(np.int64)
+            pair_s, pair_t = np.zeros(int(pair.max()) + 1, np.int64), np.zeros(int(pair.max()) + 1, np.int64)
+            pair_s[pair], pair_t[pair] = src, dst
+        else:
+            pair_s = pair_t = None
+        sport = _numpy(probes["src_port"]).astype(np.int64)
+        dport = _numpy(probes["dst_port"]).astype(np.int64)
+        d = pc.dictionary_encode(pa.array((pair << 32) | (sport << 16) | dport, pa.int64()))
+        u = _numpy(d.dictionary).astype(np.int64)
+        up = u >> 32
+        us, ut = (up // len(t_ids), up % len(t_ids)) if pair_s is None else (pair_s[up], pair_t[up])
+        fwd, rev, used = self._tuple_hops(s_ids[us], t_ids[ut], (u >> 16) & 0xFFFF, u & 0xFFFF)
+        at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
+        self._used(used, int(at or 0))  # no eviction here: the ids stay valid until sweep()
+        rows = _numpy(d.indices)
+        return fwd[rows], rev[rows]
+
+    def _tuple_hops(self, s: np.ndarray, t: np.ndarray, sport: np.ndarray, dport: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Forward and ACK hop ids of 5-tuples given as index address ids (-1: unknown) and ports, and
+        the entries they used. Two hash lookups (``pyarrow.compute.index_in``) of int64 keys: address
+        pairs among the pair ids, then the three 5-tuples (forward; reverse with the probe's ports, with
+        the ports swapped) among the entries' keys."""
+        m = len(s)
         known = (s >= 0) & (t >= 0)
         pk = np.concatenate([(s << 31) | t, (t << 31) | s])
         pid = _positions(np.where(np.concatenate([known, known]), pk, -2), self._pair_keys)
-        sport = _numpy(probes["src_port"]).astype(np.int64)
-        dport = _numpy(probes["dst_port"]).astype(np.int64)
-        f_pid, r_pid = pid[:n], pid[n:]
+        f_pid, r_pid = pid[:m], pid[m:]
         q = np.concatenate([(f_pid << 33) | (sport << 16) | dport,
                             (r_pid << 33) | (1 << 32) | (sport << 16) | dport,
                             (r_pid << 33) | (1 << 32) | (dport << 16) | sport])
         e = _positions(np.where(np.concatenate([f_pid, r_pid, r_pid]) >= 0, q, -2), self._ekey)
-        fwd, rev, swapped = e[:n], e[n:2 * n], e[2 * n:]
+        fwd, rev, swapped = e[:m], e[m:2 * m], e[2 * m:]
         rev = np.where(rev >= 0, rev, swapped)
         out = [np.where(x >= 0, self._ehop[x], 0) for x in (fwd, rev)]  # not found (-1): '' (id 0)
-        at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
-        self._used(e[e >= 0], int(at or 0))  # no eviction here: the ids stay valid until sweep()
-        return out[0], out[1]
+        return out[0], out[1], e[e >= 0]
 
-    def _address_ids(self, col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-        """Index address id of each value (-1: unknown or null); a hash lookup per distinct value."""
+    def _address_codes(self, col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(batch code of each value, the index address id of each code (-1: unknown)); nulls get the last
+        code, whose id is -1. A hash pass over the rows, a lookup per distinct address."""
         d = pc.dictionary_encode(_combine(col))
         if len(self._ip_arr) < len(self._ip):  # addresses are only added (ids never change)
             self._ip_arr = pa.array(list(self._ip), pa.string())
         lut = _numpy(pc.fill_null(pc.index_in(d.dictionary, value_set=self._ip_arr), -1)).astype(np.int64)
-        idx = _numpy(pc.fill_null(d.indices, len(d.dictionary)))
-        return np.concatenate([lut, [-1]])[idx]
+        codes = _numpy(pc.fill_null(d.indices, len(d.dictionary))).astype(np.int64)
+        return codes, np.concatenate([lut, [-1]])
 
     def hop_strings(self) -> pa.Array:
         """Hop string of every hop id (:meth:`hop_ids`): a string array, ``[0]`` is ''."""
