@@ -130,6 +130,7 @@ class PathIndex:
         self._trace_ns: list[int] = []
         self._complete: list[bool] = []
         self._trace: list[str] = []  # hops as traced; ``_hops`` holds them resolved (incomplete traces)
+        self._dark: set[int] = set()  # entries whose trace is incomplete (few: a fault's)
         self._ends = _TraceEnds()
         self._used_ns = np.zeros(0, dtype=np.int64)
         self._now_ns = 0
@@ -158,7 +159,11 @@ class PathIndex:
         return len(self._pos)
 
     def update(self, paths: pa.Table) -> None:
-        """Fold a ``path.v1`` batch in (newer ``trace_ns`` wins per direction and 5-tuple): O(rows of the batch)."""
+        """Fold a ``path.v1`` batch in (newer ``trace_ns`` wins per direction and 5-tuple): O(rows of the batch).
+
+        Incomplete traces are resolved (:meth:`_resolve`) when they arrive; the ones already held are
+        resolved again only when the batch's complete traces taught something new about the fabric
+        (:meth:`_TraceEnds.learn`), since nothing else changes their resolution: no pass over the index."""
         if paths.num_rows == 0:
             return
         cols = [paths[c].to_pylist() for c in (*_COLS, "hops", "trace_ns")]
@@ -167,7 +172,7 @@ class PathIndex:
         grown = []
         new_rows: list[int] = []
         changed: list[int] = []
-        dark = False
+        touched: list[int] = []  # incomplete traces new or replaced in this batch
         for j, (*key, hops, trace_ns, done) in enumerate(zip(*cols, complete, strict=True)):
             k = tuple(key)
             i = self._pos.get(k)
@@ -181,6 +186,9 @@ class PathIndex:
                 self._trace.append(hops)
                 self._trace_ns.append(trace_ns)
                 self._complete.append(done)
+                if not done:
+                    self._dark.add(len(self._keys) - 1)
+                    touched.append(len(self._keys) - 1)
             else:
                 # a complete trace beats an incomplete one (a silent fault does not reroute); else newer wins,
                 # ties to the smaller hop string
@@ -189,28 +197,32 @@ class PathIndex:
                         trace_ns > old_ns or (trace_ns == old_ns and hops < self._trace[i]))):
                     self._hops[i], self._trace[i], self._trace_ns[i], self._complete[i] = hops, hops, trace_ns, done
                     changed.append(i)
-            dark |= not done
+                    if done:
+                        self._dark.discard(i)
+                    else:
+                        self._dark.add(i)
+                        touched.append(i)
         start = len(self._ekey)
         self._ekey = np.concatenate([self._ekey, self._tuple_keys(paths.take(pa.array(new_rows, pa.int64())))])
         self._ehop = np.concatenate([self._ehop, self._hop_ids_of(self._hops[start:])])
         if changed:
             self._ehop[changed] = self._hop_ids_of([self._hops[i] for i in changed])
         ok = [j for j, d in enumerate(complete) if d]
-        self._ends.learn([cols[1][j] for j in ok], [cols[2][j] for j in ok], [cols[5][j] for j in ok])
-        if dark or False in self._complete:  # a C-level scan: no Python step per entry
-            self._resolve()
+        learnt = self._ends.learn([cols[1][j] for j in ok], [cols[2][j] for j in ok], [cols[5][j] for j in ok])
+        if learnt and self._dark:
+            self._resolve(sorted(self._dark))
+        elif touched:
+            self._resolve(sorted(set(touched)))
         if grown:  # a fresh trace counts as a use: the tuple is on a pinglist now
             self._used_ns = np.concatenate([self._used_ns, np.asarray(grown, dtype=np.int64)])
         self._now_ns = max(self._now_ns, int(max(cols[-1])))
         self._latest = None
 
-    def _resolve(self) -> None:
-        """Complete the tails of incomplete traces from the complete ones where the next hop is unique
-        (the module docstring), else ``X,*``. Loops over incomplete entries only (few: a fault's)."""
+    def _resolve(self, entries: list[int]) -> None:
+        """Complete the tails of the incomplete traces of ``entries`` (ascending) from the complete ones
+        where the next hop is unique (the module docstring), else ``X,*``."""
         ends = self._ends
-        for i, done in enumerate(self._complete):
-            if done:
-                continue
+        for i in entries:
             hops = [x for x in (self._trace[i] or "").split(",") if x and x != NO_ANSWER]
             dst = ends.ip_rnic.get(self._keys[i][2])
             tor = ends.tor_of.get(dst) if dst else None
@@ -276,6 +288,7 @@ class PathIndex:
         self._trace_ns = [self._trace_ns[i] for i in keep]
         self._complete = [self._complete[i] for i in keep]
         self._trace = [self._trace[i] for i in keep]
+        self._dark = {j for j, done in enumerate(self._complete) if not done}
         self._used_ns = self._used_ns[keep]
         self._pos = {k: j for j, k in enumerate(self._keys)}
         self._ekey, self._ehop = self._ekey[keep], self._ehop[keep]
@@ -517,17 +530,21 @@ class _TraceEnds:
                 if u != node and mine <= kids and (u, tor) in self.desc}
         return ways.pop() if len(ways) == 1 else None
 
-    def learn(self, src_ip: list[str], dst_ip: list[str], hops: list[str]) -> None:
-        """Fold in complete traces (their addresses and hop strings)."""
+    def learn(self, src_ip: list[str], dst_ip: list[str], hops: list[str]) -> bool:
+        """Fold in complete traces (their addresses and hop strings); whether anything changed (only then
+        can an incomplete trace resolve differently)."""
         if not hops:
-            return
+            return False
+        before = (len(self.tor_of), len(self.ip_rnic), len(self.desc), sum(len(v) for v in self.below.values()))
+        moved = False
         for h in set(hops):
             p = (h or "").split(",")
             n = len(p)
             if n < 3:
                 continue
-            self.tor_of[p[0]] = p[1]
-            self.tor_of[p[-1]] = p[-2]
+            for rnic, tor in ((p[0], p[1]), (p[-1], p[-2])):
+                moved |= self.tor_of.get(rnic, tor) != tor  # a re-cabled RNIC: a new ToR
+                self.tor_of[rnic] = tor
             for j in range((n - 1) // 2, n - 2):
                 self.desc.setdefault((p[j], p[-2]), tuple(p[j + 1:-1]))
                 self.below.setdefault(p[j], set()).add(p[j + 1])
@@ -536,6 +553,8 @@ class _TraceEnds:
                 p = (h or "").split(",")
                 self.ip_rnic.setdefault(s_ip, p[0])
                 self.ip_rnic.setdefault(d_ip, p[-1])
+        after = (len(self.tor_of), len(self.ip_rnic), len(self.desc), sum(len(v) for v in self.below.values()))
+        return moved or after != before
 
 
 def attach_paths(probes: pa.Table, paths: pa.Table | PathIndex | None) -> pa.Table:
