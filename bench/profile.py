@@ -1,7 +1,8 @@
 """`fabricscope bench profile`: where the RTT worker spends its time on one probe batch (cProfile).
 
-The worker's work per step is :func:`streams.runtime.probe_step.process_step`: per message
-:func:`streams.runtime.probe_batch.process_probe_message` (decode, validate, decompose), then
+The worker's work per step is :func:`streams.runtime.probe_step.process_step`: per message decode,
+then over the step's rows :func:`streams.runtime.probe_batch.process_probe_messages` (validate,
+decompose, split back per message), then
 once per step the minute tier, the raw retention and :func:`streams.pingmesh.reducer.batch_partials`
 (split by window, summarize: path lookup, key encoding, group-by sums, links; serialise the
 partial). This runs both on simulated batches of a 1,024-RNIC fabric (real paths in the path
@@ -22,7 +23,7 @@ import pyarrow as pa
 
 STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "decode (IPC -> Arrow)": ("schemas/codec.py", ("decode",)),
-    "validate (split_probes)": ("streams/pingmesh/validate.py", ("split_probes",)),
+    "validate (broken_rules)": ("streams/pingmesh/validate.py", ("broken_rules",)),
     "decompose (t1..t6 -> RTTs)": ("streams/pingmesh/rtt.py", ("decompose",)),
     "split_by_window": ("streams/pingmesh/windows.py", ("split_by_window",)),
     "summarize (all of the partial)": ("streams/pingmesh/partial.py", ("summarize",)),

@@ -58,3 +58,40 @@ def test_a_tuple_no_probe_used_for_two_rotation_periods_is_evicted():
     index.update(_paths([("forward", "10.0.0.2", "10.0.1.2", 50001, "c,S3,d", T0 + 4 * HOUR_NS)]))
     t = attach_paths(_probes([("10.0.0.2", "10.0.1.2", 50001)], T0 + 4 * HOUR_NS), index)
     assert t["fwd_hops"].to_pylist() == ["c,S3,d"]
+
+
+def _traced(rows: list[tuple], complete: list[bool]) -> pa.Table:
+    return _paths(rows).append_column("complete", pa.array(complete))
+
+
+def test_an_incomplete_trace_is_resolved_on_arrival_and_again_only_when_the_fabric_teaches_something_new():
+    # two ToRs (T1: R1, R2; T2: R3, R4) under spines S1, S2; addresses 10.0.0.N of RN
+    index = PathIndex()
+    resolved: list[list[int]] = []
+    resolve = index._resolve
+
+    def spy(entries: list[int]) -> None:
+        resolved.append(list(entries))
+        resolve(entries)
+
+    index._resolve = spy  # type: ignore[method-assign]
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 1, "R1,T1,S1,T2,R3", T0),
+                          ("forward", "10.0.0.2", "10.0.0.4", 2, "R2,T1,S2,T2,R4", T0)], [True, True]))
+    assert resolved == []  # no incomplete trace: nothing to resolve
+    # S1 answered, then nothing: T2 is R4's ToR and S1's only way down to T2 is known, so the tail is filled in
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.4", 3, "R1,T1,S1", T0 + 1)], [False]))
+    # T1 answered, then nothing: which spine is next is not unique, so the path ends in the pseudo-link T1->*
+    index.update(_traced([("forward", "10.0.0.2", "10.0.0.3", 4, "R2,T1", T0 + 2)], [False]))
+    assert resolved == [[2], [3]]  # each on arrival, alone
+    hops = dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
+    assert hops[3] == "R1,T1,S1,T2,R4" and hops[4] == "T1,*"
+    # new complete traces over known links and addresses teach nothing: the held incomplete ones stay as they are
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 5, "R1,T1,S1,T2,R3", T0 + 3)], [True]))
+    assert resolved == [[2], [3]]
+    # a new RNIC (R5 on T2, 10.0.0.5) is news: every held incomplete trace is resolved again
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.5", 6, "R1,T1,S2,T2,R5", T0 + 4)], [True]))
+    assert resolved == [[2], [3], [2, 3]]
+    # a complete trace of a tuple replaces its incomplete one: it is no longer resolved
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.4", 3, "R1,T1,S1,T2,R4", T0 + 5),
+                          ("forward", "10.0.0.1", "10.0.0.6", 7, "R1,T1,S1,T2,R6", T0 + 5)], [True, True]))
+    assert resolved == [[2], [3], [2, 3], [3]]

@@ -201,7 +201,11 @@ def _coverage(ctx: WindowContext, fps: Mapping[str, Footprint], down: set[str], 
         cov_rows.append({"window_start_ns": ws, "window_end_ns": we,
                          **coverage_row(job, fps[job], known, cross_map, down, cfg.coverage)})
         known |= fps[job].flows
+        state.job_seen_ns[job] = ws
     for job in sorted(set(state.job_flows) - set(fps)):
+        if ws - state.job_seen_ns.setdefault(job, ws) >= cfg.coverage.job_retention_ns:  # ended: forget it
+            del state.job_flows[job], state.job_seen_ns[job]
+            continue
         cov_rows.append({"window_start_ns": ws, "window_end_ns": we, "job_id": job,
                          "connections_expected": len(state.job_flows[job]), "connections_probed": 0,
                          "links_total": 0, "links_covered": 0, "agents_silent": "", "sufficient": False})

@@ -38,7 +38,9 @@ class AnalyzerState:
         host_baseline: (host, role) → p50 responder/prober delay baseline (ns).
         flow_baseline: table ``flow``, ``baseline_ns``: P99 network RTT baseline per flow.
         recent: (kind, location) → (verdict_id, window_start_ns) of the last 60 s, for revisions.
-        job_flows: job → connections seen in earlier windows (coverage's denominator).
+        job_flows: job → connections seen in earlier windows (coverage's denominator); a job unseen for
+            ``CoverageConfig.job_retention_ns`` is dropped, so this holds the running jobs, not every job.
+        job_seen_ns: job → start (ns) of the newest window with service probes of it.
         rnic_host: RNIC → host, learnt from probe rows.
     """
 
@@ -47,6 +49,7 @@ class AnalyzerState:
     flow_baseline: pa.Table | None = None
     recent: dict[tuple[str, str], tuple[str, int]] = field(default_factory=dict)
     job_flows: dict[str, set[str]] = field(default_factory=dict)
+    job_seen_ns: dict[str, int] = field(default_factory=dict)
     rnic_host: dict[str, str] = field(default_factory=dict)
 
 

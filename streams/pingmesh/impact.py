@@ -123,11 +123,15 @@ class CoverageConfig:
         min_connection_share: share of the job's known connections probed in the window (0.8).
         min_link_share: share of the job's links crossed by at least ``min_link_probes`` probes (0.8).
         min_link_probes: probes a link needs in the window to count as covered (10).
+        job_retention_ns: a job no service probe has named for this long (event time) has ended: its
+            known connections are forgotten and it gets no more coverage rows (2 h: two inter-ToR rotation
+            periods, as long as the worker's path index keeps an unprobed 5-tuple).
     """
 
     min_connection_share: float = 0.8
     min_link_share: float = 0.8
     min_link_probes: int = 10
+    job_retention_ns: int = 2 * 3_600_000_000_000
 
 
 def coverage_row(job: str, fp: Footprint, known_flows: set[str], crossing: Mapping[str, int],

@@ -133,6 +133,7 @@ class PathIndex:
         self._trace_ns: list[int] = []
         self._complete: list[bool] = []
         self._trace: list[str] = []  # hops as traced; ``_hops`` holds them resolved (incomplete traces)
+        self._dark: set[int] = set()  # entries whose trace is incomplete (few: a fault's)
         self._ends = _TraceEnds()
         self._used_ns = np.zeros(0, dtype=np.int64)
         self._now_ns = 0
@@ -161,7 +162,11 @@ class PathIndex:
         return len(self._pos)
 
     def update(self, paths: pa.Table) -> None:
-        """Fold a ``path.v1`` batch in (newer ``trace_ns`` wins per direction and 5-tuple): O(rows of the batch)."""
+        """Fold a ``path.v1`` batch in (newer ``trace_ns`` wins per direction and 5-tuple): O(rows of the batch).
+
+        Incomplete traces are resolved (:meth:`_resolve`) when they arrive; the ones already held are
+        resolved again only when the batch's complete traces taught something new about the fabric
+        (:meth:`_TraceEnds.learn`), since nothing else changes their resolution: no pass over the index."""
         if paths.num_rows == 0:
             return
         cols = [paths[c].to_pylist() for c in (*_COLS, "hops", "trace_ns")]
@@ -170,7 +175,7 @@ class PathIndex:
         grown = []
         new_rows: list[int] = []
         changed: list[int] = []
-        dark = False
+        touched: list[int] = []  # incomplete traces new or replaced in this batch
         for j, (*key, hops, trace_ns, done) in enumerate(zip(*cols, complete, strict=True)):
             k = tuple(key)
             i = self._pos.get(k)
@@ -184,6 +189,9 @@ class PathIndex:
                 self._trace.append(hops)
                 self._trace_ns.append(trace_ns)
                 self._complete.append(done)
+                if not done:
+                    self._dark.add(len(self._keys) - 1)
+                    touched.append(len(self._keys) - 1)
             else:
                 # a complete trace beats an incomplete one (a silent fault does not reroute); else newer wins,
                 # ties to the smaller hop string
@@ -192,28 +200,32 @@ class PathIndex:
                         trace_ns > old_ns or (trace_ns == old_ns and hops < self._trace[i]))):
                     self._hops[i], self._trace[i], self._trace_ns[i], self._complete[i] = hops, hops, trace_ns, done
                     changed.append(i)
-            dark |= not done
+                    if done:
+                        self._dark.discard(i)
+                    else:
+                        self._dark.add(i)
+                        touched.append(i)
         start = len(self._ekey)
         self._ekey = np.concatenate([self._ekey, self._tuple_keys(paths.take(pa.array(new_rows, pa.int64())))])
         self._ehop = np.concatenate([self._ehop, self._hop_ids_of(self._hops[start:])])
         if changed:
             self._ehop[changed] = self._hop_ids_of([self._hops[i] for i in changed])
         ok = [j for j, d in enumerate(complete) if d]
-        self._ends.learn([cols[1][j] for j in ok], [cols[2][j] for j in ok], [cols[5][j] for j in ok])
-        if dark or False in self._complete:  # a C-level scan: no Python step per entry
-            self._resolve()
+        learnt = self._ends.learn([cols[1][j] for j in ok], [cols[2][j] for j in ok], [cols[5][j] for j in ok])
+        if learnt and self._dark:
+            self._resolve(sorted(self._dark))
+        elif touched:
+            self._resolve(sorted(set(touched)))
         if grown:  # a fresh trace counts as a use: the tuple is on a pinglist now
             self._used_ns = np.concatenate([self._used_ns, np.asarray(grown, dtype=np.int64)])
         self._now_ns = max(self._now_ns, int(max(cols[-1])))
         self._latest = None
 
-    def _resolve(self) -> None:
-        """Complete the tails of incomplete traces from the complete ones where the next hop is unique
-        (the module docstring), else ``X,*``. Loops over incomplete entries only (few: a fault's)."""
+    def _resolve(self, entries: list[int]) -> None:
+        """Complete the tails of the incomplete traces of ``entries`` (ascending) from the complete ones
+        where the next hop is unique (the module docstring), else ``X,*``."""
         ends = self._ends
-        for i, done in enumerate(self._complete):
-            if done:
-                continue
+        for i in entries:
             hops = [x for x in (self._trace[i] or "").split(",") if x and x != NO_ANSWER]
             dst = ends.ip_rnic.get(self._keys[i][2])
             tor = ends.tor_of.get(dst) if dst else None
@@ -279,6 +291,7 @@ class PathIndex:
         self._trace_ns = [self._trace_ns[i] for i in keep]
         self._complete = [self._complete[i] for i in keep]
         self._trace = [self._trace[i] for i in keep]
+        self._dark = {j for j, done in enumerate(self._complete) if not done}
         self._used_ns = self._used_ns[keep]
         self._pos = {k: j for j, k in enumerate(self._keys)}
         self._ekey, self._ehop = self._ekey[keep], self._ehop[keep]
@@ -379,32 +392,58 @@ class PathIndex:
         n = probes.num_rows
         if n == 0 or not self._pos:
             return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-        s, t = self._address_ids(probes["src_ip"]), self._address_ids(probes["dst_ip"])
+        # the batch's distinct 5-tuples (a window's probes repeat each a few times): one hash pass over
+        # an int64 per row (the two addresses' batch codes and the ports), then the lookups per tuple
+        src, s_ids = self._address_codes(probes["src_ip"])
+        dst, t_ids = self._address_codes(probes["dst_ip"])
+        pair = src * len(t_ids) + dst
+        if len(s_ids) * len(t_ids) >= 1 << 31:  # too many addresses for 31 bits: number the pairs first
+            pair = _numpy(pc.dictionary_encode(pa.array(pair, pa.int64())).indices).astype(np.int64)
+            pair_s, pair_t = np.zeros(int(pair.max()) + 1, np.int64), np.zeros(int(pair.max()) + 1, np.int64)
+            pair_s[pair], pair_t[pair] = src, dst
+        else:
+            pair_s = pair_t = None
+        sport = _numpy(probes["src_port"]).astype(np.int64)
+        dport = _numpy(probes["dst_port"]).astype(np.int64)
+        d = pc.dictionary_encode(pa.array((pair << 32) | (sport << 16) | dport, pa.int64()))
+        u = _numpy(d.dictionary).astype(np.int64)
+        up = u >> 32
+        us, ut = (up // len(t_ids), up % len(t_ids)) if pair_s is None else (pair_s[up], pair_t[up])
+        fwd, rev, used = self._tuple_hops(s_ids[us], t_ids[ut], (u >> 16) & 0xFFFF, u & 0xFFFF)
+        at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
+        self._used(used, int(at or 0))  # no eviction here: the ids stay valid until sweep()
+        rows = _numpy(d.indices)
+        return fwd[rows], rev[rows]
+
+    def _tuple_hops(self, s: np.ndarray, t: np.ndarray, sport: np.ndarray, dport: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Forward and ACK hop ids of 5-tuples given as index address ids (-1: unknown) and ports, and
+        the entries they used. Two hash lookups (``pyarrow.compute.index_in``) of int64 keys: address
+        pairs among the pair ids, then the three 5-tuples (forward; reverse with the probe's ports, with
+        the ports swapped) among the entries' keys."""
+        m = len(s)
         known = (s >= 0) & (t >= 0)
         pk = np.concatenate([(s << 31) | t, (t << 31) | s])
         pid = _positions(np.where(np.concatenate([known, known]), pk, -2), self._pair_keys)
-        sport = _numpy(probes["src_port"]).astype(np.int64)
-        dport = _numpy(probes["dst_port"]).astype(np.int64)
-        f_pid, r_pid = pid[:n], pid[n:]
+        f_pid, r_pid = pid[:m], pid[m:]
         q = np.concatenate([(f_pid << 33) | (sport << 16) | dport,
                             (r_pid << 33) | (1 << 32) | (sport << 16) | dport,
                             (r_pid << 33) | (1 << 32) | (dport << 16) | sport])
         e = _positions(np.where(np.concatenate([f_pid, r_pid, r_pid]) >= 0, q, -2), self._ekey)
-        fwd, rev, swapped = e[:n], e[n:2 * n], e[2 * n:]
+        fwd, rev, swapped = e[:m], e[m:2 * m], e[2 * m:]
         rev = np.where(rev >= 0, rev, swapped)
         out = [np.where(x >= 0, self._ehop[x], 0) for x in (fwd, rev)]  # not found (-1): '' (id 0)
-        at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
-        self._used(e[e >= 0], int(at or 0))  # no eviction here: the ids stay valid until sweep()
-        return out[0], out[1]
+        return out[0], out[1], e[e >= 0]
 
-    def _address_ids(self, col: pa.ChunkedArray | pa.Array) -> np.ndarray:
-        """Index address id of each value (-1: unknown or null); a hash lookup per distinct value."""
+    def _address_codes(self, col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+        """(batch code of each value, the index address id of each code (-1: unknown)); nulls get the last
+        code, whose id is -1. A hash pass over the rows, a lookup per distinct address."""
         d = pc.dictionary_encode(_combine(col))
         if len(self._ip_arr) < len(self._ip):  # addresses are only added (ids never change)
             self._ip_arr = pa.array(list(self._ip), pa.string())
         lut = _numpy(pc.fill_null(pc.index_in(d.dictionary, value_set=self._ip_arr), -1)).astype(np.int64)
-        idx = _numpy(pc.fill_null(d.indices, len(d.dictionary)))
-        return np.concatenate([lut, [-1]])[idx]
+        codes = _numpy(pc.fill_null(d.indices, len(d.dictionary))).astype(np.int64)
+        return codes, np.concatenate([lut, [-1]])
 
     def hop_strings(self) -> pa.Array:
         """Hop string of every hop id (:meth:`hop_ids`): a string array, ``[0]`` is ''."""
@@ -494,17 +533,21 @@ class _TraceEnds:
                 if u != node and mine <= kids and (u, tor) in self.desc}
         return ways.pop() if len(ways) == 1 else None
 
-    def learn(self, src_ip: list[str], dst_ip: list[str], hops: list[str]) -> None:
-        """Fold in complete traces (their addresses and hop strings)."""
+    def learn(self, src_ip: list[str], dst_ip: list[str], hops: list[str]) -> bool:
+        """Fold in complete traces (their addresses and hop strings); whether anything changed (only then
+        can an incomplete trace resolve differently)."""
         if not hops:
-            return
+            return False
+        before = (len(self.tor_of), len(self.ip_rnic), len(self.desc), sum(len(v) for v in self.below.values()))
+        moved = False
         for h in set(hops):
             p = (h or "").split(",")
             n = len(p)
             if n < 3:
                 continue
-            self.tor_of[p[0]] = p[1]
-            self.tor_of[p[-1]] = p[-2]
+            for rnic, tor in ((p[0], p[1]), (p[-1], p[-2])):
+                moved |= self.tor_of.get(rnic, tor) != tor  # a re-cabled RNIC: a new ToR
+                self.tor_of[rnic] = tor
             for j in range((n - 1) // 2, n - 2):
                 self.desc.setdefault((p[j], p[-2]), tuple(p[j + 1:-1]))
                 self.below.setdefault(p[j], set()).add(p[j + 1])
@@ -513,6 +556,8 @@ class _TraceEnds:
                 p = (h or "").split(",")
                 self.ip_rnic.setdefault(s_ip, p[0])
                 self.ip_rnic.setdefault(d_ip, p[-1])
+        after = (len(self.tor_of), len(self.ip_rnic), len(self.desc), sum(len(v) for v in self.below.values()))
+        return moved or after != before
 
 
 def attach_paths(probes: pa.Table, paths: pa.Table | PathIndex | None) -> pa.Table:

@@ -19,13 +19,14 @@ from schemas.arrow_pa import arrow_schema
 ENRICHED = "probe_enriched.v1"
 
 
-def decompose(probes: pa.Table, batch_id: str) -> pa.Table:
+def decompose(probes: pa.Table, batch_id: str | pa.Array) -> pa.Table:
     """Add ``network_rtt_ns``, ``responder_delay_ns``, ``prober_delay_ns`` and ``batch_id``.
 
     Args:
         probes: a ``probe.v1`` table (n rows); t1..t6 int64 ns, nullable.
         batch_id: identity of the source batch (``topic/partition/offset``), the
-            dedup key of the store.
+            dedup key of the store; or one per row (a string array of n values: rows of many
+            source batches decomposed in one pass).
 
     Returns:
         A ``probe_enriched.v1`` table of n rows. Rows with status ``timeout`` or a
@@ -43,6 +44,7 @@ def decompose(probes: pa.Table, batch_id: str) -> pa.Table:
         probes.append_column("network_rtt_ns", network)
         .append_column("responder_delay_ns", responder)
         .append_column("prober_delay_ns", prober)
-        .append_column("batch_id", pa.array([batch_id] * probes.num_rows, pa.string()))
+        .append_column("batch_id", pa.array([batch_id] * probes.num_rows, pa.string())
+                       if isinstance(batch_id, str) else batch_id)
     )
     return pa.Table.from_arrays(out.columns, schema=arrow_schema(ENRICHED))

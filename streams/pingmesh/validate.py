@@ -57,16 +57,19 @@ def _rule_masks(t: pa.Table) -> list[tuple[str, pa.Array]]:
     return rules
 
 
-def split_probes(t: pa.Table, known_rnics: set[str] | None = None) -> Split:
-    """Split a ``probe.v1`` table into good and bad rows.
+def broken_rules(t: pa.Table, known_rnics: set[str] | None = None,
+                 batch: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
+    """The first rule each row of a ``probe.v1`` table breaks (the rules of :func:`split_probes`).
 
-    Rules: required fields present; enumerations valid; for ``ok`` rows all of
-    t1..t6 present, no negative or absurd (> 10 s) span on any clock, and
-    t4−t3 ≤ t5−t2; prober and responder RNIC in ``known_rnics`` when given;
-    no repeated (agent_id, seq) inside the batch.
+    Args:
+        t: ``probe.v1`` rows, maybe of several source batches.
+        known_rnics: the registry's RNICs, or None (no RNIC rule).
+        batch: per row, the source batch it came from (any integers; None: one batch). Repeats of
+            ``(agent_id, seq)`` count only inside one batch, so rows of many messages are checked in one
+            pass with the same outcome as message by message.
 
     Returns:
-        :class:`Split`; ``reasons[i]`` explains ``bad`` row i (the first rule it broke).
+        ``(rule, texts)``: int32 per row, an index into ``texts`` (0: no rule broken, ``texts[0]`` is '').
     """
     n = t.num_rows
     # the first rule each row breaks, as an index into ``texts`` (0: none): integer arrays, no per-row objects
@@ -87,18 +90,59 @@ def split_probes(t: pa.Table, known_rnics: set[str] | None = None) -> Split:
                 texts.append(f"unknown RNIC {bad_names[int(i)].as_py()!r} in {col} (not in the registry)")
                 rule[i] = len(texts) - 1
     if n:
-        # integer keys (dictionary id of the agent, seq), sorted stably: a row equal to the one before it
-        # is a repeat (the first occurrence stays good); no per-row strings
-        agent = pc.fill_null(t["agent_id"], "").combine_chunks().dictionary_encode().indices.to_numpy(
-            zero_copy_only=False)
-        seq = np.asarray(pc.fill_null(t["seq"], 0).to_numpy(zero_copy_only=False), dtype=np.uint64)
-        order = np.lexsort((seq, agent))
-        repeat = np.zeros(n, dtype=bool)
-        repeat[order[1:]] = (agent[order[1:]] == agent[order[:-1]]) & (seq[order[1:]] == seq[order[:-1]])
-        if repeat.any():
+        repeat = _repeats(t, batch)
+        if repeat is not None:
             texts.append("duplicate (agent_id, seq) in the batch")
             rule[repeat & (rule == 0)] = len(texts) - 1
+    return rule, texts
+
+
+def _repeats(t: pa.Table, batch: np.ndarray | None) -> np.ndarray | None:
+    """Rows whose (batch, agent_id, seq) an earlier row has (the first occurrence stays good); None if none.
+
+    Integer keys (dictionary id of the agent, seq), no per-row strings. Common case first: batch, agent
+    and seq packed into one int64 and sorted (numpy's plain sort, no argsort) finds no two equal; only
+    when it does (or the values do not fit) are the repeats found by a stable sort of the rows.
+    """
+    n = t.num_rows
+    agent = pc.fill_null(t["agent_id"], "").combine_chunks().dictionary_encode().indices.to_numpy(
+        zero_copy_only=False).astype(np.int64)
+    seq = np.asarray(pc.fill_null(t["seq"], 0).to_numpy(zero_copy_only=False), dtype=np.uint64)
+    group = agent if batch is None else (np.asarray(batch, dtype=np.int64) - int(np.min(batch))) * (
+        int(agent.max()) + 1) + agent
+    seq_bits = max(int(seq.max()), 1).bit_length()
+    if seq_bits + max(int(group.max()), 1).bit_length() <= 63:
+        packed = (group << seq_bits) | seq.astype(np.int64)
+        packed.sort()
+        if not (packed[1:] == packed[:-1]).any():
+            return None
+    order = np.lexsort((seq, group))
+    repeat = np.zeros(n, dtype=bool)
+    repeat[order[1:]] = (group[order[1:]] == group[order[:-1]]) & (seq[order[1:]] == seq[order[:-1]])
+    return repeat if repeat.any() else None
+
+
+def split_probes(t: pa.Table, known_rnics: set[str] | None = None) -> Split:
+    """Split a ``probe.v1`` table into good and bad rows.
+
+    Rules: required fields present; enumerations valid; for ``ok`` rows all of
+    t1..t6 present, no negative or absurd (> 10 s) span on any clock, and
+    t4−t3 ≤ t5−t2; prober and responder RNIC in ``known_rnics`` when given;
+    no repeated (agent_id, seq) inside the batch.
+
+    Returns:
+        :class:`Split`; ``reasons[i]`` explains ``bad`` row i (the first rule it broke).
+    """
+    rule, texts = broken_rules(t, known_rnics)
+    return split_by_rule(t, rule, texts)
+
+
+def split_by_rule(t: pa.Table, rule: np.ndarray, texts: list[str]) -> Split:
+    """:class:`Split` of ``t`` by the first broken rule of each row (:func:`broken_rules`)."""
+    n = t.num_rows
     bad_mask = rule != 0
+    if not bad_mask.any():
+        return Split(t, t.slice(0, 0), [], [])
     bad_idx = np.nonzero(bad_mask)[0]
     good_idx = np.nonzero(~bad_mask)[0]
     reason = np.asarray(texts, dtype=object)[rule[bad_idx]]

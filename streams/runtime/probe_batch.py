@@ -9,11 +9,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 from schemas.codec import CodecError, decode
 from streams.pingmesh.rtt import decompose
-from streams.pingmesh.validate import split_probes
+from streams.pingmesh.validate import broken_rules, split_by_rule
 from streams.runtime.deadletter import bad_rows, whole_message
 
 log = logging.getLogger("fabricscope.rtt")
@@ -38,19 +39,60 @@ def process_probe_message(
     store's dedup token), so reprocessing the same message writes nothing twice.
     Errors never raise: they become dead-letter rows with the reason, and are logged.
     """
-    try:
-        key, table = decode(payload, header_schema)
-        if key != PROBE:
-            raise CodecError(f"topic {topic} carries {PROBE}, got {key}")
-    except CodecError as err:
-        log.error("dead letter %s/%d/%d: %s", topic, partition, offset, err)
-        return BatchResult(None, whole_message(topic, partition, offset, header_schema or "", str(err), payload))
-    split = split_probes(table, known_rnics)
-    dead = None
-    if split.bad.num_rows:
-        for r in sorted(set(split.reasons)):
-            log.error("dead letter %s/%d/%d: %d rows: %s", topic, partition, offset, split.reasons.count(r), r)
-        dead = bad_rows(topic, partition, offset, key, split.bad, split.reasons, split.bad_index)
-    enriched = decompose(split.good, f"{topic}/{partition}/{offset}") if split.good.num_rows else None
-    return BatchResult(enriched, dead)
+    return process_probe_messages([(payload, header_schema, topic, partition, offset)], known_rnics)[0]
 
+
+
+def process_probe_messages(
+    messages: list[tuple[bytes, str | None, str, int, int]], known_rnics: set[str] | None = None,
+) -> list[BatchResult]:
+    """:func:`process_probe_message` for each of many messages ``(payload, header schema, topic, partition,
+    offset)``, with the same results, validating and decomposing all their rows in one pass.
+
+    Each message is decoded on its own (an undecodable message dead-letters alone); the rules and the
+    decomposition then run once over the rows of every decoded message (repeats of ``(agent_id, seq)``
+    count per message, :func:`streams.pingmesh.validate.broken_rules`), and the rows are split back per
+    message: a fixed cost per kernel call is paid once per step, not once per message.
+    """
+    results: list[BatchResult | None] = [None] * len(messages)
+    tables: list[pa.Table] = []
+    which: list[int] = []
+    for i, (payload, header_schema, topic, partition, offset) in enumerate(messages):
+        try:
+            key, table = decode(payload, header_schema)
+            if key != PROBE:
+                raise CodecError(f"topic {topic} carries {PROBE}, got {key}")
+        except CodecError as err:
+            log.error("dead letter %s/%d/%d: %s", topic, partition, offset, err)
+            results[i] = BatchResult(None, whole_message(topic, partition, offset, header_schema or "", str(err),
+                                                         payload))
+            continue
+        tables.append(table)
+        which.append(i)
+    if tables:
+        sizes = np.array([t.num_rows for t in tables], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        step = pa.concat_tables(tables)
+        rule, texts = broken_rules(step, known_rnics, np.repeat(np.arange(len(tables)), sizes))
+        good = rule == 0
+        ids = pa.array([f"{messages[i][2]}/{messages[i][3]}/{messages[i][4]}" for i in which], pa.string())
+        batch = pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.arange(len(tables), dtype=np.int32),
+                                                                  sizes)[good]), ids).cast(pa.string())
+        kept = step if good.all() else step.filter(pa.array(good))
+        enriched = decompose(kept, batch) if kept.num_rows else None
+        at = np.concatenate([[0], np.cumsum(np.bincount(np.repeat(np.arange(len(tables)), sizes)[good],
+                                                        minlength=len(tables)))])
+        for j, i in enumerate(which):
+            _payload, _schema, topic, partition, offset = messages[i]
+            r = rule[starts[j]:starts[j + 1]]
+            dead = None
+            if r.any():
+                split = split_by_rule(tables[j], r, texts)
+                for reason in sorted(set(split.reasons)):
+                    log.error("dead letter %s/%d/%d: %d rows: %s", topic, partition, offset,
+                              split.reasons.count(reason), reason)
+                dead = bad_rows(topic, partition, offset, PROBE, split.bad, split.reasons, split.bad_index)
+            rows = None if enriched is None or at[j + 1] == at[j] else \
+                enriched.slice(int(at[j]), int(at[j + 1] - at[j]))
+            results[i] = BatchResult(rows, dead)
+    return results  # type: ignore[return-value]

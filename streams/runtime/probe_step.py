@@ -30,7 +30,7 @@ from streams.pingmesh.links import PathIndex
 from streams.pingmesh.reducer import batch_partials
 from streams.pingmesh.retention import RetentionPolicy, retained
 from streams.pingmesh.step_message import Step, UploadMark
-from streams.runtime.probe_batch import BatchResult, process_probe_message
+from streams.runtime.probe_batch import BatchResult, process_probe_messages
 
 
 @dataclass(frozen=True)
@@ -106,9 +106,10 @@ def fresh_ranges(messages: list[RawMessage], emitted: Mapping[int, int]
 
 
 def validate_messages(messages: list[RawMessage], known_rnics: set[str] | None) -> list[BatchResult]:
-    """Decode, validate and decompose each message on its own (bad input dead-letters per message)."""
-    return [process_probe_message(m.payload, m.schema, m.topic, m.partition, m.offset, known_rnics=known_rnics)
-            for m in messages]
+    """Decode, validate and decompose each message (bad input dead-letters per message; the rules and the
+    decomposition run once over the rows of all of them, :func:`process_probe_messages`)."""
+    return process_probe_messages([(m.payload, m.schema, m.topic, m.partition, m.offset) for m in messages],
+                                  known_rnics)
 
 
 def split_by_batch(minute: pa.Table) -> dict[str, pa.Table]:
