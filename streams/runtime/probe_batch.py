@@ -42,7 +42,6 @@ def process_probe_message(
     return process_probe_messages([(payload, header_schema, topic, partition, offset)], known_rnics)[0]
 
 
-
 def process_probe_messages(
     messages: list[tuple[bytes, str | None, str, int, int]], known_rnics: set[str] | None = None,
 ) -> list[BatchResult]:
@@ -73,15 +72,14 @@ def process_probe_messages(
         sizes = np.array([t.num_rows for t in tables], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)])
         step = pa.concat_tables(tables)
-        rule, texts = broken_rules(step, known_rnics, np.repeat(np.arange(len(tables)), sizes))
+        msg_of = np.repeat(np.arange(len(tables), dtype=np.int32), sizes)  # the message of each row
+        rule, texts = broken_rules(step, known_rnics, msg_of)
         good = rule == 0
         ids = pa.array([f"{messages[i][2]}/{messages[i][3]}/{messages[i][4]}" for i in which], pa.string())
-        batch = pa.DictionaryArray.from_arrays(pa.array(np.repeat(np.arange(len(tables), dtype=np.int32),
-                                                                  sizes)[good]), ids).cast(pa.string())
+        batch = pa.DictionaryArray.from_arrays(pa.array(msg_of[good]), ids).cast(pa.string())
         kept = step if good.all() else step.filter(pa.array(good))
         enriched = decompose(kept, batch) if kept.num_rows else None
-        at = np.concatenate([[0], np.cumsum(np.bincount(np.repeat(np.arange(len(tables)), sizes)[good],
-                                                        minlength=len(tables)))])
+        at = np.concatenate([[0], np.cumsum(np.bincount(msg_of[good], minlength=len(tables)))])
         for j, i in enumerate(which):
             _payload, _schema, topic, partition, offset = messages[i]
             r = rule[starts[j]:starts[j + 1]]
