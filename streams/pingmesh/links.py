@@ -33,8 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import ranges
-from schemas.group_codes import to_numpy as to_np
+from schemas.group_codes import ranges, to_numpy
 
 LINK_SEP = "->"
 KEY = ("src_ip", "dst_ip", "src_port", "dst_port")
@@ -331,7 +330,7 @@ class PathIndex:
         looks it up). Vectorised; Python only over the distinct addresses and address pairs."""
         if rows.num_rows == 0:
             return np.zeros(0, dtype=np.int64)
-        d = _numpy(pc.fill_null(pc.index_in(rows["direction"], value_set=pa.array(list(_DIRECTION))), -1))
+        d = to_numpy(pc.fill_null(pc.index_in(rows["direction"], value_set=pa.array(list(_DIRECTION))), -1))
         pk = (self._intern_addresses(rows["src_ip"]) << 31) | self._intern_addresses(rows["dst_ip"])
         pairs, inv = np.unique(pk, return_inverse=True)
         pid = _lookup(pairs, self._pair_keys, self._pair)  # known pairs: their id; new ones: appended
@@ -339,8 +338,8 @@ class PathIndex:
         pid[new] = len(self._pair_keys) + np.arange(int(new.sum()), dtype=np.int64)
         self._pair.update(zip(pairs[new].tolist(), pid[new].tolist(), strict=True))
         self._pair_keys = np.concatenate([self._pair_keys, pairs[new]])
-        sport = _numpy(rows["src_port"]).astype(np.int64)
-        dport = _numpy(rows["dst_port"]).astype(np.int64)
+        sport = to_numpy(rows["src_port"]).astype(np.int64)
+        dport = to_numpy(rows["dst_port"]).astype(np.int64)
         keys = (pid[inv.ravel()] << 33) | (d.astype(np.int64) << 32) | (sport << 16) | dport
         return np.where(d >= 0, keys, -1)
 
@@ -349,7 +348,7 @@ class PathIndex:
         dic = pc.dictionary_encode(pc.fill_null(_combine(col), ""))
         lut = np.fromiter((self._ip.setdefault(v, len(self._ip)) for v in dic.dictionary.to_pylist()),
                           dtype=np.int64, count=len(dic.dictionary))
-        return lut[_numpy(dic.indices).astype(np.int64)]
+        return lut[to_numpy(dic.indices).astype(np.int64)]
 
     def _hop_ids_of(self, hops: list[str | None]) -> np.ndarray:
         """Hop-string id of each hop list (new strings interned); Python only over the distinct strings."""
@@ -363,7 +362,7 @@ class PathIndex:
             lut[new] = len(self._hop_strs) + np.arange(len(new), dtype=np.int64)
             self._hop.update(zip(strs, lut[new].tolist(), strict=True))
             self._hop_strs.extend(strs)
-        return lut[_numpy(dic.indices).astype(np.int64)]
+        return lut[to_numpy(dic.indices).astype(np.int64)]
 
     def _hop_id(self, hops: str | None) -> int:
         h = hops or ""
@@ -398,21 +397,21 @@ class PathIndex:
         dst, t_ids = self._address_codes(probes["dst_ip"])
         pair = src * len(t_ids) + dst
         if len(s_ids) * len(t_ids) >= 1 << 31:  # too many addresses for 31 bits: number the pairs first
-            pair = _numpy(pc.dictionary_encode(pa.array(pair, pa.int64())).indices).astype(np.int64)
+            pair = to_numpy(pc.dictionary_encode(pa.array(pair, pa.int64())).indices).astype(np.int64)
             pair_s, pair_t = np.zeros(int(pair.max()) + 1, np.int64), np.zeros(int(pair.max()) + 1, np.int64)
             pair_s[pair], pair_t[pair] = src, dst
         else:
             pair_s = pair_t = None
-        sport = _numpy(probes["src_port"]).astype(np.int64)
-        dport = _numpy(probes["dst_port"]).astype(np.int64)
+        sport = to_numpy(probes["src_port"]).astype(np.int64)
+        dport = to_numpy(probes["dst_port"]).astype(np.int64)
         d = pc.dictionary_encode(pa.array((pair << 32) | (sport << 16) | dport, pa.int64()))
-        u = _numpy(d.dictionary).astype(np.int64)
+        u = to_numpy(d.dictionary).astype(np.int64)
         up = u >> 32
         us, ut = (up // len(t_ids), up % len(t_ids)) if pair_s is None else (pair_s[up], pair_t[up])
         fwd, rev, used = self._tuple_hops(s_ids[us], t_ids[ut], (u >> 16) & 0xFFFF, u & 0xFFFF)
         at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
         self._used(used, int(at or 0))  # no eviction here: the ids stay valid until sweep()
-        rows = _numpy(d.indices)
+        rows = to_numpy(d.indices)
         return fwd[rows], rev[rows]
 
     def _tuple_hops(self, s: np.ndarray, t: np.ndarray, sport: np.ndarray, dport: np.ndarray
@@ -441,8 +440,8 @@ class PathIndex:
         d = pc.dictionary_encode(_combine(col))
         if len(self._ip_arr) < len(self._ip):  # addresses are only added (ids never change)
             self._ip_arr = pa.array(list(self._ip), pa.string())
-        lut = _numpy(pc.fill_null(pc.index_in(d.dictionary, value_set=self._ip_arr), -1)).astype(np.int64)
-        codes = _numpy(pc.fill_null(d.indices, len(d.dictionary))).astype(np.int64)
+        lut = to_numpy(pc.fill_null(pc.index_in(d.dictionary, value_set=self._ip_arr), -1)).astype(np.int64)
+        codes = to_numpy(pc.fill_null(d.indices, len(d.dictionary))).astype(np.int64)
         return codes, np.concatenate([lut, [-1]])
 
     def hop_strings(self) -> pa.Array:
@@ -467,8 +466,8 @@ class PathIndex:
             lut = np.fromiter((self._link.setdefault(v, len(self._link)) for v in d.dictionary.to_pylist()),
                               dtype=np.int64, count=len(d.dictionary))
             self._link_strs += list(self._link)[len(self._link_strs):]
-            ids = lut[_numpy(d.indices)] if len(ex) else np.zeros(0, dtype=np.int64)
-            path = _numpy(ex["path"]).astype(np.int64)
+            ids = lut[to_numpy(d.indices)] if len(ex) else np.zeros(0, dtype=np.int64)
+            path = to_numpy(ex["path"]).astype(np.int64)
             width = max(len(self._link), 1)
             pl = np.unique(path * width + ids)  # per hop string, each link once, ascending
             lengths = np.bincount(pl // width, minlength=len(new))
@@ -480,10 +479,6 @@ class PathIndex:
 _DIRECTION = {"forward": 0, "reverse": 1}
 
 
-def _numpy(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    return np.asarray(a.to_numpy(zero_copy_only=False))
-
-
 def _lookup(values: np.ndarray | pa.Array, table: np.ndarray | pa.Array, ids: dict) -> np.ndarray:
     """Id of each of a batch's distinct ``values`` (-1: new), where ``table[id]`` is the value and ``ids``
     the same as a dict: per value from the dict when the batch is small against the table (O(batch)),
@@ -493,7 +488,7 @@ def _lookup(values: np.ndarray | pa.Array, table: np.ndarray | pa.Array, ids: di
         return np.fromiter((ids.get(v, -1) for v in vals), dtype=np.int64, count=len(vals))
     found = pc.index_in(values if isinstance(values, pa.Array) else pa.array(values, pa.int64()),
                         value_set=table if isinstance(table, pa.Array) else pa.array(table, pa.int64()))
-    return _numpy(pc.fill_null(found, -1)).astype(np.int64)
+    return to_numpy(pc.fill_null(found, -1)).astype(np.int64)
 
 
 def _positions(keys: np.ndarray, value_set: np.ndarray) -> np.ndarray:
@@ -501,7 +496,7 @@ def _positions(keys: np.ndarray, value_set: np.ndarray) -> np.ndarray:
     if len(value_set) == 0:
         return np.full(len(keys), -1, dtype=np.int64)
     found = pc.index_in(pa.array(keys, pa.int64()), value_set=pa.array(value_set, pa.int64()))
-    return _numpy(pc.fill_null(found, -1)).astype(np.int64)
+    return to_numpy(pc.fill_null(found, -1)).astype(np.int64)
 
 
 class _TraceEnds:
@@ -623,19 +618,19 @@ def probe_link_codes(fwd_hops: pa.Array | pa.ChunkedArray, rev_hops: pa.Array | 
     n = len(fwd_hops)
     both = pa.concat_arrays([_combine(fwd_hops), _combine(rev_hops)])
     enc = pc.dictionary_encode(pc.fill_null(both, "") if both.null_count else both)
-    paths, path_of = enc.dictionary, to_np(enc.indices)
+    paths, path_of = enc.dictionary, to_numpy(enc.indices)
     lists = pc.split_pattern(paths, ",")
-    raw_len = to_np(pc.list_value_length(lists))
-    lengths = np.where(to_np(pc.equal(paths, "")).astype(bool), 0, raw_len)
+    raw_len = to_numpy(pc.list_value_length(lists))
+    lengths = np.where(to_numpy(pc.equal(paths, "")).astype(bool), 0, raw_len)
     hop_enc = pc.dictionary_encode(pc.list_flatten(lists))
-    order = to_np(pc.sort_indices(hop_enc.dictionary))
+    order = to_numpy(pc.sort_indices(hop_enc.dictionary))
     hop_rank = np.empty(len(order), dtype=np.int64)
     hop_rank[order] = np.arange(len(order), dtype=np.int64)
     hop_names = hop_enc.dictionary.take(pa.array(order))
-    hops = hop_rank[to_np(hop_enc.indices)] if len(order) else np.zeros(0, np.int64)
-    is_star = np.flatnonzero(to_np(pc.equal(hop_enc.dictionary, NO_ANSWER)).astype(bool))
+    hops = hop_rank[to_numpy(hop_enc.indices)] if len(order) else np.zeros(0, np.int64)
+    is_star = np.flatnonzero(to_numpy(pc.equal(hop_enc.dictionary, NO_ANSWER)).astype(bool))
     star = int(hop_rank[is_star[0]]) if len(is_star) else -1  # the hop of a trace's unanswered tail
-    parent = to_np(pc.list_parent_indices(lists))
+    parent = to_numpy(pc.list_parent_indices(lists))
     starts = np.concatenate([[0], np.cumsum(raw_len)[:-1]]).astype(np.int64)
     pos = np.arange(len(hops), dtype=np.int64) - starts[parent]
     plen = lengths[parent]
@@ -651,7 +646,7 @@ def probe_link_codes(fwd_hops: pa.Array | pa.ChunkedArray, rev_hops: pa.Array | 
     pair, link_of = np.unique(lower * n_hops + upper, return_inverse=True)
     names = pc.binary_join_element_wise(hop_names.take(pa.array(pair // n_hops)),
                                         hop_names.take(pa.array(pair % n_hops)), LINK_SEP)
-    name_order = to_np(pc.sort_indices(names))
+    name_order = to_numpy(pc.sort_indices(names))
     link_rank = np.empty(len(pair), dtype=np.int64)
     link_rank[name_order] = np.arange(len(pair), dtype=np.int64)
     names = names.take(pa.array(name_order))
