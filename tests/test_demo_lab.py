@@ -61,8 +61,15 @@ def test_busy_host_moves_responder_delay_not_network_rtt(kafka_bootstrap, tmp_pa
             "during": p50("responder_delay_ns", f"responder_host = '{host}' AND {during}")}
     store.close()
     base = net["busy host, before"]
-    assert abs(net["busy host, during"] - base) <= 0.2 * base, net
+    moved_net = abs(net["busy host, during"] - base)
+    moved_resp = resp["during"] - resp["before"]
+    # The stops add hundreds of ms to the responder delay; had the decomposition leaked any of it into the
+    # network RTT, that would move by the same order. What the network RTT does move by is kernel scheduling
+    # on shared cores: queued probes answered back to back after a stop come back up to ~25 % faster
+    # (CI saw 9.2 us against 11.8 us), so the band is a factor, not a few per cent.
     assert resp["during"] >= 10 * resp["before"], resp
+    assert 0.5 * base <= net["busy host, during"] <= 1.5 * base, net
+    assert moved_net <= moved_resp / 100, (net, resp)
     assert any(v["kind"] == "busy_host" and v["location"] == host for v in r.verdicts), r.verdicts
 
 
