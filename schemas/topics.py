@@ -62,8 +62,11 @@ HOSTS_TOPOLOGY = Topic(
     "Hostping: each host's intra-host topology and healthy loopback baseline (last per host wins)",
 )
 LATENCY_BASELINES = Topic(
-    "latency.baselines", 1, "", "flow_baseline.v1", _RETAIN_7D,
-    "the reducer's per-flow P99 network RTT baselines after each window (raw retention `anomalies` reads them)",
+    "latency.baselines", 1, "", "flow_baseline.v1",
+    # a whole snapshot every window (tens of MB at 10,000 RNICs) and readers want only the newest: keep an hour
+    {"retention.ms": str(3600 * 1000), "segment.ms": str(600 * 1000)},
+    "the reducer's per-flow P99 network RTT baselines, one whole snapshot after each window "
+    "(raw retention `anomalies` reads the newest)",
 )
 HOSTS_INVENTORY = Topic(
     "hosts.inventory", 1, "host", "pci_function.v1", _COMPACTED,

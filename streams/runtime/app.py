@@ -37,7 +37,6 @@ import time
 
 import faust
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from schemas import topics as T
 from schemas.codec import encode, headers_for, schema_key_from_headers
@@ -49,11 +48,13 @@ from streams.pingmesh.step_message import encode_step
 from streams.pingmesh.windows import WINDOW_NS
 from streams.runtime import hostping_agents
 from streams.runtime import metrics as M
+from streams.runtime.baseline_snapshots import BaselineSnapshots, snapshot_messages
 from streams.runtime.config import current
 from streams.runtime.deadletter import whole_message
 from streams.runtime.emitted_input import CLOCK_SKEW_MS, EmittedOffsets, read_emitted
 from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
 from streams.runtime.probe_step import RawMessage, process_step, reducer_step
+from streams.runtime.recent_mirror import RecentTopicMirror
 from streams.runtime.reducer_recovery import rebuild
 from streams.runtime.topic_mirror import TopicMirror
 
@@ -193,6 +194,8 @@ def _partitions_of(topic: str) -> dict:
 
 _baseline: pa.Table | None = None
 _baseline_mirror: TopicMirror | None = None
+BASELINE_LOOKBACK_S = 300.0
+_baseline_snapshots = BaselineSnapshots()
 
 
 def _retention() -> RetentionPolicy:
@@ -201,19 +204,19 @@ def _retention() -> RetentionPolicy:
 
 
 def _baselines_mirror() -> TopicMirror:
-    """The reducer's per-flow latency baselines, newest per flow (``anomalies`` retention keeps rows over them)."""
+    """The reducer's per-flow latency baselines, its newest complete snapshot (``anomalies`` retention keeps
+    rows over them; a flow the reducer evicted leaves with the next snapshot)."""
     global _baseline_mirror
 
-    def upsert(t: pa.Table) -> None:
+    def take(t: pa.Table, headers: list | None) -> None:
         global _baseline
-        t = t.select(["flow", "baseline_ns"])
-        if _baseline is not None and _baseline.num_rows:
-            old = _baseline.filter(pc.invert(pc.is_in(_baseline["flow"], value_set=t["flow"].combine_chunks())))
-            t = pa.concat_tables([old, t])
-        _baseline = t
+        _baseline_snapshots.apply(t, headers)
+        _baseline = _baseline_snapshots.current
 
     if _baseline_mirror is None:
-        _baseline_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.LATENCY_BASELINES, PREFIX), upsert, SECURITY)
+        # the reducer publishes a whole snapshot every window: the last few minutes hold a complete one
+        _baseline_mirror = RecentTopicMirror(BOOTSTRAP, T.topic_name(T.LATENCY_BASELINES, PREFIX), None, SECURITY,
+                                             lookback_s=BASELINE_LOOKBACK_S, apply_with_headers=take)
     return _baseline_mirror
 
 
@@ -478,17 +481,13 @@ def _peak_rss_mib() -> float:
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
-async def _publish_baselines(baseline: pa.Table | None, chunk: int = 100_000) -> None:
-    """The latency rule's flow baselines after a window, for the workers' ``anomalies`` retention."""
-    if baseline is None or baseline.num_rows == 0:
+async def _publish_baselines(baseline: pa.Table | None) -> None:
+    """The latency rule's flow baselines after a window, as one snapshot, for the workers' ``anomalies``
+    retention (:mod:`streams.runtime.baseline_snapshots`)."""
+    if baseline is None:
         return
-    from schemas.arrow_pa import arrow_schema  # noqa: PLC0415
-
-    t = pa.Table.from_arrays([baseline["flow"], pc.cast(baseline["baseline_ns"], pa.float64()),
-                              pc.cast(baseline["windows"], pa.int64())], schema=arrow_schema("flow_baseline.v1"))
-    for i in range(0, t.num_rows, chunk):  # under the 16 MiB message limit at 10,000 RNICs
-        await latency_baselines.send(key=b"baseline", value=encode(t.slice(i, chunk)),
-                                     headers=headers_for("flow_baseline.v1"))
+    for headers, value in snapshot_messages(baseline, time.time_ns()):
+        await latency_baselines.send(key=b"baseline", value=value, headers=headers)
 
 
 def _as_coverage(t: pa.Table) -> pa.Table:

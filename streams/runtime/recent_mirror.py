@@ -16,7 +16,6 @@ from collections.abc import Callable
 import pyarrow as pa
 from confluent_kafka import TopicPartition
 
-from schemas.codec import CodecError, decode, schema_key_from_headers
 from streams.runtime.topic_mirror import TopicMirror
 
 log = logging.getLogger("fabricscope.mirror")
@@ -31,11 +30,13 @@ class RecentTopicMirror(TopicMirror):
         apply: called with each decoded table, in offset order per partition.
         kafka_config: extra client settings (SASL/TLS).
         lookback_s: how far back (s, by message timestamp) to start; later catch-ups read on.
+        apply_with_headers: as in :class:`TopicMirror`.
     """
 
-    def __init__(self, bootstrap: str, topic: str, apply: Callable[[pa.Table], None],
-                 kafka_config: dict[str, str] | None = None, lookback_s: float = 600.0) -> None:
-        super().__init__(bootstrap, topic, apply, kafka_config)
+    def __init__(self, bootstrap: str, topic: str, apply: Callable[[pa.Table], None] | None,
+                 kafka_config: dict[str, str] | None = None, lookback_s: float = 600.0,
+                 apply_with_headers: Callable[[pa.Table, list | None], None] | None = None) -> None:
+        super().__init__(bootstrap, topic, apply, kafka_config, apply_with_headers)
         since_ms = int((time.time() - lookback_s) * 1000)
         found = self._c.offsets_for_times([TopicPartition(topic, tp.partition, since_ms) for tp in self._parts],
                                           timeout=10)
@@ -68,13 +69,7 @@ class RecentTopicMirror(TopicMirror):
             if m.error():
                 continue
             self._next[m.partition()] = m.offset() + 1
-            try:
-                _, table = decode(m.value(), schema_key_from_headers(m.headers()))
-                self.apply(table)
-                applied += 1
-            except CodecError as err:
-                self.undecodable += 1
-                log.error("%s/%d/%d skipped: %s", m.topic(), m.partition(), m.offset(), err)
+            applied += self._apply_message(m)
             if m.offset() + 1 >= ends[m.partition()]:
                 todo.discard(m.partition())
         return applied

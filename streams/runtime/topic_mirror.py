@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 
 import pyarrow as pa
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from schemas.codec import CodecError, decode, schema_key_from_headers
 
@@ -30,12 +30,16 @@ class TopicMirror:
         topic: full topic name (with prefix).
         apply: called with each decoded table, in offset order per partition.
         kafka_config: extra client settings (SASL/TLS).
+        apply_with_headers: called instead of ``apply`` with each table and its message's headers
+            (a list of (key, bytes) pairs, or None), for topics whose messages say how they belong together.
     """
 
-    def __init__(self, bootstrap: str, topic: str, apply: Callable[[pa.Table], None],
-                 kafka_config: dict[str, str] | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, apply: Callable[[pa.Table], None] | None,
+                 kafka_config: dict[str, str] | None = None,
+                 apply_with_headers: Callable[[pa.Table, list | None], None] | None = None) -> None:
         self.topic = topic
         self.apply = apply
+        self.apply_with_headers = apply_with_headers
         self.undecodable = 0
         self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"mirror-{topic}",
                             "enable.auto.commit": False, "fetch.wait.max.ms": 10, **(kafka_config or {})})
@@ -71,16 +75,24 @@ class TopicMirror:
                 break
             if m.error():
                 continue
-            try:
-                _, table = decode(m.value(), schema_key_from_headers(m.headers()))
-                self.apply(table)
-                applied += 1
-            except CodecError as err:  # the rtt worker dead-letters bad input; here we only skip it
-                self.undecodable += 1
-                log.error("%s/%d/%d skipped: %s", m.topic(), m.partition(), m.offset(), err)
+            applied += self._apply_message(m)
             if m.offset() + 1 >= ends[m.partition()]:
                 todo.discard(m.partition())
         return applied
+
+    def _apply_message(self, m: Message) -> int:
+        """Decode one message and apply it; 1 if applied, 0 if skipped as undecodable."""
+        try:
+            _, table = decode(m.value(), schema_key_from_headers(m.headers()))
+            if self.apply_with_headers is not None:
+                self.apply_with_headers(table, m.headers())
+            else:
+                self.apply(table)
+            return 1
+        except CodecError as err:  # the rtt worker dead-letters bad input; here we only skip it
+            self.undecodable += 1
+            log.error("%s/%d/%d skipped: %s", m.topic(), m.partition(), m.offset(), err)
+            return 0
 
     def close(self) -> None:
         self._c.close()
