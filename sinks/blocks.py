@@ -9,8 +9,8 @@ topic partition), with the state kept in the store itself (table
   a consumed topic. Its rows go to each target table in one insert whose
   deduplication token is ``topic/partition/first-last``.
 - A *writer block* joins the blocks of several partitions the writer holds (one
-  range per partition): one insert per table for all of them, token the ranges
-  joined by ``,``. Every partition's state row records all the ranges, so any
+  range per partition): one insert per table for all of them, token
+  ``topic/partition/first-last/partition/first-last...``. Every partition's state row records all the ranges, so any
   writer that finds the block unfinished re-reads exactly those ranges (whoever
   owns the partitions now) and re-forms the same rows under the same token. The
   fixed cost of an insert (~10 ms of CPU in chdb) and the parts the engine merges
@@ -216,9 +216,9 @@ class WriterBlock:
         return sum(b.dropped_rows for b in self.parts.values())
 
     def token(self, topic: str) -> str:
-        """The deduplication token of every insert: one partition's :meth:`Block.token` (the format of a
-        single-partition block), or those of all partitions joined by ``,`` in partition order."""
-        return ",".join(b.token(topic, p) for p, b in sorted(self.parts.items()))
+        """The deduplication token of every insert: ``topic`` then ``/partition/first-last`` of each partition in
+        partition order (one partition: :meth:`Block.token`, the token of a single-partition block)."""
+        return topic + "".join(f"/{p}/{b.first}-{b.last}" for p, b in sorted(self.parts.items()))
 
     def marks(self, which: str) -> dict[str, int]:
         """Every partition's source high-water marks ``"before"`` or ``"after"`` the block, in one dict (a
