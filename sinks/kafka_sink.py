@@ -141,6 +141,7 @@ class StoreWriter:
         self._assigned: set[tuple[str, int]] = set()
         self._conf = {"bootstrap.servers": bootstrap, **(kafka_config or {})}  # for the re-forming reader
         self._wrote_block = False  # the last poll wrote a block: more may be due, so the next one does not wait
+        self._abandoned = False  # a poll stopped midway: see poll_once
         conf = {
             "bootstrap.servers": bootstrap,
             "group.id": f"{prefix}{group}",
@@ -273,7 +274,13 @@ class StoreWriter:
 
     def poll_once(self, timeout: float = 0.2, stop: Callable[[], bool] = lambda: False, force: bool = False) -> int:
         """Consume up to 1,000 messages; insert the other messages, then one due block (all when ``force``d:
-        verdicts consumed meanwhile go in before the next block), commit; rows written."""
+        verdicts consumed meanwhile go in before the next block), commit; rows written.
+
+        A poll that stops midway (``stop()`` while the store refuses) leaves the consumer past messages it
+        neither stored nor holds; a block formed after that would skip them, so this writer writes
+        nothing more (0 from then on): the next start re-reads from the committed offsets."""
+        if self._abandoned:
+            return 0
         msgs = self._consumer.consume(num_messages=1000, timeout=0 if self._wrote_block else timeout)
         self._wrote_block = False
         written = 0
@@ -286,6 +293,7 @@ class StoreWriter:
             if msg.topic()[len(self.prefix):] in BLOCK_TOPICS:
                 st = self._state(msg.topic(), msg.partition())
                 if st.multi_redo is not None and not self._finish_multi_redo(msg.topic(), st, stop):
+                    self._abandoned = True
                     return written  # stopping before the recorded block was re-formed: it is, next start
                 self._state(msg.topic(), msg.partition()).accept(self._entry(msg), now)
                 continue
@@ -300,6 +308,7 @@ class StoreWriter:
                 data, table_name = _undecodable_row(msg, str(err)), "deadletters"
                 token = f"dlq:{msg.topic()}/{msg.partition()}/{msg.offset()}"
             if not self._insert_with_retry(table_name, data, token, stop):
+                self._abandoned = True
                 return written  # stopping: uncommitted messages are re-read next start
             written += data.num_rows
             self.stats.batches += 1
@@ -312,6 +321,7 @@ class StoreWriter:
             if st.redo is not None and (entries := st.take_block(self.block_rows, self.block_s, now, force)):
                 n = self._write_block(topic, {part: st}, {part: entries}, stop)
                 if n is None:
+                    self._abandoned = True
                     return written
                 written += n
         for topic in sorted({t for t, _ in self._parts}):
@@ -319,6 +329,7 @@ class StoreWriter:
             while (taken := take_writer_block(states, self.block_rows, self.block_s, time.monotonic(), force)):
                 n = self._write_block(topic, states, taken, stop)
                 if n is None:
+                    self._abandoned = True
                     return written  # stopping: the block is recorded; the next start re-forms it
                 written += n
                 if not force:  # one block per poll: verdicts (inserted per message) never wait behind several

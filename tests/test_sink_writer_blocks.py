@@ -112,3 +112,32 @@ def test_a_block_over_two_partitions_killed_mid_insert_is_re_formed_whole(kafka_
         assert w2.stats.replayed_rows_dropped == 0
     finally:
         store.close()
+
+
+def test_a_writer_stopped_midway_writes_nothing_more(kafka_bootstrap, topic_prefix, tmp_path):
+    """Stopped while a block waits for the store, the writer has read past what it holds: a later block would
+    skip those messages, so it writes nothing more; a new writer stores every probe once."""
+    msgs, rows = _enriched_messages(2)
+    topic = f"{topic_prefix}probes.enriched"
+    store = ChdbStore(tmp_path / "ch")
+    migrate(store)
+    try:
+        _send(kafka_bootstrap, topic, msgs[:4])
+        w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
+        deadline = time.time() + 60
+        while w.held_rows("probes") < sum(rows[:4]) and time.time() < deadline:
+            w.poll_once(timeout=1.0)
+        assert w.poll_once(timeout=0, force=True, stop=lambda: True) == 0  # stopping: the block never went in
+        _send(kafka_bootstrap, topic, msgs[4:])
+        for _ in range(3):
+            assert w.poll_once(timeout=1.0, force=True) == 0
+        w.close()
+        assert _counts(store)["n"] == 0
+        w2 = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
+        deadline = time.time() + 60
+        while _counts(store)["n"] < sum(rows) and time.time() < deadline:
+            w2.poll_once(timeout=1.0, force=True)
+        w2.close()
+        assert _counts(store) == {**dict.fromkeys(TIERS, sum(rows)), "n": sum(rows), "u": sum(rows)}
+    finally:
+        store.close()
