@@ -18,6 +18,21 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14 and 15 of stat)
 
 
+def threads_cpu_s(pid: int, name_prefix: str) -> float:
+    """User + system CPU seconds so far of the threads of ``pid`` whose name (``comm``) starts with
+    ``name_prefix`` (e.g. ``MergeMutate``, the ClickHouse engine's background merges); 0.0 if none."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            if not (task / "comm").read_text().startswith(name_prefix):
+                continue
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the thread ended
+        total += int(fields[11]) + int(fields[12])
+    return total / _TICKS
+
+
 def peak_rss_mib(pid: int) -> float:
     """Peak resident set (``VmHWM``) of ``pid`` in MiB; NaN if gone."""
     try:

@@ -43,6 +43,8 @@ class ThroughputResult:
     minute_rows_per_probe: float
     sink_backlog_rows_s: float
     sink_backlog_cpu_us_per_row: float
+    sink_merge_cpu_us_per_row: float = float("nan")
+    sink_merged_parts: int = -1
 
     def as_dict(self) -> dict:
         """Flat JSON-ready dict (the keys of `bench throughput --json`)."""
@@ -64,6 +66,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
         workers: int = 1) -> ThroughputResult:
     """Run the three paths over ``rows`` probe rows in messages of ``batch_rows``; ``workers`` worker processes."""
     from bench.pipeline import PipelineProcs, broker_pid, worker_loop_lag_ms
+    from bench.procstat import threads_cpu_s
     from fabricscope.kafka_admin import create_topics, delete_topics
     from producers.kafka_producer import AgentProducer
     from sinks.clickhouse import ChdbStore, migrate
@@ -129,10 +132,16 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
             _wait_idle(pipe.procs)
             measured = rows - warm_rows
             cpu0 = pipe.cpu(broker)
+            merge0 = threads_cpu_s(pipe.procs["sink"].pid, "MergeMutate")  # the engine's merges in the writer
             _publish(prod, f"{prefix_b}probes.raw", payloads[1:], 1)
             t_first, t_last = _wait_stored(bootstrap, prefix_b, pipe.store_path, rows)
             _wait_merges(pipe.store_path)
             cpu1 = pipe.cpu(broker)
+            merge_cpu = threads_cpu_s(pipe.procs["sink"].pid, "MergeMutate") - merge0
+            # parts the engine made by merging during the run (level > 0) in the tables the writer inserts into
+            merged_parts = (pipe.query("SELECT count() AS n FROM system.parts WHERE active AND level > 0 AND "
+                                       "table IN ('probes', 'probes_1m', 'probes_1h_rnic', 'probes_1h_tor')")
+                            or [{"n": -1}])[0]["n"]
             minute_rows = (pipe.query("SELECT count() AS c FROM probes_1m") or [{"c": 0}])[0]["c"]
             lag_p99, lag_max = worker_loop_lag_ms(pipe.metrics_ports)
             rss = pipe.peak_rss()
@@ -148,7 +157,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
         rows, workers, bare_consumer, pipeline, bare_insert,
         worker_cpu / measured * 1e6, (cpu1["sink"] - cpu0["sink"]) / measured * 1e6, bare_insert_cpu,
         (cpu1["broker"] - cpu0["broker"]) / measured * 1e6, rss, lag_p99, lag_max,
-        minute_rows / rows, backlog_rows_s, backlog_cpu)
+        minute_rows / rows, backlog_rows_s, backlog_cpu, merge_cpu / measured * 1e6, int(merged_parts))
 
 
 def _group_done(admin: object, group: str, topic: str, parts: list[int], high: dict[int, int]) -> bool:
@@ -296,7 +305,9 @@ def report(r: ThroughputResult) -> str:
         f"CPU {r.bare_insert_cpu_us_per_row:.2f} µs/row",
         f"b/a = {r.pipeline_rows_s / r.bare_consumer_rows_s:.3f}   "
         f"b/c = {r.pipeline_rows_s / r.bare_insert_rows_s:.3f}   "
-        f"store writer CPU / bare insert CPU = {r.sink_cpu_us_per_row / r.bare_insert_cpu_us_per_row:.2f}",
+        f"store writer CPU / bare insert CPU = {r.sink_cpu_us_per_row / r.bare_insert_cpu_us_per_row:.2f}   "
+        f"(of the writer's CPU, the engine's merges during the run {r.sink_merge_cpu_us_per_row:.2f} µs/row; "
+        f"{r.sink_merged_parts} merged parts)",
         f"(b') store writer alone on the backlog: {r.sink_backlog_rows_s:12,.0f} rows/s   CPU "
         f"{r.sink_backlog_cpu_us_per_row:.2f} µs/row "
         f"(= {r.sink_backlog_cpu_us_per_row / r.bare_insert_cpu_us_per_row:.2f} x bare insert)",

@@ -43,7 +43,8 @@ class Settings(BaseSettings):
         None, description="inventory YAML the store writer loads into rnic_inventory at start (ToR names)")
     # The store writer's blocks of probe rows and tiers (README "Exactly-once rows"): only raw history and the
     # tiers wait for a block, verdicts do not.
-    fabricscope_sink_block_rows: int = Field(500_000, gt=0, description="rows per insert block and partition")
+    fabricscope_sink_block_rows: int = Field(500_000, gt=0,
+                                             description="rows per insert block (over all partitions read)")
     fabricscope_sink_block_s: float = Field(10.0, gt=0, description="seconds a block may wait for more rows")
     # Limits of every user query (`fabricscope query`, saved queries, the sink's endpoint); past one
     # the query stops with the engine's error. Defaults: the documented queries take 0.1-1.3 s and

@@ -5,8 +5,9 @@ Runs in its own process so an insert never blocks the Faust event loop
 after the insert returned (at-least-once delivery, exactly-once rows).
 
 Probe rows and their minute tier (``probes.enriched``, the bulk of the data) go
-in blocks of many messages: up to ``block_rows`` rows or ``block_s`` seconds per
-partition, aligned to offsets, with their state in the store
+in blocks of many messages: up to ``block_rows`` rows or ``block_s`` seconds over
+all the partitions the writer holds (one insert per table for all of them), aligned
+to offsets, with their state in the store
 (:mod:`sinks.blocks`); the writer rolls each block's minute rows up into the
 hourly tiers itself (:mod:`sinks.probe_tiers`). The other topics (verdicts, dead letters, host links,
 coverage: a few messages per window) keep one insert per message, with the
@@ -26,7 +27,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from schemas import topics as T
 from schemas.codec import CodecError, decode, schema_key_from_headers
 from sinks import metrics as M
-from sinks.blocks import STATE_TABLE, Entry, PartitionState, block_inserts, form_block, load_states
+from sinks.blocks import (
+    STATE_TABLE,
+    Entry,
+    PartitionState,
+    WriterBlock,
+    form_writer_block,
+    load_states,
+    take_writer_block,
+    writer_block_inserts,
+)
 from sinks.clickhouse import Store, StoreError
 from sinks.probe_tiers import TIER_INSERT_SETTINGS, TIER_TABLES, tor_of_rnic
 
@@ -104,7 +114,7 @@ class StoreWriter:
         prefix: topic name prefix (tests and demos share one broker).
         group: consumer group id.
         kafka_config: extra client settings (SASL/TLS), never logged.
-        block_rows: a block of ``probes.enriched`` is inserted at this many rows (per partition) ...
+        block_rows: a block of ``probes.enriched`` is inserted at this many rows (over all partitions held) ...
         block_s: ... or this many seconds after its first message was read, whichever comes first.
             Only raw history and the tiers wait for a block (verdicts are inserted per message), so the
             default is long: a block spans several uploads of every agent (one every 5 s), its minute
@@ -128,7 +138,10 @@ class StoreWriter:
         self._lag: dict[tuple[str, int], int] = {}
         # per (topic, partition) of the block topics; reloaded from the store after every (re)assignment
         self._parts: dict[tuple[str, int], PartitionState] = {}
+        self._assigned: set[tuple[str, int]] = set()
+        self._conf = {"bootstrap.servers": bootstrap, **(kafka_config or {})}  # for the re-forming reader
         self._wrote_block = False  # the last poll wrote a block: more may be due, so the next one does not wait
+        self._abandoned = False  # a poll stopped midway: see poll_once
         conf = {
             "bootstrap.servers": bootstrap,
             "group.id": f"{prefix}{group}",
@@ -139,15 +152,24 @@ class StoreWriter:
             "max.poll.interval.ms": 600000,
         }
         conf.update(kafka_config or {})
+        self._group = conf["group.id"]
         self._consumer = Consumer(conf)
-        self._consumer.subscribe([f"{prefix}{t}" for t in TABLE_OF], on_assign=self._forget, on_revoke=self._forget,
-                                 on_lost=self._forget)
+        self._consumer.subscribe([f"{prefix}{t}" for t in TABLE_OF], on_assign=self._assign, on_revoke=self._revoke,
+                                 on_lost=self._revoke)
 
-    def _forget(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+    def _forget(self, partitions: list[TopicPartition]) -> None:
         """Drop what is held for these partitions: the consumer restarts them at the committed offset, and
         their state is read back from the store (another writer may have stored blocks meanwhile)."""
         for tp in partitions:
             self._parts.pop((tp.topic, tp.partition), None)
+
+    def _assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._forget(partitions)
+        self._assigned |= {(tp.topic, tp.partition) for tp in partitions}
+
+    def _revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._forget(partitions)
+        self._assigned -= {(tp.topic, tp.partition) for tp in partitions}
 
     def _state(self, topic: str, partition: int) -> PartitionState:
         key = (topic, partition)
@@ -158,16 +180,82 @@ class StoreWriter:
             self._parts.setdefault(key, PartitionState())
         return self._parts[key]
 
+    def _finish_multi_redo(self, topic: str, st: PartitionState, stop: Callable[[], bool]) -> bool:
+        """Re-form the writer block ``st`` records over several partitions, if it may be unfinished; True when
+        done (then every partition of it held here goes on after it), False if stopped first.
+
+        Unfinished unless the group committed past its range on every partition (offsets are committed
+        after the inserts). The ranges are read with a consumer of their own (assigned, no group), as the
+        partitions may have other owners now; the same entries and the recorded marks give the same rows
+        and the same token, so a table the first attempt reached takes nothing.
+        """
+        ranges = st.multi_redo or {}
+        tps = [TopicPartition(topic, p) for p in sorted(ranges)]
+        committed = self._retry(lambda: self._consumer.committed(tps, timeout=10), "read committed offsets", stop,
+                                errors=(KafkaException,))
+        if committed is None:
+            return False
+        if any(tp.offset < 0 or tp.offset <= ranges[tp.partition][1] for tp in committed):
+            entries = self._read_ranges(topic, ranges, stop)
+            if entries is None:
+                return False
+            parts = {p: (es, dict(st.hwm)) for p, es in entries.items() if es}
+            if parts and self._insert_block(topic, form_writer_block(parts), stop) is None:
+                return False
+            owned = [TopicPartition(topic, tp.partition, ranges[tp.partition][1] + 1) for tp in committed
+                     if (topic, tp.partition) in self._assigned and tp.offset <= ranges[tp.partition][1]]
+            if owned:
+                self._commit_offsets(owned)
+        for p, (_, last) in ranges.items():
+            other = self._parts.get((topic, p))
+            if other is not None and other.multi_redo == ranges:
+                other.hwm, other.skip_below, other.multi_redo = dict(st.redo_hwm_after), last + 1, None
+        return True
+
+    def _read_ranges(self, topic: str, ranges: dict[int, tuple[int, int]], stop: Callable[[], bool]
+                     ) -> dict[int, list[Entry]] | None:
+        """The messages of ``ranges`` (partition -> inclusive offsets) of ``topic``, read with a consumer
+        assigned to them; None if ``stop()`` first. A range whose start is gone (retention) is read from
+        the oldest offset left, and said so."""
+        c = Consumer({**self._conf, "group.id": f"{self._group}-redo", "enable.auto.commit": False,
+                      "auto.offset.reset": "earliest", "enable.partition.eof": True})
+        try:
+            c.assign([TopicPartition(topic, p, f) for p, (f, _) in sorted(ranges.items())])
+            out: dict[int, list[Entry]] = {p: [] for p in ranges}
+            left = set(ranges)
+            while left and not stop():
+                for m in c.consume(num_messages=1000, timeout=1.0):
+                    p = m.partition()
+                    if m.error():
+                        if m.error().code() == KafkaError._PARTITION_EOF and p in left:
+                            log.error("re-forming block of %s: partition %d ends before offset %d", topic, p,
+                                      ranges[p][1])
+                            left.discard(p)
+                        continue
+                    if p not in left or m.offset() > ranges[p][1]:
+                        continue
+                    if not out[p] and m.offset() > ranges[p][0]:
+                        log.error("re-forming block of %s: partition %d starts at %d, not %d (retention?)", topic,
+                                  p, m.offset(), ranges[p][0])
+                    out[p].append(self._entry(m))
+                    if m.offset() >= ranges[p][1]:
+                        left.discard(p)
+            return None if left else out
+        finally:
+            c.close()
+
     def _table_for(self, topic: str) -> str:
         return TABLE_OF[topic[len(self.prefix):]]
 
-    def _retry(self, action: Callable[[], object], what: str, stop: Callable[[], bool]) -> object | None:
-        """Run ``action`` until the store takes it (backing off to 10 s); None if ``stop()`` first."""
+    def _retry(self, action: Callable[[], object], what: str, stop: Callable[[], bool],
+               errors: tuple[type[Exception], ...] = (StoreError,)) -> object | None:
+        """Run ``action`` until it does not raise ``errors`` (the store's, by default), backing off to 10 s;
+        None if ``stop()`` first."""
         delay = 0.5
         while not stop():
             try:
                 return action()
-            except StoreError as err:
+            except errors as err:
                 self.stats.store_retries += 1
                 M.STORE_RETRIES.inc()
                 log.error("%s failed, retrying in %.1f s: %s", what, delay, err)
@@ -186,7 +274,13 @@ class StoreWriter:
 
     def poll_once(self, timeout: float = 0.2, stop: Callable[[], bool] = lambda: False, force: bool = False) -> int:
         """Consume up to 1,000 messages; insert the other messages, then one due block (all when ``force``d:
-        verdicts consumed meanwhile go in before the next block), commit; rows written."""
+        verdicts consumed meanwhile go in before the next block), commit; rows written.
+
+        A poll that stops midway (``stop()`` while the store refuses) leaves the consumer past messages it
+        neither stored nor holds; a block formed after that would skip them, so this writer writes
+        nothing more (0 from then on): the next start re-reads from the committed offsets."""
+        if self._abandoned:
+            return 0
         msgs = self._consumer.consume(num_messages=1000, timeout=0 if self._wrote_block else timeout)
         self._wrote_block = False
         written = 0
@@ -197,6 +291,10 @@ class StoreWriter:
                     log.warning("consumer error: %s", msg.error())
                 continue
             if msg.topic()[len(self.prefix):] in BLOCK_TOPICS:
+                st = self._state(msg.topic(), msg.partition())
+                if st.multi_redo is not None and not self._finish_multi_redo(msg.topic(), st, stop):
+                    self._abandoned = True
+                    return written  # stopping before the recorded block was re-formed: it is, next start
                 self._state(msg.topic(), msg.partition()).accept(self._entry(msg), now)
                 continue
             table_name = self._table_for(msg.topic())
@@ -210,6 +308,7 @@ class StoreWriter:
                 data, table_name = _undecodable_row(msg, str(err)), "deadletters"
                 token = f"dlq:{msg.topic()}/{msg.partition()}/{msg.offset()}"
             if not self._insert_with_retry(table_name, data, token, stop):
+                self._abandoned = True
                 return written  # stopping: uncommitted messages are re-read next start
             written += data.num_rows
             self.stats.batches += 1
@@ -218,10 +317,19 @@ class StoreWriter:
             self.stats.rows += data.num_rows
             self.stats.rows_by_table[table_name] = self.stats.rows_by_table.get(table_name, 0) + data.num_rows
             self._commit(msg)
-        for (topic, part), st in list(self._parts.items()):
-            while (entries := st.take_block(self.block_rows, self.block_s, time.monotonic(), force)) is not None:
-                n = self._write_block(topic, part, st, entries, stop)
+        for (topic, part), st in list(self._parts.items()):  # recorded single-partition blocks, re-formed first
+            if st.redo is not None and (entries := st.take_block(self.block_rows, self.block_s, now, force)):
+                n = self._write_block(topic, {part: st}, {part: entries}, stop)
                 if n is None:
+                    self._abandoned = True
+                    return written
+                written += n
+        for topic in sorted({t for t, _ in self._parts}):
+            states = {p: st for (t, p), st in self._parts.items() if t == topic}
+            while (taken := take_writer_block(states, self.block_rows, self.block_s, time.monotonic(), force)):
+                n = self._write_block(topic, states, taken, stop)
+                if n is None:
+                    self._abandoned = True
                     return written  # stopping: the block is recorded; the next start re-forms it
                 written += n
                 if not force:  # one block per poll: verdicts (inserted per message) never wait behind several
@@ -251,41 +359,53 @@ class StoreWriter:
             log.error("undecodable message %s/%d/%d: %s", msg.topic(), msg.partition(), msg.offset(), err)
             return Entry(msg.offset(), "deadletters", _undecodable_row(msg, str(err)))
 
-    def _write_block(self, topic: str, part: int, st: PartitionState, entries: list[Entry],
+    def _write_block(self, topic: str, states: dict[int, PartitionState], taken: dict[int, list[Entry]],
                      stop: Callable[[], bool]) -> int | None:
-        """Record, insert and commit one block (:mod:`sinks.blocks`); rows written, None if stopped first."""
-        block = form_block(entries, st.hwm)
+        """Record, insert and commit one writer block over ``taken`` (partition -> entries; :mod:`sinks.blocks`);
+        rows written, None if stopped first."""
+        block = form_writer_block({p: (entries, states[p].hwm) for p, entries in taken.items()})
+        rows = self._insert_block(topic, block, stop)
+        if rows is None:
+            return None
+        for p, b in block.parts.items():
+            states[p].hwm = b.hwm_after
+        self.stats.blocks += 1
+        n_msgs = sum(len(entries) for entries in taken.values())
+        self.stats.batches += n_msgs
+        self.stats.rows += rows
+        self.stats.replayed_rows_dropped += block.dropped_rows
+        M.BATCHES_WRITTEN.inc(n_msgs)
+        if block.dropped_rows:
+            log.warning("block %s: dropped %d rows a worker sent again (already stored)", block.token(topic),
+                        block.dropped_rows)
+        self._commit_offsets([TopicPartition(topic, p, last + 1) for p, (_, last) in block.ranges.items()])
+        return rows
+
+    def _insert_block(self, topic: str, block: WriterBlock, stop: Callable[[], bool]) -> int | None:
+        """The state rows, then every table's insert of ``block``; rows inserted, None if stopped first (the
+        block is re-formed from its recorded state at the next start)."""
         tor_of = self._retry(lambda: tor_of_rnic(self.store), "read rnic_inventory", stop)
         if tor_of is None:
             return None  # stopping before anything of the block was recorded
         rows = 0
-        for table, data, token in block_inserts(topic, part, block, time.time_ns(), tor_of):
+        for table, data, token in writer_block_inserts(topic, block, time.time_ns(), tor_of):
             if not self._insert_with_retry(table, data, token, stop):
-                return None  # stopping; the block is re-formed from its recorded state at the next start
+                return None
             if token is None:
-                continue  # the state row
+                continue  # the state rows
             rows += data.num_rows
             M.ROWS_WRITTEN.labels(table).inc(data.num_rows)
             self.stats.rows_by_table[table] = self.stats.rows_by_table.get(table, 0) + data.num_rows
-        st.hwm = block.hwm_after
-        self.stats.blocks += 1
-        self.stats.batches += len(entries)
-        self.stats.rows += rows
-        self.stats.replayed_rows_dropped += block.dropped_rows
-        M.BATCHES_WRITTEN.inc(len(entries))
-        if block.dropped_rows:
-            log.warning("block %s: dropped %d rows a worker sent again (already stored)", block.token(topic, part),
-                        block.dropped_rows)
-        self._commit_offset(topic, part, block.last + 1)
         return rows
 
-    def _commit_offset(self, topic: str, part: int, offset: int) -> None:
+    def _commit_offsets(self, offsets: list[TopicPartition]) -> None:
         try:
-            self._consumer.commit(offsets=[TopicPartition(topic, part, offset)], asynchronous=False)
+            self._consumer.commit(offsets=offsets, asynchronous=False)
         except KafkaException as err:
             self.stats.commit_failures += 1
-            log.warning("offset commit for %s/%d at %d refused (%s); the block is recorded in %s, a re-read "
-                        "skips it", topic, part, offset, err.args[0].str() if err.args else err, STATE_TABLE)
+            log.warning("offset commit %s refused (%s); the block is recorded in %s, a re-read skips it",
+                        [(tp.topic, tp.partition, tp.offset) for tp in offsets],
+                        err.args[0].str() if err.args else err, STATE_TABLE)
 
     def _observe_lag(self, msgs: list[Message]) -> None:
         """Consumer lag per topic from the last message of each partition (cached watermarks: no round trip)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from sinks.blocks import Entry, PartitionState
+from sinks.blocks import Entry, PartitionState, take_writer_block
 
 
 def _state(rows_per_message: list[int]) -> PartitionState:
@@ -27,3 +27,29 @@ def test_a_single_message_over_the_cap_is_a_block_of_its_own():
     st = _state([500, 10])
     assert [e.offset for e in st.take_block(100, 10.0, now_s=0.0)] == [0]
     assert [e.offset for e in st.take_block(100, 10.0, now_s=0.0, force=True)] == [1]
+
+
+def test_a_writer_block_takes_every_partition_up_to_the_budget_oldest_first():
+    states = {p: PartitionState() for p in (0, 1, 2)}
+    for off in range(3):
+        states[2].accept(Entry(off, "probes", pa.table({"seq": list(range(40))})), now_s=1.0)  # read first
+        states[0].accept(Entry(off, "probes", pa.table({"seq": list(range(40))})), now_s=2.0)
+    states[1].accept(Entry(0, "probes", pa.table({"seq": [0]})), now_s=3.0)
+    assert take_writer_block(states, 1000, 10.0, now_s=10.9) is None  # 241 rows, oldest read 9.9 s ago
+    taken = take_writer_block(states, 100, 10.0, now_s=10.9)  # 241 rows >= 100: due, at most 100 rows
+    assert {p: [e.offset for e in es] for p, es in taken.items()} == {2: [0, 1, 2]}  # 120 rows: the oldest
+    taken = take_writer_block(states, 100, 10.0, now_s=11.0)  # partition 0 read at 2.0: 9 s, 121 rows >= 100
+    assert {p: [e.offset for e in es] for p, es in taken.items()} == {0: [0, 1, 2]}
+    assert take_writer_block(states, 100, 10.0, now_s=12.9) is None  # 1 row, read 9.9 s ago
+    assert {p: [e.offset for e in es] for p, es in take_writer_block(states, 100, 10.0, now_s=13.0).items()} == {
+        1: [0]}
+
+
+def test_a_writer_block_over_partitions_at_once_when_forced_and_not_over_one_re_forming_its_block():
+    states = {p: PartitionState() for p in (0, 1)}
+    states[1].redo = (5, 6)  # its recorded block is re-formed alone, first
+    for p in (0, 1):
+        states[p].accept(Entry(5, "probes", pa.table({"seq": [1, 2]})), now_s=0.0)
+    assert {p: [e.offset for e in es] for p, es in take_writer_block(states, 100, 10.0, 0.0, force=True).items()} \
+        == {0: [5]}
+    assert take_writer_block(states, 100, 10.0, 0.0, force=True) is None

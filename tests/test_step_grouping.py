@@ -20,7 +20,15 @@ import pytest
 from producers.sim.fabrics import panel1
 from schemas.arrow_pa import table_from_columns
 from schemas.codec import encode
-from sinks.blocks import Entry, PartitionState, block_inserts, form_block, load_states
+from sinks.blocks import (
+    Entry,
+    PartitionState,
+    block_inserts,
+    form_block,
+    form_writer_block,
+    load_states,
+    writer_block_inserts,
+)
 from sinks.clickhouse import ChdbStore, migrate
 from streams.pingmesh.links import PathIndex
 from streams.pingmesh.reducer import WindowReducer
@@ -120,7 +128,43 @@ def _write(store: ChdbStore, log: dict[int, list[Entry]], rng: random.Random, cr
     return dropped
 
 
-def _run(tmp_path, seed: int | None, replay: bool = False) -> tuple[list, dict]:
+def _write_across(store: ChdbStore, log: dict[int, list[Entry]], rng: random.Random, crash: bool) -> int:
+    """The store writer's writer blocks: each takes a random number of messages (maybe none) of every
+    partition, one insert per table for all of them; with ``crash``, one block dies after its state rows and
+    first insert, and the restarted writer re-forms it from the ranges every partition's state row records
+    (as it re-reads them from Kafka), then goes on from each partition's committed offset. Returns the rows
+    dropped as a worker's replay."""
+    dropped, hwm, nxt, crashed = 0, {p: {} for p in log}, dict.fromkeys(log, 0), not crash
+    while any(nxt[p] < len(log[p]) for p in log):
+        parts = {p: (log[p][nxt[p]:nxt[p] + rng.randint(0, 25)], hwm[p]) for p in log}
+        parts = {p: v for p, v in parts.items() if v[0]}
+        if not parts:
+            continue
+        block = form_writer_block(parts)
+        stmts = writer_block_inserts(ENRICHED, block, now_ns=sum(nxt.values()), tor_of=TOR_OF)
+        if not crashed and len(parts) > 1:
+            for table, data, token in stmts[:2]:  # state rows, then the first tier: then kill -9
+                store.insert_arrow(table, data, dedup_token=token)
+            crashed = True
+            states = load_states(store, ENRICHED)
+            ranges = states[min(parts)].multi_redo
+            assert ranges == block.ranges and all(states[p].multi_redo == ranges for p in parts)
+            redo = form_writer_block({p: (log[p][f:last + 1], states[p].hwm) for p, (f, last) in ranges.items()})
+            assert redo.token(ENRICHED) == block.token(ENRICHED)
+            for table, data, token in writer_block_inserts(ENRICHED, redo, now_ns=-1, tor_of=TOR_OF):
+                store.insert_arrow(table, data, dedup_token=token)
+            block = redo
+            hwm = {p: dict(states[p].redo_hwm_after) for p in log}
+        else:
+            for table, data, token in stmts:
+                store.insert_arrow(table, data, dedup_token=token)
+            hwm.update({p: b.hwm_after for p, b in block.parts.items()})
+        dropped += block.dropped_rows
+        nxt.update({p: last + 1 for p, (_, last) in block.ranges.items()})
+    return dropped
+
+
+def _run(tmp_path, seed: int | None, replay: bool = False, across: bool = False) -> tuple[list, dict]:
     rng = random.Random(seed)
     red = WindowReducer(partitions=2, clock=lambda: 0.0)
     red.registry.update(REGISTRY)
@@ -139,10 +183,10 @@ def _run(tmp_path, seed: int | None, replay: bool = False) -> tuple[list, dict]:
                 part = mo.source.partition % 2
                 for table, t in (("probes_1m", mo.minute), ("probes", mo.enriched)):
                     log[part].append(Entry(len(log[part]), table, t))
-    store = ChdbStore(tmp_path / f"ch-{seed}-{replay}")
+    store = ChdbStore(tmp_path / f"ch-{seed}-{replay}-{across}")
     try:
         migrate(store)
-        dropped = _write(store, log, rng, crash=replay)
+        dropped = (_write_across if across else _write)(store, log, rng, crash=replay)
         assert (dropped > 0) == replay, dropped  # the re-sent rows were there, and were dropped
         tiers = {t: store.query_arrow(
             f"SELECT {k}, sum(probes) AS probes, sum(timeouts) AS timeouts, mapSort(sumMap(rtt_hist)) AS rtt, "
@@ -166,7 +210,8 @@ def test_verdicts_and_tiers_do_not_depend_on_step_or_block_grouping(tmp_path):
     for t in TIERS:
         assert sum(r["probes"] for r in base_tiers[t]) == rows, t
     assert {r["prober_tor"] for r in base_tiers["probes_1h_tor"]} == {"A", "B", "C"}
-    for seed, replay in ((1, False), (2, True), (3, True)):
-        verdicts, tiers = _run(tmp_path, seed, replay)
+    for seed, replay, across in ((1, False, False), (2, True, False), (3, True, False), (4, False, True),
+                                 (5, True, True)):
+        verdicts, tiers = _run(tmp_path, seed, replay, across)
         assert verdicts == base_verdicts, f"seed {seed}"
-        assert tiers == base_tiers, f"seed {seed}, replay {replay}"
+        assert tiers == base_tiers, f"seed {seed}, replay {replay}, blocks across partitions {across}"

@@ -1,0 +1,143 @@
+"""The store writer's blocks over several partitions, on the real broker and chdb.
+
+A writer block holds the messages of every partition the writer reads (one insert per table). A writer
+that dies after the block's state rows and its first insert leaves a block that a restarted writer must
+re-form exactly (the same ranges of both partitions, the same token), even though messages arrived
+after it: each probe is then counted once in ``probes`` and in every tier.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from confluent_kafka import Producer
+
+from producers.sim.fabrics import panel1
+from schemas.arrow_pa import table_from_columns
+from schemas.codec import encode
+from schemas.headers import headers_for
+from sinks.clickhouse import ChdbStore, migrate
+from sinks.kafka_sink import StoreWriter
+from streams.pingmesh.links import PathIndex
+from streams.pingmesh.windows import WINDOW_NS
+from streams.runtime.probe_step import RawMessage, process_step
+
+sim = pytest.importorskip("producers.sim")
+pytestmark = pytest.mark.kafka
+
+S = 1_000_000_000
+T0 = (time.time_ns() // (3600 * S) - 1) * 3600 * S  # recent: the tables' TTLs drop old rows at insert
+TIERS = ("probes_1m", "probes_1h_rnic", "probes_1h_tor")
+
+
+class Killed(Exception):
+    """Stands for ``kill -9`` in the middle of a block."""
+
+
+def _enriched_messages(rounds: int) -> tuple[list[tuple[int, str, bytes]], list[int]]:
+    """``(raw partition, schema, payload)`` of what the worker sends for ``rounds`` uploads of Panel 1's
+    agents over two raw partitions, in send order, and the probes each carries into ``probes``."""
+    s = sim.Simulator(panel1(), seed=5)
+    index, out, probes, part_of, offsets = PathIndex(), [], [], {}, [0, 0]
+    for k in range(rounds):
+        for agent, probe_cols, path_cols in s.upload_batches(T0 + k * 5 * S):
+            index.update(table_from_columns("path.v1", path_cols))
+            part = part_of.setdefault(agent, len(part_of) % 2)
+            raw = RawMessage(encode(table_from_columns("probe.v1", probe_cols)), "probe.v1", "probes.raw", part,
+                             offsets[part])
+            offsets[part] += 1
+            for mo in process_step([raw], index, WINDOW_NS).messages:  # the default retention stores every row
+                assert mo.minute is not None and mo.stored is not None
+                out.append((part, "probe_minute.v1", encode(mo.minute)))
+                out.append((part, "probe_enriched.v1", encode(mo.stored)))
+                probes += [0, mo.stored.num_rows]
+    return out, probes
+
+
+def _send(bootstrap: str, topic: str, msgs: list[tuple[int, str, bytes]]) -> None:
+    p = Producer({"bootstrap.servers": bootstrap})
+    for part, schema, payload in msgs:
+        p.produce(topic, payload, partition=part, headers=headers_for(schema))
+    assert p.flush(30) == 0
+
+
+def _counts(store: ChdbStore) -> dict[str, int]:
+    sql = ", ".join([f"(SELECT sum(probes) FROM {t}) AS {t}" for t in TIERS]
+                    + ["(SELECT count() FROM probes) AS n", "(SELECT uniqExact(agent_id, seq) FROM probes) AS u"])
+    return {k: int(v or 0) for k, v in store.query_arrow(f"SELECT {sql}").to_pylist()[0].items()}
+
+
+def test_a_block_over_two_partitions_killed_mid_insert_is_re_formed_whole(kafka_bootstrap, topic_prefix, tmp_path):
+    msgs, rows = _enriched_messages(4)
+    cut = len(msgs) * 2 // 3 // 2 * 2  # after an upload's both messages
+    first, later, probes = msgs[:cut], msgs[cut:], sum(rows)
+    assert {p for p, _, _ in first} == {0, 1} and {p for p, _, _ in later} == {0, 1}
+    topic = f"{topic_prefix}probes.enriched"
+    store = ChdbStore(tmp_path / "ch")
+    migrate(store)
+    try:
+        _send(kafka_bootstrap, topic, first)
+        w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
+        inserts: list[str] = []
+        real_insert = store.insert_arrow
+
+        def dies_after_the_first_table(table, data, dedup_token=None, settings=None):  # noqa: ANN001, ANN202
+            if len(inserts) == 2:  # the state rows and the first tier went in
+                raise Killed
+            inserts.append(table)
+            return real_insert(table, data, dedup_token=dedup_token, settings=settings)
+
+        store.insert_arrow = dies_after_the_first_table  # type: ignore[method-assign]
+        deadline = time.time() + 60
+        while w.held_rows("probes") < sum(rows[:cut]) and time.time() < deadline:
+            w.poll_once(timeout=1.0)  # reads everything; the block waits for its (hour-long) budget
+        assert w.held_rows("probes") == sum(rows[:cut])
+        with pytest.raises(Killed):
+            w.poll_once(timeout=0, force=True)
+        w.close()  # no offsets were committed
+        del store.insert_arrow
+        assert inserts[0] == "sink_blocks"
+        state = store.query_arrow("SELECT partition, first_offset, last_offset FROM sink_blocks ORDER BY partition")
+        assert state["partition"].to_pylist() == [0, 1], "one block over both partitions, a state row for each"
+        assert _counts(store)["probes_1m"] > 0 and _counts(store)["n"] == 0
+
+        _send(kafka_bootstrap, topic, later)  # the restarted writer's own cut would span these too
+        w2 = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
+        deadline = time.time() + 60
+        while _counts(store)["n"] < probes and time.time() < deadline:
+            w2.poll_once(timeout=1.0, force=True)
+        w2.close()
+        assert _counts(store) == {**dict.fromkeys(TIERS, probes), "n": probes, "u": probes}
+        assert w2.stats.replayed_rows_dropped == 0
+    finally:
+        store.close()
+
+
+def test_a_writer_stopped_midway_writes_nothing_more(kafka_bootstrap, topic_prefix, tmp_path):
+    """Stopped while a block waits for the store, the writer has read past what it holds: a later block would
+    skip those messages, so it writes nothing more; a new writer stores every probe once."""
+    msgs, rows = _enriched_messages(2)
+    topic = f"{topic_prefix}probes.enriched"
+    store = ChdbStore(tmp_path / "ch")
+    migrate(store)
+    try:
+        _send(kafka_bootstrap, topic, msgs[:4])
+        w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
+        deadline = time.time() + 60
+        while w.held_rows("probes") < sum(rows[:4]) and time.time() < deadline:
+            w.poll_once(timeout=1.0)
+        assert w.poll_once(timeout=0, force=True, stop=lambda: True) == 0  # stopping: the block never went in
+        _send(kafka_bootstrap, topic, msgs[4:])
+        for _ in range(3):
+            assert w.poll_once(timeout=1.0, force=True) == 0
+        w.close()
+        assert _counts(store)["n"] == 0
+        w2 = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
+        deadline = time.time() + 60
+        while _counts(store)["n"] < sum(rows) and time.time() < deadline:
+            w2.poll_once(timeout=1.0, force=True)
+        w2.close()
+        assert _counts(store) == {**dict.fromkeys(TIERS, sum(rows)), "n": sum(rows), "u": sum(rows)}
+    finally:
+        store.close()
