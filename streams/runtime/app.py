@@ -149,7 +149,10 @@ def _path_index() -> tuple[PathIndex, TopicMirror]:
     global _paths, _paths_mirror
     if _paths is None:
         _paths = PathIndex()
-        _paths_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.PATHS_TRACED, PREFIX), _paths.update, SECURITY)
+        # many path messages per update call: a worker starting on a 10,000-RNIC fabric catches up on
+        # thousands of them, and the index's cost per call (its id tables) would dominate (BENCHMARKS.md §4)
+        _paths_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.PATHS_TRACED, PREFIX), _paths.update, SECURITY,
+                                    coalesce_rows=200_000)
     return _paths, _paths_mirror
 
 
