@@ -110,3 +110,43 @@ def test_a_path_index_fed_coalesced_equals_one_fed_per_message(kafka_bootstrap, 
     assert indexes[0][:5] == [(50000, "r0,A,S2,B,r1"), (50001, "r0,A,S3,B,r1"), (50002, "r2,A,S1,B,r1"),
                               (50003, "r3,A,S2,B,r1"), (50004, "r3,A,S4,B,r1")]
     assert len(indexes[0]) == 10
+
+
+WARM = """
+import json, sys
+from streams.runtime.config import RuntimeConfig, configure
+configure(RuntimeConfig(bootstrap=sys.argv[1], topic_prefix=sys.argv[2], var_dir=sys.argv[3], role=sys.argv[4]))
+from streams.runtime import app
+app.warm_side_inputs()
+print(json.dumps({"paths": None if app._paths is None else len(app._paths),
+                  "apply_calls": None if app._paths_mirror is None else app._paths_mirror.applied_calls,
+                  "rnics": sorted(app._rnics)}))
+"""
+
+
+@pytest.mark.parametrize("role", ["stream", "reducer"])
+def test_a_stream_worker_loads_paths_and_registry_before_joining_its_group(kafka_bootstrap, topic_prefix, tmp_path,
+                                                                          role):
+    import json
+    import subprocess
+    import sys
+
+    from schemas import topics as T
+
+    from conftest import REPO
+
+    paths = T.topic_name(T.PATHS_TRACED, topic_prefix)
+    prod = Producer({"bootstrap.servers": kafka_bootstrap})
+    for p, m in enumerate(PATH_MESSAGES[:3]):  # three messages over three partitions: one coalesced call
+        prod.produce(paths, _paths(m), partition=p, headers=headers_for("path.v1"))
+    prod.produce(T.topic_name(T.REGISTRY, topic_prefix), _registry(["r0", "r1", "r2"]), key=b"controller",
+                 headers=headers_for("registry.v1"))  # a compacted topic: keyed
+    assert prod.flush(10) == 0
+    out = subprocess.run([sys.executable, "-c", WARM, kafka_bootstrap, topic_prefix, str(tmp_path), role], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    if role == "stream":  # tuples 50000, 50001, 50002 (50000 three times): 3 entries, from one update call
+        assert got == {"paths": 3, "apply_calls": 1, "rnics": ["r0", "r1", "r2"]}
+    else:  # the reducer has no path index and reads its own registry copy when it starts
+        assert got == {"paths": None, "apply_calls": None, "rnics": []}
