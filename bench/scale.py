@@ -32,7 +32,8 @@ else uses the CPU meanwhile. Measured, from outside the processes:
 - CPU seconds per stored row of the workers, the reducer, the store writer and the broker, and the
   cores a 1.5 M rows/s cluster would need at that cost.
 
-:func:`profile_reducer` profiles the reducer alone on the same fabric, in one process.
+:func:`profile_reducer` profiles the reducer alone on the same fabric, in one process;
+:func:`profile_startup` measures a stream worker's start-up load of the fabric's traced paths.
 """
 
 from __future__ import annotations
@@ -536,3 +537,94 @@ def profile_reducer(rnics: int = 1024, rate: float = 1.0, seed: int = 1, top: in
     body = buf.getvalue().splitlines()
     first = next((i for i, x in enumerate(body) if x.strip().startswith("ncalls")), 0)
     return "\n".join(lines + body[first:])
+
+
+@dataclass
+class StartupLoad:
+    """One load of ``paths.traced`` into a fresh path index, as a starting stream worker does it."""
+
+    coalesce_rows: int
+    """rows per ``PathIndex.update`` call (0: one call per message, the former way)"""
+    messages: int
+    apply_calls: int
+    entries: int
+    cpu_s: float
+    """process CPU s of the catch-up (decode and index update)"""
+    wall_s: float
+    links_cpu_s: float
+    """process CPU s of :meth:`PathIndex.hop_links` after it (every hop string's links, once)"""
+
+
+@dataclass
+class StartupProfile:
+    """:func:`profile_startup`'s figures: the fabric, what was published, one :class:`StartupLoad` per mode."""
+
+    rnics: int
+    rate: float
+    probe_rows: int
+    path_rows: int
+    loads: list[StartupLoad]
+
+
+def profile_startup(bootstrap: str, rnics: int = 10_000, rate: float = 0.1, rounds: int = 4, seed: int = 1,
+                    modes: tuple[int, ...] | None = None) -> StartupProfile:
+    """Publish ``rounds`` upload rounds of the benchmark fabric (as :func:`run` does), then load its
+    ``paths.traced`` into a fresh :class:`PathIndex` through a :class:`TopicMirror` once per mode of
+    ``modes`` (``coalesce_rows``; default: per message, then the workers' setting), in this process.
+
+
+    Raises:
+        AssertionError: the modes built different indexes (they must not: same rows, same order).
+        ValueError: as :func:`build_simulator`.
+    """
+    from fabricscope.kafka_admin import create_topics, delete_topics
+    from schemas import topics as T
+    from streams.pingmesh.links import PathIndex
+    from streams.pingmesh.windows import WINDOW_NS
+    from streams.runtime.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
+
+    modes = modes if modes is not None else (0, PATHS_COALESCE_ROWS)
+    prefix = f"bstart{uuid.uuid4().hex[:6]}."
+    create_topics(bootstrap, prefix)
+    try:
+        sim = build_simulator(rnics, rate, seed)
+        n_rnics = len(sim.inv.rnics)
+        rows, _ = publish_fabric(sim, bootstrap, prefix, (time.time_ns() // WINDOW_NS - 2) * WINDOW_NS, rounds)
+        del sim
+        loads, tables, path_rows = [], [], [0]
+        for coalesce in modes:
+            index = PathIndex()
+
+            def update(t, index=index):  # noqa: ANN001, ANN202 - the mirror's apply
+                path_rows[0] += t.num_rows
+                index.update(t)
+
+            path_rows[0] = 0
+            mirror = TopicMirror(bootstrap, T.topic_name(T.PATHS_TRACED, prefix), update, coalesce_rows=coalesce)
+            c0, w0 = time.process_time(), time.perf_counter()
+            n = mirror.catch_up()
+            c1, w1 = time.process_time(), time.perf_counter()
+            index.hop_links()
+            loads.append(StartupLoad(coalesce, n, mirror.applied_calls, len(index), c1 - c0, w1 - w0,
+                                     time.process_time() - c1))
+            mirror.close()
+            key = [(c, "ascending") for c in ("direction", "src_ip", "dst_ip", "src_port", "dst_port")]
+            tables.append(index.latest.drop_columns(["_entry"]).sort_by(key))
+            del index
+        assert all(t.equals(tables[0]) for t in tables[1:]), "the modes built different path indexes"
+        return StartupProfile(n_rnics, rate, rows, path_rows[0], loads)
+    finally:
+        delete_topics(bootstrap, prefix)
+
+
+def startup_report(p: StartupProfile) -> str:
+    """Lines of :func:`profile_startup`'s figures, one per mode."""
+    lines = [f"start-up load of paths.traced at {p.rnics:,} RNICs x {p.rate * PAPER_PPS_PER_RNIC:g} probes/s "
+             f"({p.probe_rows:,} probe rows published; {p.path_rows:,} path rows; one process, load average "
+             f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}):"]
+    for s in p.loads:
+        how = "per message" if s.coalesce_rows <= 0 else f"coalesced to {s.coalesce_rows:,} rows"
+        lines.append(f"  {how:>30}: {s.messages:,} messages in {s.apply_calls:,} index updates, {s.entries:,} "
+                     f"entries: {s.cpu_s:.2f} CPU s ({s.wall_s:.1f} s wall), then hop_links {s.links_cpu_s:.2f} CPU s")
+    lines.append("  the indexes are equal")
+    return "\n".join(lines)

@@ -42,6 +42,9 @@ def scale(
     hours: int = typer.Option(168, help="--soak: simulated hours"),
     profile_reducer: bool = typer.Option(False, "--profile-reducer",
                                          help="cProfile the reducer closing this fabric's windows (no Kafka)"),
+    profile_startup: bool = typer.Option(False, "--profile-startup",
+                                         help="a stream worker's start-up load of this fabric's traced paths "
+                                              "(one process; per message and coalesced, CPU s)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
     reducer_in_worker: bool = typer.Option(False, "--reducer-in-worker",
                                            help="run the reducer inside a worker (--role all), not in a process "
@@ -65,6 +68,9 @@ def scale(
 
     if profile_reducer:
         print(bench_scale.profile_reducer(rnics, rate))
+        return
+    if profile_startup:
+        print(bench_scale.startup_report(bench_scale.profile_startup(load().kafka_bootstrap, rnics, rate)))
         return
     try:
         r = bench_scale.run(load().kafka_bootstrap, rnics, windows, rate, workers or None, timeout_s=timeout,

@@ -55,7 +55,7 @@ from streams.runtime.emitted_input import CLOCK_SKEW_MS, EmittedOffsets, read_em
 from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
 from streams.runtime.probe_step import RawMessage, process_step, reducer_step
 from streams.runtime.reducer_recovery import rebuild
-from streams.runtime.topic_mirror import TopicMirror
+from streams.runtime.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
 
 log = logging.getLogger("fabricscope.app")
 
@@ -152,7 +152,7 @@ def _path_index() -> tuple[PathIndex, TopicMirror]:
         # many path messages per update call: a worker starting on a 10,000-RNIC fabric catches up on
         # thousands of them, and the index's cost per call (its id tables) would dominate (BENCHMARKS.md §4)
         _paths_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.PATHS_TRACED, PREFIX), index.update, SECURITY,
-                                    coalesce_rows=200_000)
+                                    coalesce_rows=PATHS_COALESCE_ROWS)
         _paths = index  # set once its mirror exists: a failed start is retried whole on the next call
     return _paths, _paths_mirror
 

@@ -27,6 +27,10 @@ from schemas.codec import CodecError, decode, schema_key_from_headers
 
 log = logging.getLogger("fabricscope.mirror")
 
+PATHS_COALESCE_ROWS = 200_000
+"""Rows per ``apply`` call of the workers' ``paths.traced`` mirror: a 10,000-RNIC fabric's ~640,000 traced
+paths in four calls, not one per agent upload (BENCHMARKS.md §4, "Worker start-up at 10,000 RNICs")."""
+
 
 class TopicMirror:
     """Reads ``topic`` from the beginning; :meth:`catch_up` applies decoded tables to ``apply``.
