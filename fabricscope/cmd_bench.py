@@ -45,6 +45,8 @@ def scale(
     profile_startup: bool = typer.Option(False, "--profile-startup",
                                          help="a stream worker's start-up load of this fabric's traced paths "
                                               "(one process; per message and coalesced, CPU s)"),
+    restart_worker: float = typer.Option(-1.0, help="S >= 0: kill -9 one stream worker S seconds after the first "
+                                         "stored row and start it again; prints how long its partitions stall"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
     reducer_in_worker: bool = typer.Option(False, "--reducer-in-worker",
                                            help="run the reducer inside a worker (--role all), not in a process "
@@ -74,7 +76,8 @@ def scale(
         return
     try:
         r = bench_scale.run(load().kafka_bootstrap, rnics, windows, rate, workers or None, timeout_s=timeout,
-                            progress=say, own_reducer=not reducer_in_worker)
+                            progress=say, own_reducer=not reducer_in_worker,
+                            restart_worker_s=restart_worker if restart_worker >= 0 else None)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     if as_json:
