@@ -51,6 +51,8 @@ class PipelineProcs:
     own_reducer: bool = True
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     metrics_ports: list[int] = field(default_factory=list)
+    cpu_before_restart: dict[str, float] = field(default_factory=dict)
+    """CPU seconds of the processes :meth:`restart_worker` replaced (counted in :meth:`cpu`)"""
 
     def __enter__(self) -> PipelineProcs:
         env = {**os.environ, "KAFKA_BOOTSTRAP": self.bootstrap, "FABRICSCOPE_TOPIC_PREFIX": self.prefix,
@@ -66,12 +68,24 @@ class PipelineProcs:
         for w, port in enumerate(self.metrics_ports):
             self.procs[f"worker{w}"] = subprocess.Popen([*exe, "worker", *role, "--metrics-port", str(port)],
                                                         env=env, **quiet)
+        self._worker_env = env
         if self.own_reducer:
             # a session of its own, as `fabricscope up` starts it (a CPU share of its own under autogroup
             # scheduling); out of the benchmark's process group, so it dies with the benchmark by itself
             self.procs["reducer"] = subprocess.Popen([*exe, "worker", "--role", "reducer"], env=env,
                                                      start_new_session=True, preexec_fn=die_with_parent, **quiet)
         return self
+
+    def restart_worker(self, name: str) -> None:
+        """``kill -9`` the worker ``name`` (``worker0`` ..) and start it again with the same command, as an
+        operator's restart after a crash: its partitions go back to the group and it rejoins."""
+        old = self.procs[name]
+        spent = cpu_s(old.pid)
+        old.kill()
+        old.wait()
+        self.cpu_before_restart[name] = self.cpu_before_restart.get(name, 0.0) + spent
+        self.procs[name] = subprocess.Popen(old.args, env=self._worker_env, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL, cwd=self.var_dir)
 
     @property
     def reducer_group(self) -> str:
@@ -129,7 +143,7 @@ class PipelineProcs:
 
     def cpu(self, broker_pid: int | None) -> dict[str, float]:
         """CPU seconds so far of every child and of the broker process (NaN when not on this machine)."""
-        out = {n: cpu_s(p.pid) for n, p in self.procs.items()}
+        out = {n: cpu_s(p.pid) + self.cpu_before_restart.get(n, 0.0) for n, p in self.procs.items()}
         out["broker"] = cpu_s(broker_pid) if broker_pid else float("nan")
         return out
 

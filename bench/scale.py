@@ -32,7 +32,8 @@ else uses the CPU meanwhile. Measured, from outside the processes:
 - CPU seconds per stored row of the workers, the reducer, the store writer and the broker, and the
   cores a 1.5 M rows/s cluster would need at that cost.
 
-:func:`profile_reducer` profiles the reducer alone on the same fabric, in one process.
+:func:`profile_reducer` profiles the reducer alone on the same fabric, in one process;
+:func:`profile_startup` measures a stream worker's start-up load of the fabric's traced paths.
 """
 
 from __future__ import annotations
@@ -110,6 +111,13 @@ class ScaleResult:
     load_avg: tuple[float, float, float] = (0.0, 0.0, 0.0)
     own_reducer: bool = True
     """the reducer in a process of its own (``fabricscope up``'s layout), else inside a worker"""
+    restart_at_s: float = float("nan")
+    """``restart_worker_s`` given: when (s after the processes started) a stream worker was killed and restarted"""
+    restart_stall_s: float = float("nan")
+    """after that restart: the longest time a ``probes.raw`` partition with input left committed nothing
+    (its agents' uploads, and so every window's watermark, waited that long)"""
+    stall_before_restart_s: float = float("nan")
+    """the same over the 60 s before the restart: what commits every few seconds look like undisturbed"""
     complete: bool = False
 
     def as_dict(self) -> dict:
@@ -253,11 +261,13 @@ class _VerdictPoller(threading.Thread):
 
 def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0, workers: int | None = None,
         seed: int = 1, timeout_s: float = 3600.0, progress=print,  # noqa: ANN001 - print-like
-        own_reducer: bool = True) -> ScaleResult:
+        own_reducer: bool = True, restart_worker_s: float | None = None) -> ScaleResult:
     """Generate and publish ``windows`` 20 s windows of the fabric, run the pipeline over them, measure.
 
     ``own_reducer`` False runs the reducer inside one of the workers (``--role all``), the layout before
-    ``fabricscope up`` gave it a process of its own: for comparison.
+    ``fabricscope up`` gave it a process of its own: for comparison. ``restart_worker_s``: that many
+    seconds after the first stored row, ``kill -9`` the last stream worker and start it again (an
+    operator's restart), and measure how long its partitions then stall (``restart_stall_s``).
 
     Waits until every produced probe row is in ``probes`` and counted in ``probes_1m`` and every
     window's summary is out (``complete``), or ``timeout_s`` passed (``complete`` False).
@@ -304,7 +314,14 @@ def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0
         broker = broker_pid(bootstrap)
         with tempfile.TemporaryDirectory() as d, PipelineProcs(bootstrap, prefix, Path(d), workers,
                                                                       own_reducer=own_reducer) as pipe:
-            seen = _measure(pipe, res, closed, lag, broker, start, timeout_s, progress)
+            commits = (_PartitionCommits(bootstrap, f"{prefix}{FAUST_GROUP}", raw) if restart_worker_s is not None
+                       else None)
+            seen = _measure(pipe, res, closed, lag, broker, start, timeout_s, progress, restart_worker_s, commits)
+            if commits is not None:
+                res.restart_stall_s = longest_stall(commits.samples, res.restart_at_s)
+                res.stall_before_restart_s = longest_stall(
+                    [x for x in commits.samples if x[0] <= res.restart_at_s], res.restart_at_s - 60)
+                commits.close()
             res.loop_lag_p99_ms = worker_loop_lag_ms(pipe.metrics_ports)[0]
             res.peak_rss_mib = pipe.peak_rss()
         closed.stop()
@@ -317,7 +334,8 @@ def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0
 
 
 def _measure(pipe, res: ScaleResult, closed: _ClosedReader, lag, broker: int | None,  # noqa: ANN001
-             start_ns: int, timeout_s: float, progress) -> dict[int, int]:  # noqa: ANN001 - print-like callable
+             start_ns: int, timeout_s: float, progress,  # noqa: ANN001 - print-like callable
+             restart_worker_s: float | None = None, commits: _PartitionCommits | None = None) -> dict[int, int]:
     """Poll the store (verdicts every 0.1 s, row counts every 1 s), the groups' lag (every 1 s) until all rows
     are stored and counted.
 
@@ -352,6 +370,14 @@ def _measure(pipe, res: ScaleResult, closed: _ClosedReader, lag, broker: int | N
                     t_first, n_first, cpu0 = time.perf_counter(), n, pipe.cpu(broker)
                 if n > n_first:
                     t_last = time.perf_counter()
+                if restart_worker_s is not None and t_first is not None and math.isnan(res.restart_at_s) \
+                        and now - t_first >= restart_worker_s:
+                    victim = max(k for k in pipe.procs if k.startswith("worker"))
+                    pipe.restart_worker(victim)
+                    res.restart_at_s = now - t_start
+                    progress(f"{now - t_start:6.0f} s: {victim} killed (-9) and started again")
+                if commits is not None:
+                    commits.sample(now - t_start)
             if now >= next_lag:
                 next_lag = now + 1.0
                 sample = {"t_s": round(now - t_start, 1), **lag.sample(), "rows_stored": n}
@@ -458,6 +484,10 @@ def print_report(r: ScaleResult) -> None:
     cpu = ", ".join(f"{k} {v:.2f}" for k, v in r.cpu_us_per_row.items())
     con.print(f"CPU µs per stored row (from the {r.cpu_from}): {cpu}; cores for {CLUSTER_ROWS_S / 1e6:g} M rows/s: "
               f"[bold]{r.cores_for_1_5m_rows_s:.1f}[/bold]")
+    if not math.isnan(r.restart_at_s):
+        con.print(f"a stream worker killed (-9) and restarted at {r.restart_at_s:.0f} s: the longest time a "
+                  f"probes.raw partition with input left then committed nothing: [bold]{r.restart_stall_s:.1f} s"
+                  f"[/bold] (in the 60 s before: {r.stall_before_restart_s:.1f} s)")
     con.print("peak RSS MiB: " + ", ".join(f"{k} {v:.0f}" for k, v in r.peak_rss_mib.items())
               + f"; worker event-loop lag p99 <= {r.loop_lag_p99_ms:.0f} ms")
 
@@ -536,3 +566,152 @@ def profile_reducer(rnics: int = 1024, rate: float = 1.0, seed: int = 1, top: in
     body = buf.getvalue().splitlines()
     first = next((i for i, x in enumerate(body) if x.strip().startswith("ncalls")), 0)
     return "\n".join(lines + body[first:])
+
+
+@dataclass
+class StartupLoad:
+    """One load of ``paths.traced`` into a fresh path index, as a starting stream worker does it."""
+
+    coalesce_rows: int
+    """rows per ``PathIndex.update`` call (0: one call per message, the former way)"""
+    messages: int
+    apply_calls: int
+    entries: int
+    cpu_s: float
+    """process CPU s of the catch-up (decode and index update)"""
+    wall_s: float
+    links_cpu_s: float
+    """process CPU s of :meth:`PathIndex.hop_links` after it (every hop string's links, once)"""
+
+
+@dataclass
+class StartupProfile:
+    """:func:`profile_startup`'s figures: the fabric, what was published, one :class:`StartupLoad` per mode."""
+
+    rnics: int
+    rate: float
+    probe_rows: int
+    path_rows: int
+    loads: list[StartupLoad]
+
+
+def profile_startup(bootstrap: str, rnics: int = 10_000, rate: float = 0.1, rounds: int = 4, seed: int = 1,
+                    modes: tuple[int, ...] | None = None) -> StartupProfile:
+    """Publish ``rounds`` upload rounds of the benchmark fabric (as :func:`run` does), then load its
+    ``paths.traced`` into a fresh :class:`PathIndex` through a :class:`TopicMirror` once per mode of
+    ``modes`` (``coalesce_rows``; default: per message, then the workers' setting), in this process.
+
+
+    Raises:
+        AssertionError: the modes built different indexes (they must not: same rows, same order).
+        ValueError: as :func:`build_simulator`.
+    """
+    from fabricscope.kafka_admin import create_topics, delete_topics
+    from schemas import topics as T
+    from streams.pingmesh.links import PathIndex
+    from streams.pingmesh.windows import WINDOW_NS
+    from streams.runtime.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
+
+    modes = modes if modes is not None else (0, PATHS_COALESCE_ROWS)
+    prefix = f"bstart{uuid.uuid4().hex[:6]}."
+    create_topics(bootstrap, prefix)
+    try:
+        sim = build_simulator(rnics, rate, seed)
+        n_rnics = len(sim.inv.rnics)
+        rows, _ = publish_fabric(sim, bootstrap, prefix, (time.time_ns() // WINDOW_NS - 2) * WINDOW_NS, rounds)
+        del sim
+        loads, tables, path_rows = [], [], [0]
+        for coalesce in modes:
+            index = PathIndex()
+
+            def update(t, index=index):  # noqa: ANN001, ANN202 - the mirror's apply
+                path_rows[0] += t.num_rows
+                index.update(t)
+
+            path_rows[0] = 0
+            mirror = TopicMirror(bootstrap, T.topic_name(T.PATHS_TRACED, prefix), update, coalesce_rows=coalesce)
+            c0, w0 = time.process_time(), time.perf_counter()
+            n = mirror.catch_up()
+            c1, w1 = time.process_time(), time.perf_counter()
+            index.hop_links()
+            loads.append(StartupLoad(coalesce, n, mirror.applied_calls, len(index), c1 - c0, w1 - w0,
+                                     time.process_time() - c1))
+            mirror.close()
+            key = [(c, "ascending") for c in ("direction", "src_ip", "dst_ip", "src_port", "dst_port")]
+            tables.append(index.latest.drop_columns(["_entry"]).sort_by(key))
+            del index
+        assert all(t.equals(tables[0]) for t in tables[1:]), "the modes built different path indexes"
+        return StartupProfile(n_rnics, rate, rows, path_rows[0], loads)
+    finally:
+        delete_topics(bootstrap, prefix)
+
+
+def startup_report(p: StartupProfile) -> str:
+    """Lines of :func:`profile_startup`'s figures, one per mode."""
+    lines = [f"start-up load of paths.traced at {p.rnics:,} RNICs x {p.rate * PAPER_PPS_PER_RNIC:g} probes/s "
+             f"({p.probe_rows:,} probe rows published; {p.path_rows:,} path rows; one process, load average "
+             f"{' '.join(f'{x:.1f}' for x in os.getloadavg())}):"]
+    for s in p.loads:
+        how = "per message" if s.coalesce_rows <= 0 else f"coalesced to {s.coalesce_rows:,} rows"
+        lines.append(f"  {how:>30}: {s.messages:,} messages in {s.apply_calls:,} index updates, {s.entries:,} "
+                     f"entries: {s.cpu_s:.2f} CPU s ({s.wall_s:.1f} s wall), then hop_links {s.links_cpu_s:.2f} CPU s")
+    lines.append("  the indexes are equal")
+    return "\n".join(lines)
+
+
+class _PartitionCommits:
+    """Committed offset and end of every partition of one topic for one consumer group, sampled over time."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+        parts = self._c.list_topics(topic, timeout=10).topics[topic].partitions
+        self._tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        self.samples: list[tuple[float, dict[int, tuple[int, int]]]] = []
+
+    def sample(self, t_s: float) -> None:
+        """Record ``{partition: (committed offset, end offset)}`` at ``t_s`` (a failed read is skipped)."""
+        try:
+            got = {tp.partition: (max(tp.offset, 0), self._c.get_watermark_offsets(tp, timeout=5, cached=False)[1])
+                   for tp in self._c.committed(self._tps, timeout=5)}
+        except Exception:  # noqa: BLE001 - the broker busy: the next sample
+            return
+        self.samples.append((t_s, got))
+
+    def close(self) -> None:
+        self._c.close()
+
+
+def longest_stall(samples: list[tuple[float, dict[int, tuple[int, int]]]], since_s: float) -> float:
+    """The longest time (s) after ``since_s`` that a partition with input left kept one committed offset.
+
+    Args:
+        samples: ``(t s, {partition: (committed offset, end offset)})`` in time order.
+        since_s: where to start (a worker's restart); NaN: nothing to measure.
+
+    Returns:
+        Per partition, from ``since_s`` (or its last commit after it) to its next commit, or to the last
+        sample while it still had input left; the maximum over partitions (a commit is a change from the
+        previous sample, the one at or before ``since_s`` included; the resolution is the sampling's).
+        0.0 when no partition had input left; NaN when ``since_s`` is NaN or nothing was sampled after it.
+    """
+    if math.isnan(since_s):
+        return float("nan")
+    before = [got for t, got in samples if t <= since_s]
+    after = [(t, got) for t, got in samples if t > since_s]
+    if not after:
+        return float("nan")
+    worst = 0.0
+    for p in after[0][1]:
+        last_t, last_off = since_s, before[-1].get(p, (0, 0))[0] if before else None
+        for t, got in after:
+            off, end = got.get(p, (0, 0))
+            if last_off is None:
+                last_off = off
+            if off != last_off:
+                worst, last_t, last_off = max(worst, t - last_t), t, off
+            if off >= end:  # nothing left: it cannot stall from here
+                break
+            worst = max(worst, t - last_t)
+    return worst

@@ -42,6 +42,11 @@ def scale(
     hours: int = typer.Option(168, help="--soak: simulated hours"),
     profile_reducer: bool = typer.Option(False, "--profile-reducer",
                                          help="cProfile the reducer closing this fabric's windows (no Kafka)"),
+    profile_startup: bool = typer.Option(False, "--profile-startup",
+                                         help="a stream worker's start-up load of this fabric's traced paths "
+                                              "(one process; per message and coalesced, CPU s)"),
+    restart_worker: float = typer.Option(-1.0, help="S >= 0: kill -9 one stream worker S seconds after the first "
+                                         "stored row and start it again; prints how long its partitions stall"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
     reducer_in_worker: bool = typer.Option(False, "--reducer-in-worker",
                                            help="run the reducer inside a worker (--role all), not in a process "
@@ -66,9 +71,13 @@ def scale(
     if profile_reducer:
         print(bench_scale.profile_reducer(rnics, rate))
         return
+    if profile_startup:
+        print(bench_scale.startup_report(bench_scale.profile_startup(load().kafka_bootstrap, rnics, rate)))
+        return
     try:
         r = bench_scale.run(load().kafka_bootstrap, rnics, windows, rate, workers or None, timeout_s=timeout,
-                            progress=say, own_reducer=not reducer_in_worker)
+                            progress=say, own_reducer=not reducer_in_worker,
+                            restart_worker_s=restart_worker if restart_worker >= 0 else None)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     if as_json:

@@ -53,3 +53,27 @@ def test_tiny_fabric_through_the_pipeline(kafka_bootstrap: str) -> None:
     assert legs == pytest.approx(whole[0]["verdict_latency_s"], abs=0.01)
     assert r["verdict_latency_p99_s"] == pytest.approx(whole[0]["verdict_latency_s"], abs=1e-3)
     assert not math.isnan(r["cores_for_1_5m_rows_s"]) and r["cores_for_1_5m_rows_s"] > 0
+
+
+def test_startup_profile_loads_the_same_index_per_message_and_coalesced(kafka_bootstrap: str) -> None:
+    p = bench_scale.profile_startup(kafka_bootstrap, rnics=64, rate=0.1, rounds=2, modes=(0, 400, 200_000))
+    per_message, small, whole = p.loads
+    assert p.rnics == 64 and p.probe_rows > 0
+    # 8 agents (hosts) x 2 rounds, each upload with traces (a tuple is traced when first probed)
+    assert per_message.messages == small.messages == whole.messages == per_message.apply_calls == 16
+    assert whole.apply_calls == 1  # every path row of the fabric in one update
+    assert math.ceil(p.path_rows / 400) <= small.apply_calls < 16  # a few messages per update of <= 400 rows
+    assert per_message.entries == small.entries == whole.entries > 0
+    assert "16 messages in 1 index updates" in bench_scale.startup_report(p)
+
+
+def test_longest_stall_after_a_restart_by_hand() -> None:
+    samples = [(0.0, {0: (2, 10), 1: (5, 10)}), (5.0, {0: (4, 10), 1: (5, 10)}), (10.0, {0: (4, 10), 1: (5, 10)}),
+               (12.0, {0: (10, 10), 1: (5, 10)}), (20.0, {0: (10, 10), 1: (7, 10)}), (21.0, {0: (10, 10), 1: (10, 10)})]
+    # partition 0 commits at 5 (2 -> 4) and 12 (done): stalls of 4 and 7 s; partition 1 waits from 1 to 20
+    assert bench_scale.longest_stall(samples, 1.0) == 19.0
+    assert bench_scale.longest_stall(samples[:4], 1.0) == 11.0  # still waiting at the last sample
+    assert bench_scale.longest_stall(samples, 12.0) == 8.0  # partition 0 done: only 1's wait from 12 to 20
+    assert math.isnan(bench_scale.longest_stall(samples, 21.0))  # no sample after it
+    assert math.isnan(bench_scale.longest_stall(samples, float("nan")))
+    assert bench_scale.longest_stall([(0.0, {0: (3, 3)}), (1.0, {0: (3, 3)})], 0.0) == 0.0

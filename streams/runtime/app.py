@@ -56,7 +56,7 @@ from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
 from streams.runtime.probe_step import RawMessage, process_step, reducer_step
 from streams.runtime.recent_mirror import RecentTopicMirror
 from streams.runtime.reducer_recovery import rebuild
-from streams.runtime.topic_mirror import TopicMirror
+from streams.runtime.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
 
 log = logging.getLogger("fabricscope.app")
 
@@ -148,10 +148,31 @@ def _timed(fn, *args):  # noqa: ANN001, ANN002, ANN202
 
 def _path_index() -> tuple[PathIndex, TopicMirror]:
     global _paths, _paths_mirror
-    if _paths is None:
-        _paths = PathIndex()
-        _paths_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.PATHS_TRACED, PREFIX), _paths.update, SECURITY)
+    if _paths is None or _paths_mirror is None:
+        index = PathIndex()
+        # many path messages per update call: a worker starting on a 10,000-RNIC fabric catches up on
+        # thousands of them, and the index's cost per call (its id tables) would dominate (BENCHMARKS.md §4)
+        _paths_mirror = TopicMirror(BOOTSTRAP, T.topic_name(T.PATHS_TRACED, PREFIX), index.update, SECURITY,
+                                    coalesce_rows=PATHS_COALESCE_ROWS)
+        _paths = index  # set once its mirror exists: a failed start is retried whole on the next call
     return _paths, _paths_mirror
+
+
+def warm_side_inputs() -> None:
+    """Catch a stream worker's side inputs (registry RNICs, the path index and its links) up before it joins
+    the consumer group. Done in the first step instead, a worker holds its partitions while it reads every
+    path of the fabric, and a worker joining meanwhile (a restart, ``up`` starting N) waits in the
+    rebalance for that whole step. A broker that is not there yet only defers it to the first step."""
+    if not RUNS_STREAM:
+        return
+    try:
+        _registry_rnics().catch_up()
+        paths, mirror = _path_index()
+        n = mirror.catch_up()
+        paths.hop_links()  # the links of every hop string: computed once here, not in the first step
+        log.info("side inputs caught up before joining: %d path messages, %d paths", n, len(paths))
+    except Exception:  # noqa: BLE001 - the first step catches up anyway
+        log.exception("side inputs not caught up before joining; the first step will")
 
 
 _rnics: set[str] = set()

@@ -7,6 +7,12 @@ another partition) and the reducer needs the whole registry. A
 with its own consumer (no group, no commits) and, on :meth:`catch_up`, applies
 everything published up to that moment, in order. Catching up before a probe
 batch means every path published before the batch is known.
+
+A worker that starts on a large fabric catches up on thousands of messages at once
+(``paths.traced`` at 10,000 RNICs: one message per agent and upload round). With
+``coalesce_rows`` the tables of consecutive messages are concatenated and applied as
+one call, so a fold whose cost is per call (the path index's id tables and arrays)
+runs a few times instead of once per message.
 """
 
 from __future__ import annotations
@@ -21,6 +27,10 @@ from schemas.codec import CodecError, decode, schema_key_from_headers
 
 log = logging.getLogger("fabricscope.mirror")
 
+PATHS_COALESCE_ROWS = 200_000
+"""Rows per ``apply`` call of the workers' ``paths.traced`` mirror: a 10,000-RNIC fabric's ~640,000 traced
+paths in four calls, not one per agent upload (BENCHMARKS.md §4, "Worker start-up at 10,000 RNICs")."""
+
 
 class TopicMirror:
     """Reads ``topic`` from the beginning; :meth:`catch_up` applies decoded tables to ``apply``.
@@ -31,15 +41,29 @@ class TopicMirror:
         apply: called with each decoded table, in offset order per partition.
         kafka_config: extra client settings (SASL/TLS).
         apply_with_headers: called instead of ``apply`` with each table and its message's headers
-            (a list of (key, bytes) pairs, or None), for topics whose messages say how they belong together.
+            (a list of (key, bytes) pairs, or None), for topics whose messages say how they belong
+            together (never coalesced); a :class:`CodecError` it raises skips the message.
+        coalesce_rows: 0 (the default): ``apply`` is called once per message. Above 0: consecutive
+            messages' tables of one schema are concatenated, up to this many rows (a single larger
+            message is applied alone), and applied in one call, in the same order. Only for an ``apply``
+            whose outcome does not depend on how rows are split into calls (the path index: newest trace
+            per 5-tuple); not for one that assumes a key appears once per call.
+
+    Attributes:
+        undecodable: messages skipped because they did not decode (logged).
+        applied_calls: calls of ``apply`` so far (with ``coalesce_rows``, fewer than messages).
     """
 
     def __init__(self, bootstrap: str, topic: str, apply: Callable[[pa.Table], None] | None,
-                 kafka_config: dict[str, str] | None = None,
+                 kafka_config: dict[str, str] | None = None, coalesce_rows: int = 0,
                  apply_with_headers: Callable[[pa.Table, list | None], None] | None = None) -> None:
         self.topic = topic
         self.apply = apply
         self.apply_with_headers = apply_with_headers
+        if apply_with_headers is not None and coalesce_rows > 0:
+            raise ValueError(f"{topic}: a mirror that applies headers applies each message alone (coalesce_rows 0)")
+        self.coalesce_rows = coalesce_rows
+        self.applied_calls = 0
         self.undecodable = 0
         self._c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"mirror-{topic}",
                             "enable.auto.commit": False, "fetch.wait.max.ms": 10, **(kafka_config or {})})
@@ -68,31 +92,60 @@ class TopicMirror:
         pos = {tp.partition: tp.offset for tp in self._c.position(self._parts)}
         todo = {p for p, h in ends.items() if h > 0 and (pos[p] < 0 or pos[p] < h)}
         applied = 0
-        while todo:
-            m = self._c.poll(timeout)  # poll, not consume(n): consume waits for n messages or the timeout
-            if m is None:
-                log.warning("%s: caught up only partly within %.1f s", self.topic, timeout)
-                break
-            if m.error():
-                continue
-            applied += self._apply_message(m)
-            if m.offset() + 1 >= ends[m.partition()]:
-                todo.discard(m.partition())
+        pending: list[pa.Table] = []  # decoded, not yet applied (coalesce_rows > 0): one schema, in order
+        pending_rows = 0
+        try:
+            while todo:
+                m = self._c.poll(timeout)  # poll, not consume(n): consume waits for n messages or the timeout
+                if m is None:
+                    log.warning("%s: caught up only partly within %.1f s", self.topic, timeout)
+                    break
+                if m.error():
+                    continue
+                if self.coalesce_rows <= 0:
+                    applied += self._apply_message(m)
+                else:
+                    try:
+                        _, table = decode(m.value(), schema_key_from_headers(m.headers()))
+                    except CodecError as err:  # the rtt worker dead-letters bad input; here we only skip it
+                        self._skipped(m, err)
+                    else:
+                        applied += 1
+                        if pending and (pending_rows + table.num_rows > self.coalesce_rows
+                                        or not table.schema.equals(pending[0].schema)):
+                            batch, pending, pending_rows = pending, [], 0
+                            self._apply(batch)
+                        pending.append(table)
+                        pending_rows += table.num_rows
+                if m.offset() + 1 >= ends[m.partition()]:
+                    todo.discard(m.partition())
+        finally:  # what was read is applied, even when a later poll fails (the position moved past it)
+            if pending:
+                batch, pending = pending, []
+                self._apply(batch)
         return applied
 
+    def _apply(self, tables: list[pa.Table]) -> None:
+        self.apply(tables[0] if len(tables) == 1 else pa.concat_tables(tables))
+        self.applied_calls += 1
+
     def _apply_message(self, m: Message) -> int:
-        """Decode one message and apply it; 1 if applied, 0 if skipped as undecodable."""
+        """Decode one message and apply it alone; 1 if applied, 0 if skipped as undecodable."""
         try:
             _, table = decode(m.value(), schema_key_from_headers(m.headers()))
             if self.apply_with_headers is not None:
                 self.apply_with_headers(table, m.headers())
+                self.applied_calls += 1
             else:
-                self.apply(table)
+                self._apply([table])
             return 1
         except CodecError as err:  # the rtt worker dead-letters bad input; here we only skip it
-            self.undecodable += 1
-            log.error("%s/%d/%d skipped: %s", m.topic(), m.partition(), m.offset(), err)
+            self._skipped(m, err)
             return 0
+
+    def _skipped(self, m: Message, err: CodecError) -> None:
+        self.undecodable += 1
+        log.error("%s/%d/%d skipped: %s", m.topic(), m.partition(), m.offset(), err)
 
     def close(self) -> None:
         self._c.close()

@@ -17,7 +17,9 @@ def run_worker(config: RuntimeConfig, loglevel: str = "warn") -> None:
     # escape codes. Faust drops its spinner only below WARN; this makes it drop it at every level.
     import faust.worker
 
-    from streams.runtime.app import app  # imported after configure(): the topology reads the configuration
+    from streams.runtime.app import app, warm_side_inputs  # after configure(): the topology reads it
+
+    warm_side_inputs()  # before joining the group: the partitions are not held while the paths load
 
     faust.worker.Worker._disable_spinner_if_level_below_WARN = (  # type: ignore[method-assign]
         lambda self, level: setattr(self, "spinner", None))
