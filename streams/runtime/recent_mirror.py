@@ -36,7 +36,7 @@ class RecentTopicMirror(TopicMirror):
     def __init__(self, bootstrap: str, topic: str, apply: Callable[[pa.Table], None] | None,
                  kafka_config: dict[str, str] | None = None, lookback_s: float = 600.0,
                  apply_with_headers: Callable[[pa.Table, list | None], None] | None = None) -> None:
-        super().__init__(bootstrap, topic, apply, kafka_config, apply_with_headers)
+        super().__init__(bootstrap, topic, apply, kafka_config, apply_with_headers=apply_with_headers)
         since_ms = int((time.time() - lookback_s) * 1000)
         found = self._c.offsets_for_times([TopicPartition(topic, tp.partition, since_ms) for tp in self._parts],
                                           timeout=10)
