@@ -11,7 +11,7 @@ keys, and only the (few) output rows are built as Arrow arrays.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,15 +87,36 @@ def key(col: pa.Array | pa.ChunkedArray) -> Key:
         if hi - lo < max(4 * len(v), 1 << 16):
             t = col.type
             return Key(v - lo, hi - lo + 1, lambda c: pa.array(np.asarray(c, np.int64) + lo).cast(t))
-    d = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+    d = _dictionary(col)
     rank, values = _sorted_dictionary(d.dictionary)
     return _from_dictionary(d.indices, rank, values)
 
 
+def dictionaries(table: pa.Table, columns: Iterable[str]) -> dict[str, pa.DictionaryArray]:
+    """``columns`` of ``table`` dictionary-encoded once (ids in order of first appearance; nulls stay null).
+
+    One hash pass per column for a whole worker step, shared by everything that groups by the column
+    (:func:`key`, :func:`shared_keys` and the minute tier take a dictionary array as it is): no string
+    column is hashed twice in a step. ``{name: DictionaryArray}`` of ``table.num_rows`` rows each.
+    """
+    return {c: _dictionary(table[c]) for c in columns}
+
+
+def column(table: pa.Table, name: str, encoded: Mapping[str, pa.DictionaryArray] | None) -> pa.Array | pa.ChunkedArray:
+    """``encoded[name]`` (the same rows, dictionary-encoded, :func:`dictionaries`) when given, else the column."""
+    return encoded[name] if encoded is not None and name in encoded else table[name]
+
+
+def _dictionary(col: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    """A column as one dictionary array (encoded unless it already is)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    return col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+
+
 def shared_keys(a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> tuple[Key, Key]:
     """Codes of two string columns over one value space (e.g. prober and responder hosts: one host, one code)."""
-    da = pc.dictionary_encode(a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a)
-    db = pc.dictionary_encode(b.combine_chunks() if isinstance(b, pa.ChunkedArray) else b)
+    da, db = _dictionary(a), _dictionary(b)
     both = pc.unique(pa.concat_arrays([da.dictionary, db.dictionary]))
     rank, values = _sorted_dictionary(both)
     out = []

@@ -21,12 +21,14 @@ same rows (tests/test_minute_tier.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.arrow_pa import arrow_schema
-from schemas.group_codes import factorize
+from schemas.group_codes import column, factorize
 
 MINUTE = "probe_minute.v1"
 STORE_BUCKETS_PER_OCTAVE = 16
@@ -63,11 +65,14 @@ def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray) -> pa.Ar
                                    pa.array(counts.astype(np.uint64)), type=_MAP)
 
 
-def minute_rows(enriched: pa.Table) -> pa.Table:
+def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | None = None) -> pa.Table:
     """The minute tier of ``probe_enriched.v1`` rows, one row per (batch_id, minute, pinglist, prober, responder).
 
     Args:
         enriched: decomposed probes (any number of source batches; ``batch_id`` per row).
+        encoded: optional ``{column: dictionary array}`` of the same rows for some of :data:`KEYS`, ids in
+            order of first appearance (:func:`schemas.group_codes.dictionaries`: the worker step's encodings,
+            shared with the window partials); the rows do not change.
 
     Returns:
         A ``probe_minute.v1`` table, rows of one batch together (batches in order of appearance), then
@@ -81,10 +86,10 @@ def minute_rows(enriched: pa.Table) -> pa.Table:
     minutes, minute_code = np.unique(minute, return_inverse=True)
     # mixed radix over dictionary ids, source batch outermost (rows of one batch stay contiguous, in the
     # order the batches appear): one int64 per key tuple
-    composite, _ = _codes(enriched["batch_id"])
+    composite, _ = _codes(column(enriched, "batch_id", encoded))
     composite = composite * len(minutes) + minute_code.astype(np.int64)
     for k in KEYS[1:]:
-        codes, card = _codes(enriched[k])
+        codes, card = _codes(column(enriched, k, encoded))
         composite = composite * card + codes
     gid, distinct = factorize(composite)  # groups in key order, as np.unique numbers them
     n_groups = len(distinct)

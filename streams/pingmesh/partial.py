@@ -14,13 +14,14 @@ per doubling, about 9 % wide), so quantiles merge exactly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import Groups, Key, group, key, ranges, shared_keys, sums, to_numpy
+from schemas.group_codes import Groups, Key, column, group, key, ranges, shared_keys, sums, to_numpy
 from streams.pingmesh.links import PathIndex, probe_link_codes
 
 HIST_PER_OCTAVE = 8
@@ -120,7 +121,13 @@ def link_counts(groups: pa.Table) -> pa.Table:
     return pa.table({"link": pl.names.take(pa.array(seen, pa.int64())), "n": pa.array(total[seen], pa.int64())})
 
 
-def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathIndex | None) -> WindowPartial:
+ENCODED = ("pinglist", "prober_host", "prober_rnic", "responder_host", "responder_rnic", "ts_source")
+"""String key columns :func:`summarize` takes dictionary-encoded from its caller (one encoding per worker step,
+shared with the minute tier, :func:`schemas.group_codes.dictionaries`)."""
+
+
+def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathIndex | None,
+              encoded: Mapping[str, pa.DictionaryArray] | None = None) -> WindowPartial:
     """Turn one worker's rows of one window into a :class:`WindowPartial`.
 
     Every key column is encoded once to integer codes (:mod:`schemas.group_codes`) and shared by the
@@ -134,6 +141,8 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
         paths: the traces known to the worker (forward and reverse): a
             :class:`streams.pingmesh.links.PathIndex` (build once, update per path batch), or raw
             ``path.v1`` rows, or None.
+        encoded: optional ``{column: dictionary array}`` of the same rows for some of :data:`ENCODED` (the
+            step's encodings, :func:`schemas.group_codes.dictionaries`); the partial does not change.
 
     Returns:
         The partial; vectorised over rows (numpy over integer codes), no per-row Python.
@@ -156,9 +165,10 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     timeout = to_numpy(pc.fill_null(status, False)).astype(bool)
     ok = to_numpy(pc.fill_null(pc.invert(status), False)).astype(bool)
 
-    pinglist, prober_rnic, responder_rnic = key(probes["pinglist"]), key(probes["prober_rnic"]), \
-        key(probes["responder_rnic"])
-    prober_host, responder_host = shared_keys(probes["prober_host"], probes["responder_host"])
+    pinglist, prober_rnic, responder_rnic = (key(column(probes, c, encoded))
+                                             for c in ("pinglist", "prober_rnic", "responder_rnic"))
+    prober_host, responder_host = shared_keys(column(probes, "prober_host", encoded),
+                                              column(probes, "responder_host", encoded))
     qpn = key(probes["qpn"])
     pair = [pinglist, prober_host, prober_rnic, responder_host, responder_rnic, qpn]
     pairs = sums(PAIR_KEYS, pair, {"n": None, "n_timeout": timeout})
@@ -191,7 +201,8 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     ], {"n": None})
 
     rows = np.flatnonzero(ok & to_numpy(pc.is_valid(probes["network_rtt_ns"])))
-    flow = [pinglist, prober_rnic, responder_rnic, key(probes["src_port"]), fwd, rev, key(probes["ts_source"])]
+    flow = [pinglist, prober_rnic, responder_rnic, key(probes["src_port"]), fwd, rev,
+            key(column(probes, "ts_source", encoded))]
     rtt_bucket = key(pa.array(bucket_of(to_numpy(probes["network_rtt_ns"].take(pa.array(rows)))), pa.int64()))
     flows = sums([*FLOW_KEYS, "bucket"], [*(k.take(rows) for k in flow), rtt_bucket], {"n": None})
 

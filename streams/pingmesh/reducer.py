@@ -32,15 +32,25 @@ from streams.pingmesh.step_message import (
     encode_step,
     part_of,
 )
-from streams.pingmesh.windows import WatermarkTracker, split_by_window
+from streams.pingmesh.windows import WatermarkTracker, split_by_window, window_starts
 
 __all__ = ["StepFormatError", "UploadMark", "WindowReducer", "batch_marks", "batch_partials", "worker_messages",
            "worker_step"]
 
 
-def batch_partials(enriched: pa.Table, paths: PathIndex, window_ns: int) -> dict[int, bytes]:
-    """Worker side: ``{window_start_ns: serialised partial}`` of one ``probe_enriched.v1`` batch."""
-    return {ws: to_bytes(summarize(ws, rows, paths)) for ws, rows in split_by_window(enriched, window_ns).items()}
+def batch_partials(enriched: pa.Table, paths: PathIndex, window_ns: int,
+                   encoded: Mapping[str, pa.DictionaryArray] | None = None) -> dict[int, bytes]:
+    """Worker side: ``{window_start_ns: serialised partial}`` of one ``probe_enriched.v1`` batch.
+
+    ``encoded``: optional dictionary-encoded key columns of the same rows (the step's, shared with the minute
+    tier, :func:`schemas.group_codes.dictionaries`), split by window with the rows."""
+    windows = split_by_window(enriched, window_ns)
+    if encoded and len(windows) > 1:
+        starts = window_starts(enriched, window_ns)
+        return {ws: to_bytes(summarize(ws, rows, paths, {c: d.filter(pa.array(starts == ws))
+                                                         for c, d in encoded.items()}))
+                for ws, rows in windows.items()}
+    return {ws: to_bytes(summarize(ws, rows, paths, encoded)) for ws, rows in windows.items()}
 
 
 def batch_marks(enriched: pa.Table) -> list[UploadMark]:

@@ -24,9 +24,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from schemas.group_codes import dictionaries, to_numpy
 from schemas.minute_tier import minute_rows
 from streams.pingmesh.links import PathIndex
+from streams.pingmesh.partial import ENCODED
 from streams.pingmesh.reducer import batch_partials
 from streams.pingmesh.retention import RetentionPolicy, retained
 from streams.pingmesh.step_message import Step, UploadMark
@@ -123,6 +126,15 @@ def split_by_batch(minute: pa.Table) -> dict[str, pa.Table]:
     return {ids[int(s)].as_py(): minute.slice(int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)}
 
 
+def batch_ids(tables: list[pa.Table]) -> pa.DictionaryArray:
+    """The ``batch_id`` column of the concatenated ``tables`` (each of one source message, none empty) as a
+    dictionary array, ids in order of first appearance (a message read twice in a step: one id), from the
+    row counts: no per-row string hashed."""
+    sizes = np.array([t.num_rows for t in tables], dtype=np.int64)
+    ids = pc.dictionary_encode(pa.array([t["batch_id"][0].as_py() for t in tables], pa.string()))
+    return pa.DictionaryArray.from_arrays(pa.array(np.repeat(to_numpy(ids.indices), sizes)), ids.dictionary)
+
+
 def upload_marks(results: list[tuple[RawMessage, pa.Table | None]]) -> list[tuple[int, UploadMark]]:
     """Newest upload per (partition, agent, host) of a step: from the rows, or from an idle heartbeat's headers.
 
@@ -169,7 +181,9 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
     results = validate_messages(messages, known_rnics)
     good = [r.enriched for r in results if r.enriched is not None and r.enriched.num_rows]
     step = pa.concat_tables(good) if good else None
-    by_batch = split_by_batch(minute_rows(step)) if step is not None else {}
+    # the key columns encoded once for the step, shared by the minute tier and the partials
+    encoded = dictionaries(step, ENCODED) | {"batch_id": batch_ids(good)} if step is not None else None
+    by_batch = split_by_batch(minute_rows(step, encoded)) if step is not None else {}
     outs = []
     for m, r in zip(messages, results, strict=True):
         minute = by_batch.get(f"{m.topic}/{m.partition}/{m.offset}") if r.enriched is not None else None
@@ -180,6 +194,7 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
         fresh = [r.enriched for r, f in zip(results, flags, strict=True)
                  if f and r.enriched is not None and r.enriched.num_rows]
         step = pa.concat_tables(fresh) if fresh else None
-    partials = batch_partials(step, paths, window_ns) if step is not None else {}
+        encoded = None
+    partials = batch_partials(step, paths, window_ns, encoded) if step is not None else {}
     marks = upload_marks([(m, r.enriched) for m, r in zip(messages, results, strict=True)])
     return StepOutput(outs, partials, marks, ranges)
