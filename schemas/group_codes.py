@@ -195,6 +195,63 @@ def group(keys: list[Key]) -> Groups:
     return Groups(gid, n_groups, [k.codes[first] for k in keys])
 
 
+@dataclass
+class Classes:
+    """Rows partitioned into classes on each of which every given key is constant: ``cls[i]`` the class of
+    row ``i`` (classes numbered in no particular order), ``first[c]`` one row of class ``c``, ``n`` classes."""
+
+    cls: np.ndarray
+    n: int
+    first: np.ndarray
+
+    def key(self, k: Key) -> Key:
+        """Key ``k`` (constant on each class) per class: ``codes[c]`` the code of class ``c``'s rows."""
+        return k.take(self.first)
+
+
+def _dense(x: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+    """(dense id of each int64 value, in order of first appearance; how many; one row of each id): one hash
+    pass (Arrow's dictionary encoding of int64, about half the cost of a sort here)."""
+    d = pc.dictionary_encode(pa.array(x, pa.int64()))
+    ids = to_numpy(d.indices).astype(np.int64)
+    first = np.zeros(len(d.dictionary), dtype=np.int64)
+    first[ids] = np.arange(len(ids), dtype=np.int64)
+    return ids, len(d.dictionary), first
+
+
+def classes(base: list[Key], rest: list[Key]) -> Classes:
+    """The coarsest classes of rows on which every key of ``base`` and ``rest`` is constant.
+
+    Rows are hashed by their ``base`` codes (mixed radix); each key of ``rest`` is then only checked to be
+    constant on those classes (a gather and a compare, no hashing: a key that is a function of ``base``, as
+    a probe's hosts, pinglist and paths are of its RNICs and source port in practice, costs nothing more).
+    A key that is not refines the classes (one more hash pass), so the result is exact for any rows. Group-bys
+    over any of the keys can then run over the classes (weighted by their rows) instead of every row.
+
+    Args:
+        base: at least one key; their cards' product must stay below 2**62 (as RNICs x RNICs x ports do).
+        rest: more keys of the same rows.
+    """
+    comp = np.zeros(len(base[0].codes), dtype=np.int64)
+    for k in base:
+        comp = comp * k.card + k.codes
+    cls, n, first = _dense(comp)
+    for k in rest:
+        if not np.array_equal(k.codes[first][cls], k.codes):
+            cls, n, first = _dense(cls * k.card + k.codes)
+    return Classes(cls, n, first)
+
+
+def of_groups(g: Groups, keys: list[Key], gid: np.ndarray) -> list[Key]:
+    """Keys of rows given as group ids ``gid`` of a grouping ``g`` by ``keys``: the first one groups (its codes are
+    the group ids, numbered in key order), the others are dependent on it; their values are the keys'."""
+    out = []
+    for i, k in enumerate(keys):
+        codes_i, values_i = g.codes[i], k.values
+        out.append(Key(gid, g.n_groups, lambda c, ci=codes_i, vi=values_i: vi(ci[c]), dependent=i > 0))
+    return out
+
+
 def sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]) -> pa.Table:
     """``SELECT keys, sum(v) ... GROUP BY keys ORDER BY keys`` as an Arrow table: key columns in their
     original types, sums int64. ``values[name]`` None counts rows (sum of 1); else per-row integers

@@ -21,7 +21,20 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import Groups, Key, column, group, key, ranges, shared_keys, sums, to_numpy
+from schemas.group_codes import (
+    Classes,
+    Groups,
+    Key,
+    classes,
+    column,
+    group,
+    key,
+    of_groups,
+    ranges,
+    shared_keys,
+    sums,
+    to_numpy,
+)
 from streams.pingmesh.links import PathIndex, probe_link_codes
 
 HIST_PER_OCTAVE = 8
@@ -155,12 +168,6 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     else:
         fwd_id = rev_id = np.zeros(n, dtype=np.int64)
     fwd, rev, hop_of_rank = _hop_keys(index, fwd_id, rev_id)
-    # one key for the (forward, ACK) path pair, numbered in (forward, ACK) order: shared by the links
-    # crossed, failing, flows and service; the ACK path column is output from it (dependent)
-    path_pairs = group([fwd, rev])
-    fwd_codes, fwd_values = path_pairs.codes[0], fwd.values
-    fwd = Key(path_pairs.gid, path_pairs.n_groups, lambda c: fwd_values(fwd_codes[c]))
-    rev = Key(rev.codes, rev.card, rev.values, dependent=True)
     status = pc.equal(probes["status"], "timeout")
     timeout = to_numpy(pc.fill_null(status, False)).astype(bool)
     ok = to_numpy(pc.fill_null(pc.invert(status), False)).astype(bool)
@@ -169,21 +176,36 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
                                              for c in ("pinglist", "prober_rnic", "responder_rnic"))
     prober_host, responder_host = shared_keys(column(probes, "prober_host", encoded),
                                               column(probes, "responder_host", encoded))
-    qpn = key(probes["qpn"])
+    qpn, src_port, ts_source = key(probes["qpn"]), key(probes["src_port"]), key(column(probes, "ts_source", encoded))
+    # A window holds each 5-tuple many times (240,000 probes, ~33,000 tuples on the profile fabric) and every
+    # key but the RTT buckets and slots is a function of the tuple: group-bys run over these classes of rows
+    # (each weighted by its probes), not over every row (exact for any rows, schemas.group_codes.classes).
+    c = classes([prober_rnic, responder_rnic, src_port], [pinglist, prober_host, responder_host, qpn, ts_source,
+                                                          fwd, rev])
+    per_class = np.bincount(c.cls, minlength=c.n)
+    timeouts = np.bincount(c.cls, weights=timeout, minlength=c.n)
+    # one key for the (forward, ACK) path pair, numbered in (forward, ACK) order: shared by the links
+    # crossed, failing, flows and service; the ACK path column is output from it (dependent)
+    rev_of_class = c.key(rev)
+    path_pairs = group([c.key(fwd), rev_of_class])  # over classes
+    fwd_codes, fwd_values = path_pairs.codes[0], fwd.values
+    fwd_c = Key(path_pairs.gid, path_pairs.n_groups, lambda x: fwd_values(fwd_codes[x]))
+    rev_c = Key(rev_of_class.codes, rev.card, rev.values, dependent=True)
+    fwd = Key(path_pairs.gid[c.cls], path_pairs.n_groups, fwd_c.values)
+    rev = Key(rev.codes, rev.card, rev.values, dependent=True)
     pair = [pinglist, prober_host, prober_rnic, responder_host, responder_rnic, qpn]
-    pairs = sums(PAIR_KEYS, pair, {"n": None, "n_timeout": timeout})
+    pairs = sums(PAIR_KEYS, [c.key(k) for k in pair], {"n": per_class, "n_timeout": timeouts})
 
     rows = np.flatnonzero(timeout)
     job = key(probes["job_id"].take(pa.array(rows)))
     failing = sums(FAIL_KEYS, [*(k.take(rows) for k in pair), job, fwd.take(rows), rev.take(rows)], {"n": None})
 
-    crossing = _crossing(index, path_pairs, hop_of_rank)
+    crossing = _crossing(index, path_pairs, hop_of_rank, np.bincount(path_pairs.gid, weights=per_class,
+                                                                     minlength=path_pairs.n_groups))
 
     t1 = pc.coalesce(probes["t1"], probes["upload_ns"]) if n else pa.array([], pa.int64())
     slot = np.clip((to_numpy(t1).astype(np.int64) - window_start_ns) // SLOT_NS, 0, None)
-    host = Key(np.concatenate([prober_host.codes, responder_host.codes]), prober_host.card, prober_host.values)
-    slots = sums(["host", "slot"], [host, key(pa.array(np.concatenate([slot, slot])))],
-                 {"n": None, "n_timeout": np.concatenate([timeout, timeout])})
+    slots = _host_slots(c, prober_host, responder_host, slot, timeout)
 
     delay_rows, hosts, roles, buckets = [], [], [], []
     for role, host_key, val_col in ((1, responder_host, "responder_delay_ns"), (0, prober_host, "prober_delay_ns")):
@@ -201,15 +223,16 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     ], {"n": None})
 
     rows = np.flatnonzero(ok & to_numpy(pc.is_valid(probes["network_rtt_ns"])))
-    flow = [pinglist, prober_rnic, responder_rnic, key(probes["src_port"]), fwd, rev,
-            key(column(probes, "ts_source", encoded))]
+    flow = [c.key(k) for k in (pinglist, prober_rnic, responder_rnic, src_port)] + [fwd_c, rev_c, c.key(ts_source)]
+    flow_groups = group(flow)  # flows over classes; each row's flow is its class's
     rtt_bucket = key(pa.array(bucket_of(to_numpy(probes["network_rtt_ns"].take(pa.array(rows)))), pa.int64()))
-    flows = sums([*FLOW_KEYS, "bucket"], [*(k.take(rows) for k in flow), rtt_bucket], {"n": None})
+    flows = sums([*FLOW_KEYS, "bucket"], [*of_groups(flow_groups, flow, flow_groups.gid[c.cls[rows]]), rtt_bucket],
+                 {"n": None})
 
     rows = np.flatnonzero(to_numpy(pc.fill_null(pc.and_(pc.equal(probes["pinglist"], "service"),
                                                          pc.is_valid(probes["job_id"])), False)))
     svc = [key(probes["job_id"].take(pa.array(rows))),
-           *(k.take(rows) for k in (prober_host, prober_rnic, responder_host, responder_rnic, flow[3], fwd, rev))]
+           *(k.take(rows) for k in (prober_host, prober_rnic, responder_host, responder_rnic, src_port, fwd, rev))]
     service = sums(SERVICE_KEYS, svc, {"n": None, "n_timeout": timeout[rows]})
 
     newest = np.full(prober_host.card, np.iinfo(np.int64).min, dtype=np.int64)
@@ -247,12 +270,32 @@ def _hop_keys(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -
             Key(rank[rev_id], len(used), lambda c: values.take(pa.array(c, pa.int64()))), used[order])
 
 
-def _crossing(index: PathIndex | None, g: Groups, hop_of_rank: np.ndarray) -> pa.Table:
-    """Probes per physical link: each distinct (forward path, ACK path) group ``g`` expands to the union
-    of their links once, weighted by its probes (what :func:`link_counts` computes from hop strings)."""
+def _host_slots(c: Classes, prober_host: Key, responder_host: Key, slot: np.ndarray, timeout: np.ndarray
+                ) -> pa.Table:
+    """The ``slots`` table: probes and timeouts per host (as prober and as responder) and slot, counted per
+    (class of rows, slot) first (the hosts are constant on a class), then summed per (host, slot)."""
+    n_slots = int(slot.max()) + 1 if len(slot) else 1
+    if c.n * n_slots > 4 * len(slot) + 4096:  # slots far apart (rows outside the window): per row
+        host = Key(np.concatenate([prober_host.codes, responder_host.codes]), prober_host.card, prober_host.values)
+        return sums(["host", "slot"], [host, key(pa.array(np.concatenate([slot, slot])))],
+                    {"n": None, "n_timeout": np.concatenate([timeout, timeout])})
+    cs = c.cls * n_slots + slot
+    probes = np.bincount(cs, minlength=c.n * n_slots)
+    at = np.flatnonzero(probes)
+    timeouts = np.bincount(cs, weights=timeout, minlength=c.n * n_slots)[at]
+    cls, s = at // n_slots, at % n_slots
+    host = Key(np.concatenate([c.key(prober_host).codes[cls], c.key(responder_host).codes[cls]]), prober_host.card,
+               prober_host.values)
+    return sums(["host", "slot"], [host, key(pa.array(np.concatenate([s, s])))],
+                {"n": np.concatenate([probes[at], probes[at]]), "n_timeout": np.concatenate([timeouts, timeouts])})
+
+
+def _crossing(index: PathIndex | None, g: Groups, hop_of_rank: np.ndarray, probes: np.ndarray) -> pa.Table:
+    """Probes per physical link: each distinct (forward path, ACK path) group ``g`` (``probes[i]`` probes in
+    group ``i``) expands to the union of their links once, weighted by its probes (what :func:`link_counts`
+    computes from hop strings)."""
     if index is None or len(g.gid) == 0:
         return pa.table({"link": pa.array([], pa.string()), "n": pa.array([], pa.int64())})
-    probes = np.bincount(g.gid, minlength=g.n_groups)
     off, ids, names = index.hop_links()
     n_links = max(len(names), 1)
     gl = []  # per path side: group * n_links + link, ascending (groups ascending, each hop's links ascending)
