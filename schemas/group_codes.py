@@ -252,6 +252,32 @@ def of_groups(g: Groups, keys: list[Key], gid: np.ndarray) -> list[Key]:
     return out
 
 
+def _dense_sums(keys: list[Key], values: dict[str, np.ndarray | None]
+                ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """:func:`sums` over a small key space, counted straight into it: one mixed-radix pass and one
+    ``bincount`` per value over the rows, the groups' key codes decoded from the present keys (no group
+    id per row). None when the key space is not small against the rows or a key is dependent."""
+    n = len(keys[0].codes)
+    space = 1
+    for k in keys:
+        space *= k.card
+    if any(k.dependent for k in keys) or space > min(_DENSE_MAX, 2 * n + 4096):
+        return None
+    comp = np.zeros(n, dtype=np.int64)
+    for k in keys:
+        comp = comp * k.card + k.codes
+    count = np.bincount(comp, minlength=space)
+    present = np.flatnonzero(count)
+    codes = []
+    rest = present
+    for k in reversed(keys):
+        codes.append(rest % k.card)
+        rest = rest // k.card
+    totals = [count[present] if v is None else np.bincount(comp, weights=v, minlength=space)[present]
+              for v in values.values()]
+    return codes[::-1], totals
+
+
 def sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]) -> pa.Table:
     """``SELECT keys, sum(v) ... GROUP BY keys ORDER BY keys`` as an Arrow table: key columns in their
     original types, sums int64. ``values[name]`` None counts rows (sum of 1); else per-row integers
@@ -259,6 +285,10 @@ def sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]
     if len(keys[0].codes) == 0:
         cols = [k.values(np.zeros(0, np.int64)) for k in keys]
         cols += [pa.array(np.zeros(0, np.int64)) for _ in values]
+    elif (dense := _dense_sums(keys, values)) is not None:
+        codes, totals = dense
+        cols = [k.values(c) for k, c in zip(keys, codes, strict=True)]
+        cols += [pa.array(t.astype(np.int64)) for t in totals]
     else:
         g = group(keys)
         cols = [k.values(c) for k, c in zip(keys, g.codes, strict=True)]

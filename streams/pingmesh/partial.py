@@ -207,20 +207,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     slot = np.clip((to_numpy(t1).astype(np.int64) - window_start_ns) // SLOT_NS, 0, None)
     slots = _host_slots(c, prober_host, responder_host, slot, timeout)
 
-    delay_rows, hosts, roles, buckets = [], [], [], []
-    for role, host_key, val_col in ((1, responder_host, "responder_delay_ns"), (0, prober_host, "prober_delay_ns")):
-        r = np.flatnonzero(ok & to_numpy(pc.is_valid(probes[val_col])))
-        delay_rows.append(r)
-        hosts.append(host_key.codes[r])
-        roles.append(np.full(len(r), role, dtype=np.int64))
-        buckets.append(bucket_of(to_numpy(probes[val_col].take(pa.array(r)))))
-    role_names = pa.array(["prober", "responder"], pa.string())
-    delays = sums(DELAY_KEYS + ["bucket"], [
-        Key(np.concatenate(hosts), prober_host.card, prober_host.values),
-        Key(np.concatenate(roles), 2, lambda c: role_names.take(pa.array(c, pa.int64()))),
-        key(pa.array(slot[np.concatenate(delay_rows)], pa.int64())),
-        key(pa.array(np.concatenate(buckets), pa.int64())),
-    ], {"n": None})
+    delays = _delays(probes, ok, prober_host, responder_host, slot)
 
     rows = np.flatnonzero(ok & to_numpy(pc.is_valid(probes["network_rtt_ns"])))
     flow = [c.key(k) for k in (pinglist, prober_rnic, responder_rnic, src_port)] + [fwd_c, rev_c, c.key(ts_source)]
@@ -268,6 +255,46 @@ def _hop_keys(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -
     values = strs.take(pa.array(order))
     return (Key(rank[fwd_id], len(used), lambda c: values.take(pa.array(c, pa.int64()))),
             Key(rank[rev_id], len(used), lambda c: values.take(pa.array(c, pa.int64()))), used[order])
+
+
+_ROLES = pa.array(["prober", "responder"], pa.string())
+
+
+def _delays(probes: pa.Table, ok: np.ndarray, prober_host: Key, responder_host: Key, slot: np.ndarray) -> pa.Table:
+    """The ``delays`` table: histograms of the responder delay (role ``responder``, at the responder host)
+    and the prober delay (role ``prober``, at the prober host) of successful probes per slot.
+
+    Each role's rows are counted straight into (host, slot, bucket) (a dense count when that space is small
+    against the rows, else one sort), and only the present entries go through the group-by."""
+    parts = []
+    for role, host_key, val_col in ((1, responder_host, "responder_delay_ns"), (0, prober_host, "prober_delay_ns")):
+        r = np.flatnonzero(ok & to_numpy(pc.is_valid(probes[val_col])))
+        parts.append((role, host_key.codes[r], slot[r], bucket_of(to_numpy(probes[val_col].take(pa.array(r))))))
+    every = np.concatenate([b for *_, b in parts])
+    lo = int(every.min()) if len(every) else 0
+    n_buckets = int(every.max()) - lo + 1 if len(every) else 1
+    n_slots = int(slot.max()) + 1 if len(slot) else 1
+    space = prober_host.card * n_slots * n_buckets
+    hosts, roles, slots, buckets, counts = [], [], [], [], []
+    for role, h, s, b in parts:
+        comp = (h * n_slots + s) * n_buckets + (b - lo)
+        if space <= 4 * len(comp) + 4096:
+            count = np.bincount(comp, minlength=space)
+            at = np.flatnonzero(count)
+            count = count[at]
+        else:
+            at, count = np.unique(comp, return_counts=True)
+        hosts.append(at // (n_slots * n_buckets))
+        slots.append(at // n_buckets % n_slots)
+        buckets.append(at % n_buckets + lo)
+        roles.append(np.full(len(at), role, dtype=np.int64))
+        counts.append(count)
+    return sums(DELAY_KEYS + ["bucket"], [
+        Key(np.concatenate(hosts), prober_host.card, prober_host.values),
+        Key(np.concatenate(roles), 2, lambda c: _ROLES.take(pa.array(c, pa.int64()))),
+        key(pa.array(np.concatenate(slots), pa.int64())),
+        key(pa.array(np.concatenate(buckets), pa.int64())),
+    ], {"n": np.concatenate(counts)})
 
 
 def _host_slots(c: Classes, prober_host: Key, responder_host: Key, slot: np.ndarray, timeout: np.ndarray
