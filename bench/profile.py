@@ -137,7 +137,8 @@ def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: in
     from schemas.minute_tier import minute_rows
     from streams.pingmesh.partial import ENCODED, summarize
     from streams.pingmesh.windows import WINDOW_NS, split_by_window
-    from streams.runtime.probe_step import RawMessage, batch_ids, process_step
+    from streams.runtime.probe_batch import process_probe_step
+    from streams.runtime.probe_step import RawMessage, process_step
 
     msgs = [RawMessage(encode(rows.slice(i, per_message)), "probe.v1", "probes.raw", 0, i // per_message)
             for i in range(0, rows.num_rows, per_message)]
@@ -150,21 +151,15 @@ def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: in
             out.append(time.process_time() - c)
         return 1e6 * min(out) / rows.num_rows
 
-    res = process_step(msgs, index, WINDOW_NS)  # type: ignore[arg-type]
-    good = [m.enriched for m in res.messages if m.enriched is not None]
-    enriched = pa.concat_tables(good)
+    step = process_probe_step([(m.payload, m.schema, m.topic, m.partition, m.offset) for m in msgs])
+    enriched, encoded = step.enriched, step.encoded
     windows = split_by_window(enriched, WINDOW_NS)
     if len(windows) > 1:
         raise ValueError("step_cpu wants the rows of one window (summarize is timed on all of them)")
     ws, window = next(iter(windows.items()))
-
-    def encode_keys() -> dict[str, pa.DictionaryArray]:
-        return dictionaries(enriched, ENCODED) | {"batch_id": batch_ids(good)}
-
-    encoded = encode_keys()
     return {
         "process_step": best(lambda: process_step(msgs, index, WINDOW_NS)),  # type: ignore[arg-type]
-        "encode": best(encode_keys),
+        "encode": best(lambda: dictionaries(enriched, ENCODED)),
         "summarize": best(lambda: summarize(ws, window, index, encoded)),  # type: ignore[arg-type]
         "minute_rows": best(lambda: minute_rows(enriched, encoded)),
     }

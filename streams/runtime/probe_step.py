@@ -24,16 +24,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from schemas.group_codes import dictionaries, to_numpy
 from schemas.minute_tier import minute_rows
 from streams.pingmesh.links import PathIndex
-from streams.pingmesh.partial import ENCODED
 from streams.pingmesh.reducer import batch_partials
 from streams.pingmesh.retention import RetentionPolicy, retained
 from streams.pingmesh.step_message import Step, UploadMark
-from streams.runtime.probe_batch import BatchResult, process_probe_messages
+from streams.runtime.probe_batch import StepRows, process_probe_step
 
 
 @dataclass(frozen=True)
@@ -108,11 +105,11 @@ def fresh_ranges(messages: list[RawMessage], emitted: Mapping[int, int]
     return flags, ranges
 
 
-def validate_messages(messages: list[RawMessage], known_rnics: set[str] | None) -> list[BatchResult]:
+def validate_messages(messages: list[RawMessage], known_rnics: set[str] | None) -> StepRows:
     """Decode, validate and decompose each message (bad input dead-letters per message; the rules and the
-    decomposition run once over the rows of all of them, :func:`process_probe_messages`)."""
-    return process_probe_messages([(m.payload, m.schema, m.topic, m.partition, m.offset) for m in messages],
-                                  known_rnics)
+    decomposition run once over the rows of all of them, :func:`process_probe_step`)."""
+    return process_probe_step([(m.payload, m.schema, m.topic, m.partition, m.offset) for m in messages],
+                              known_rnics)
 
 
 def split_by_batch(minute: pa.Table) -> dict[str, pa.Table]:
@@ -124,15 +121,6 @@ def split_by_batch(minute: pa.Table) -> dict[str, pa.Table]:
     starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
     ends = np.r_[starts[1:], len(codes)]
     return {ids[int(s)].as_py(): minute.slice(int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)}
-
-
-def batch_ids(tables: list[pa.Table]) -> pa.DictionaryArray:
-    """The ``batch_id`` column of the concatenated ``tables`` (each of one source message, none empty) as a
-    dictionary array, ids in order of first appearance (a message read twice in a step: one id), from the
-    row counts: no per-row string hashed."""
-    sizes = np.array([t.num_rows for t in tables], dtype=np.int64)
-    ids = pc.dictionary_encode(pa.array([t["batch_id"][0].as_py() for t in tables], pa.string()))
-    return pa.DictionaryArray.from_arrays(pa.array(np.repeat(to_numpy(ids.indices), sizes)), ids.dictionary)
 
 
 def upload_marks(results: list[tuple[RawMessage, pa.Table | None]]) -> list[tuple[int, UploadMark]]:
@@ -178,11 +166,10 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
     Returns:
         :class:`StepOutput`. Raises nothing for bad input (dead-letter rows instead).
     """
-    results = validate_messages(messages, known_rnics)
-    good = [r.enriched for r in results if r.enriched is not None and r.enriched.num_rows]
-    step = pa.concat_tables(good) if good else None
-    # the key columns encoded once for the step, shared by the minute tier and the partials
-    encoded = dictionaries(step, ENCODED) | {"batch_id": batch_ids(good)} if step is not None else None
+    rows = validate_messages(messages, known_rnics)
+    results, step = rows.results, rows.enriched
+    # the key columns encoded once for the step (by the validation), shared by the minute tier and the partials
+    encoded: dict[str, pa.DictionaryArray] | None = rows.encoded
     by_batch = split_by_batch(minute_rows(step, encoded)) if step is not None else {}
     outs = []
     for m, r in zip(messages, results, strict=True):
