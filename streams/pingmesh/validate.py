@@ -104,14 +104,14 @@ def broken_rules(t: pa.Table, known_rnics: set[str] | None = None, batch: np.nda
                 texts.append(f"unknown RNIC {bad_names[int(i)].as_py()!r} in {col} (not in the registry)")
                 rule[i] = len(texts) - 1
     if n:
-        repeat = _repeats(t, batch)
+        repeat = _repeats(t, batch, column(t, "agent_id", encoded))
         if repeat is not None:
             texts.append("duplicate (agent_id, seq) in the batch")
             rule[repeat & (rule == 0)] = len(texts) - 1
     return rule, texts
 
 
-def _repeats(t: pa.Table, batch: np.ndarray | None) -> np.ndarray | None:
+def _repeats(t: pa.Table, batch: np.ndarray | None, agent_id: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
     """Rows whose (batch, agent_id, seq) an earlier row has (the first occurrence stays good); None if none.
 
     Integer keys (dictionary id of the agent, seq), no per-row strings. Common case first: batch, agent
@@ -119,8 +119,10 @@ def _repeats(t: pa.Table, batch: np.ndarray | None) -> np.ndarray | None:
     when it does (or the values do not fit) are the repeats found by a stable sort of the rows.
     """
     n = t.num_rows
-    agent = pc.fill_null(t["agent_id"], "").combine_chunks().dictionary_encode().indices.to_numpy(
-        zero_copy_only=False).astype(np.int64)
+    ids = agent_id.combine_chunks() if isinstance(agent_id, pa.ChunkedArray) else agent_id
+    if ids.null_count or not pa.types.is_dictionary(ids.type):  # a null agent counts as ''
+        ids = pc.fill_null(ids.cast(pa.string()) if pa.types.is_dictionary(ids.type) else ids, "").dictionary_encode()
+    agent = ids.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     seq = np.asarray(pc.fill_null(t["seq"], 0).to_numpy(zero_copy_only=False), dtype=np.uint64)
     group = agent if batch is None else (np.asarray(batch, dtype=np.int64) - int(np.min(batch))) * (
         int(agent.max()) + 1) + agent

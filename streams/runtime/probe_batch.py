@@ -69,7 +69,7 @@ def process_probe_messages(
 
 def process_probe_step(
     messages: list[tuple[bytes, str | None, str, int, int]], known_rnics: set[str] | None = None,
-    encode: tuple[str, ...] = ENCODED,
+    encode: tuple[str, ...] = (*ENCODED, "agent_id"),
 ) -> StepRows:
     """Decode, validate and decompose the messages of one worker step (:func:`process_probe_message` each).
 
