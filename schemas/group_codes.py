@@ -237,7 +237,7 @@ def classes(base: list[Key], rest: list[Key]) -> Classes:
         comp = comp * k.card + k.codes
     cls, n, first = _dense(comp)
     for k in rest:
-        if not np.array_equal(k.codes[first][cls], k.codes):
+        if k.card > 1 and not np.array_equal(k.codes[first][cls], k.codes):  # one value: constant anyway
             cls, n, first = _dense(cls * k.card + k.codes)
     return Classes(cls, n, first)
 

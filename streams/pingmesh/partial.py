@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.group_codes import (
-    Classes,
     Groups,
     Key,
     classes,
@@ -205,7 +204,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
 
     t1 = pc.coalesce(probes["t1"], probes["upload_ns"]) if n else pa.array([], pa.int64())
     slot = np.clip((to_numpy(t1).astype(np.int64) - window_start_ns) // SLOT_NS, 0, None)
-    slots = _host_slots(c, prober_host, responder_host, slot, timeout)
+    slots = _host_slots(prober_host, responder_host, slot, timeout)
 
     delays = _delays(probes, ok, prober_host, responder_host, slot)
 
@@ -297,24 +296,25 @@ def _delays(probes: pa.Table, ok: np.ndarray, prober_host: Key, responder_host: 
     ], {"n": np.concatenate(counts)})
 
 
-def _host_slots(c: Classes, prober_host: Key, responder_host: Key, slot: np.ndarray, timeout: np.ndarray
-                ) -> pa.Table:
-    """The ``slots`` table: probes and timeouts per host (as prober and as responder) and slot, counted per
-    (class of rows, slot) first (the hosts are constant on a class), then summed per (host, slot)."""
+def _host_slots(prober_host: Key, responder_host: Key, slot: np.ndarray, timeout: np.ndarray) -> pa.Table:
+    """The ``slots`` table: probes and timeouts per host (as prober and as responder) and slot, counted straight
+    into (host, slot) (hosts x 4 slots: a dense count per role over the rows), then summed per present entry."""
     n_slots = int(slot.max()) + 1 if len(slot) else 1
-    if c.n * n_slots > 4 * len(slot) + 4096:  # slots far apart (rows outside the window): per row
+    space = prober_host.card * n_slots
+    if space > 4 * len(slot) + 4096:  # slots far apart (rows far outside the window): per row
         host = Key(np.concatenate([prober_host.codes, responder_host.codes]), prober_host.card, prober_host.values)
         return sums(["host", "slot"], [host, key(pa.array(np.concatenate([slot, slot])))],
                     {"n": None, "n_timeout": np.concatenate([timeout, timeout])})
-    cs = c.cls * n_slots + slot
-    probes = np.bincount(cs, minlength=c.n * n_slots)
+    probes = np.zeros(space, dtype=np.int64)
+    timeouts = np.zeros(space, dtype=np.float64)
+    for h in (prober_host, responder_host):
+        hs = h.codes * n_slots + slot
+        probes += np.bincount(hs, minlength=space)
+        timeouts += np.bincount(hs, weights=timeout, minlength=space)
     at = np.flatnonzero(probes)
-    timeouts = np.bincount(cs, weights=timeout, minlength=c.n * n_slots)[at]
-    cls, s = at // n_slots, at % n_slots
-    host = Key(np.concatenate([c.key(prober_host).codes[cls], c.key(responder_host).codes[cls]]), prober_host.card,
-               prober_host.values)
-    return sums(["host", "slot"], [host, key(pa.array(np.concatenate([s, s])))],
-                {"n": np.concatenate([probes[at], probes[at]]), "n_timeout": np.concatenate([timeouts, timeouts])})
+    return sums(["host", "slot"], [Key(at // n_slots, prober_host.card, prober_host.values),
+                                   key(pa.array(at % n_slots, pa.int64()))],
+                {"n": probes[at], "n_timeout": timeouts[at]})
 
 
 def _crossing(index: PathIndex | None, g: Groups, hop_of_rank: np.ndarray, probes: np.ndarray) -> pa.Table:
