@@ -131,10 +131,11 @@ def run(rows: int = 20_000, small: int = 10_000, large: int = 200_000, step: int
 def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: int = 3) -> dict[str, float]:
     """CPU µs per row (process time, best of ``repeat``) of one worker step over ``rows`` cut into
     ``per_message``-row messages, and of its parts alone on the same rows: the key columns' encoding
-    (once per step), summarize and the minute tier (both given the step's encodings, as in the step)."""
+    (once per step), summarize and the minute tier (both given the step's encodings and latency buckets, as
+    in the step)."""
     from schemas.codec import encode
     from schemas.group_codes import dictionaries
-    from schemas.minute_tier import minute_rows
+    from schemas.minute_tier import latency_buckets, minute_rows
     from streams.pingmesh.partial import ENCODED, summarize
     from streams.pingmesh.windows import WINDOW_NS, split_by_window
     from streams.runtime.probe_batch import process_probe_step
@@ -157,11 +158,12 @@ def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: in
     if len(windows) > 1:
         raise ValueError("step_cpu wants the rows of one window (summarize is timed on all of them)")
     ws, window = next(iter(windows.items()))
+    buckets = latency_buckets(enriched)
     return {
         "process_step": best(lambda: process_step(msgs, index, WINDOW_NS)),  # type: ignore[arg-type]
         "encode": best(lambda: dictionaries(enriched, ENCODED)),
-        "summarize": best(lambda: summarize(ws, window, index, encoded)),  # type: ignore[arg-type]
-        "minute_rows": best(lambda: minute_rows(enriched, encoded)),
+        "summarize": best(lambda: summarize(ws, window, index, encoded, buckets)),  # type: ignore[arg-type]
+        "minute_rows": best(lambda: minute_rows(enriched, encoded, buckets)),
     }
 
 

@@ -44,6 +44,14 @@ def store_bucket(ns: np.ndarray) -> np.ndarray:
     return np.floor(STORE_BUCKETS_PER_OCTAVE * np.log2(v)).astype(np.uint16)
 
 
+def latency_buckets(enriched: pa.Table) -> dict[str, np.ndarray]:
+    """:func:`store_bucket` (uint16) of every row's network RTT, responder delay and prober delay:
+    ``{column: array of num_rows}``, a null's entry meaningless (0). Computed once per worker step and shared
+    by the minute tier and the window partials, whose 8-per-octave bucket is this one halved
+    (``floor(8 log2 v) == floor(16 log2 v) >> 1``: scaling by 2 is exact in floating point)."""
+    return {col: store_bucket(np.asarray(pc.fill_null(enriched[col], 1).to_numpy())) for _, col in HISTS}
+
+
 def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
     """Dense integer ids of a key column (dictionary encoding) and how many distinct values it has."""
     if isinstance(col, pa.ChunkedArray):  # one dictionary for the whole column, not one per chunk
@@ -52,11 +60,13 @@ def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
     return d.indices.to_numpy(zero_copy_only=False).astype(np.int64), max(len(d.dictionary), 1)
 
 
-def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray) -> pa.Array:
-    """One ``Map(bucket -> count)`` per group over the non-null ``values``; keys ascending."""
+def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray, bucket: np.ndarray | None = None) -> pa.Array:
+    """One ``Map(bucket -> count)`` per group over the non-null ``values``; keys ascending. ``bucket``: the
+    values' store buckets per row when known (:func:`latency_buckets`)."""
     valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
     g = gid[valid]
-    b = store_bucket(pc.drop_null(values).to_numpy(zero_copy_only=False)).astype(np.int64)
+    b = (store_bucket(pc.drop_null(values).to_numpy(zero_copy_only=False)) if bucket is None else
+         bucket[valid]).astype(np.int64)
     pair, counts = np.unique(g * 65536 + b, return_counts=True)  # sorted by group, then bucket
     owner = pair // 65536
     offsets = np.zeros(n_groups + 1, dtype=np.int32)
@@ -65,7 +75,8 @@ def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray) -> pa.Ar
                                    pa.array(counts.astype(np.uint64)), type=_MAP)
 
 
-def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | None = None) -> pa.Table:
+def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | None = None,
+                buckets: Mapping[str, np.ndarray] | None = None) -> pa.Table:
     """The minute tier of ``probe_enriched.v1`` rows, one row per (batch_id, minute, pinglist, prober, responder).
 
     Args:
@@ -73,6 +84,7 @@ def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | 
         encoded: optional ``{column: dictionary array}`` of the same rows for some of :data:`KEYS`, ids in
             order of first appearance (:func:`schemas.group_codes.dictionaries`: the worker step's encodings,
             shared with the window partials); the rows do not change.
+        buckets: optional :func:`latency_buckets` of the same rows (the step's, shared likewise).
 
     Returns:
         A ``probe_minute.v1`` table, rows of one batch together (batches in order of appearance), then
@@ -111,7 +123,7 @@ def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | 
         "timeouts": pa.array(np.bincount(gid, weights=timeout, minlength=n_groups).astype(np.uint64)),
     }
     for name, col in HISTS:
-        cols[name] = _histogram(gid, n_groups, enriched[col])
+        cols[name] = _histogram(gid, n_groups, enriched[col], None if buckets is None else buckets.get(col))
     cols["batch_id"] = enriched["batch_id"].take(take)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 

@@ -37,6 +37,8 @@ from schemas.group_codes import (
 from streams.pingmesh.links import PathIndex, probe_link_codes
 
 HIST_PER_OCTAVE = 8
+"""Half the store's 16 (schemas.minute_tier): a partial's bucket is the store bucket halved, so a worker step
+takes both from one ``log2`` per latency (:func:`_bucket_rows`)."""
 
 PAIR_KEYS = ["pinglist", "prober_host", "prober_rnic", "responder_host", "responder_rnic", "qpn"]
 FAIL_KEYS = [*PAIR_KEYS, "job_id", "fwd_hops", "rev_hops"]
@@ -139,7 +141,8 @@ shared with the minute tier, :func:`schemas.group_codes.dictionaries`)."""
 
 
 def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathIndex | None,
-              encoded: Mapping[str, pa.DictionaryArray] | None = None) -> WindowPartial:
+              encoded: Mapping[str, pa.DictionaryArray] | None = None,
+              buckets: Mapping[str, np.ndarray] | None = None) -> WindowPartial:
     """Turn one worker's rows of one window into a :class:`WindowPartial`.
 
     Every key column is encoded once to integer codes (:mod:`schemas.group_codes`) and shared by the
@@ -155,6 +158,8 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
             ``path.v1`` rows, or None.
         encoded: optional ``{column: dictionary array}`` of the same rows for some of :data:`ENCODED` (the
             step's encodings, :func:`schemas.group_codes.dictionaries`); the partial does not change.
+        buckets: optional store buckets (16 per octave) of the latency columns of the same rows
+            (:func:`schemas.minute_tier.latency_buckets`, the step's): halved, they are this partial's.
 
     Returns:
         The partial; vectorised over rows (numpy over integer codes), no per-row Python.
@@ -206,12 +211,12 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     slot = np.clip((to_numpy(t1).astype(np.int64) - window_start_ns) // SLOT_NS, 0, None)
     slots = _host_slots(prober_host, responder_host, slot, timeout)
 
-    delays = _delays(probes, ok, prober_host, responder_host, slot)
+    delays = _delays(probes, ok, prober_host, responder_host, slot, buckets)
 
     rows = np.flatnonzero(ok & to_numpy(pc.is_valid(probes["network_rtt_ns"])))
     flow = [c.key(k) for k in (pinglist, prober_rnic, responder_rnic, src_port)] + [fwd_c, rev_c, c.key(ts_source)]
     flow_groups = group(flow)  # flows over classes; each row's flow is its class's
-    rtt_bucket = key(pa.array(bucket_of(to_numpy(probes["network_rtt_ns"].take(pa.array(rows)))), pa.int64()))
+    rtt_bucket = key(pa.array(_bucket_rows(probes, "network_rtt_ns", rows, buckets), pa.int64()))
     flows = sums([*FLOW_KEYS, "bucket"], [*of_groups(flow_groups, flow, flow_groups.gid[c.cls[rows]]), rtt_bucket],
                  {"n": None})
 
@@ -259,7 +264,17 @@ def _hop_keys(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -
 _ROLES = pa.array(["prober", "responder"], pa.string())
 
 
-def _delays(probes: pa.Table, ok: np.ndarray, prober_host: Key, responder_host: Key, slot: np.ndarray) -> pa.Table:
+def _bucket_rows(probes: pa.Table, col: str, rows: np.ndarray, buckets: Mapping[str, np.ndarray] | None
+                 ) -> np.ndarray:
+    """:func:`bucket_of` the latencies of ``col`` at ``rows`` (non-null there), int64; from the step's store
+    buckets (twice as fine: halved) when given."""
+    if buckets is not None and col in buckets:
+        return (buckets[col][rows] >> 1).astype(np.int64)
+    return bucket_of(to_numpy(probes[col].take(pa.array(rows))))
+
+
+def _delays(probes: pa.Table, ok: np.ndarray, prober_host: Key, responder_host: Key, slot: np.ndarray,
+            buckets: Mapping[str, np.ndarray] | None) -> pa.Table:
     """The ``delays`` table: histograms of the responder delay (role ``responder``, at the responder host)
     and the prober delay (role ``prober``, at the prober host) of successful probes per slot.
 
@@ -268,7 +283,7 @@ def _delays(probes: pa.Table, ok: np.ndarray, prober_host: Key, responder_host: 
     parts = []
     for role, host_key, val_col in ((1, responder_host, "responder_delay_ns"), (0, prober_host, "prober_delay_ns")):
         r = np.flatnonzero(ok & to_numpy(pc.is_valid(probes[val_col])))
-        parts.append((role, host_key.codes[r], slot[r], bucket_of(to_numpy(probes[val_col].take(pa.array(r))))))
+        parts.append((role, host_key.codes[r], slot[r], _bucket_rows(probes, val_col, r, buckets)))
     every = np.concatenate([b for *_, b in parts])
     lo = int(every.min()) if len(every) else 0
     n_buckets = int(every.max()) - lo + 1 if len(every) else 1

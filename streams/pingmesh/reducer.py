@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -39,18 +40,23 @@ __all__ = ["StepFormatError", "UploadMark", "WindowReducer", "batch_marks", "bat
 
 
 def batch_partials(enriched: pa.Table, paths: PathIndex, window_ns: int,
-                   encoded: Mapping[str, pa.DictionaryArray] | None = None) -> dict[int, bytes]:
+                   encoded: Mapping[str, pa.DictionaryArray] | None = None,
+                   buckets: Mapping[str, np.ndarray] | None = None) -> dict[int, bytes]:
     """Worker side: ``{window_start_ns: serialised partial}`` of one ``probe_enriched.v1`` batch.
 
-    ``encoded``: optional dictionary-encoded key columns of the same rows (the step's, shared with the minute
-    tier, :func:`schemas.group_codes.dictionaries`), split by window with the rows."""
+    ``encoded``, ``buckets``: optional dictionary-encoded key columns and latency store buckets of the same
+    rows (the step's, shared with the minute tier: :func:`schemas.group_codes.dictionaries`,
+    :func:`schemas.minute_tier.latency_buckets`), split by window with the rows."""
     windows = split_by_window(enriched, window_ns)
-    if encoded and len(windows) > 1:
+    if (encoded or buckets) and len(windows) > 1:
         starts = window_starts(enriched, window_ns)
-        return {ws: to_bytes(summarize(ws, rows, paths, {c: d.filter(pa.array(starts == ws))
-                                                         for c, d in encoded.items()}))
-                for ws, rows in windows.items()}
-    return {ws: to_bytes(summarize(ws, rows, paths, encoded)) for ws, rows in windows.items()}
+        out = {}
+        for ws, rows in windows.items():
+            mask = starts == ws
+            enc = {c: d.filter(pa.array(mask)) for c, d in (encoded or {}).items()}
+            out[ws] = to_bytes(summarize(ws, rows, paths, enc, {c: b[mask] for c, b in (buckets or {}).items()}))
+        return out
+    return {ws: to_bytes(summarize(ws, rows, paths, encoded, buckets)) for ws, rows in windows.items()}
 
 
 def batch_marks(enriched: pa.Table) -> list[UploadMark]:

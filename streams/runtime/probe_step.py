@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.group_codes import factorize, to_numpy
-from schemas.minute_tier import minute_rows
+from schemas.minute_tier import latency_buckets, minute_rows
 from streams.pingmesh.links import PathIndex
 from streams.pingmesh.reducer import batch_partials
 from streams.pingmesh.retention import RetentionPolicy, retained
@@ -206,7 +206,8 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
     results, step = rows.results, rows.enriched
     # the key columns encoded once for the step (by the validation), shared by the minute tier and the partials
     encoded: dict[str, pa.DictionaryArray] | None = rows.encoded
-    by_batch = split_by_batch(minute_rows(step, encoded)) if step is not None else {}
+    buckets = latency_buckets(step) if step is not None else None  # one log2 per latency, shared likewise
+    by_batch = split_by_batch(minute_rows(step, encoded, buckets)) if step is not None else {}
     outs = []
     for m, r in zip(messages, results, strict=True):
         minute = by_batch.get(f"{m.topic}/{m.partition}/{m.offset}") if r.enriched is not None else None
@@ -217,7 +218,7 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
         fresh = [r.enriched for r, f in zip(results, flags, strict=True)
                  if f and r.enriched is not None and r.enriched.num_rows]
         step = pa.concat_tables(fresh) if fresh else None
-        encoded = None
-    partials = batch_partials(step, paths, window_ns, encoded) if step is not None else {}
+        encoded = buckets = None
+    partials = batch_partials(step, paths, window_ns, encoded, buckets) if step is not None else {}
     marks = upload_marks([(m, r.enriched) for m, r in zip(messages, results, strict=True)], rows.encoded)
     return StepOutput(outs, partials, marks, ranges)
