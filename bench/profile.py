@@ -1,15 +1,16 @@
 """`fabricscope bench profile`: where the RTT worker spends its time on one probe batch (cProfile).
 
 The worker's work per step is :func:`streams.runtime.probe_step.process_step`: per message decode,
-then over the step's rows :func:`streams.runtime.probe_batch.process_probe_messages` (validate,
-decompose, split back per message), then
-once per step the minute tier, the raw retention and :func:`streams.pingmesh.reducer.batch_partials`
-(split by window, summarize: path lookup, key encoding, group-by sums, links; serialise the
-partial). This runs both on simulated batches of a 1,024-RNIC fabric (real paths in the path
-index), and reports for each stage its share of the time, the slowest stage, the number of
-Python function calls per batch at two batch sizes (equal when no per-row Python work is
-left), and the CPU time per row of a whole step of many 6,000-row messages (process CPU time,
-so it holds on a shared machine where cProfile's wall times do not).
+then over the step's rows :func:`streams.runtime.probe_batch.process_probe_step` (encode the key
+columns, validate, decompose, split back per message), then once per step the latency buckets, the
+minute tier, the raw retention and :func:`streams.pingmesh.reducer.batch_partials` (split by window,
+summarize: path lookup, classes of rows, group-by sums, links; serialise the partial). The key
+encodings and the latency buckets are computed once per step and shared. This runs on simulated
+batches of a 1,024-RNIC fabric (real paths in the path index), and reports for each stage its share
+of the time, the slowest stage, the number of Python function calls per batch at two batch sizes
+(equal when no per-row Python work is left), and the CPU time per row of a whole step of many
+6,000-row messages (process CPU time, so it holds on a shared machine where cProfile's wall times
+do not).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "split_by_window": ("streams/pingmesh/windows.py", ("split_by_window",)),
     "summarize (all of the partial)": ("streams/pingmesh/partial.py", ("summarize",)),
     "  path lookup (PathIndex.hop_ids)": ("streams/pingmesh/links.py", ("hop_ids",)),
+    "  classes of rows (classes)": ("schemas/group_codes.py", ("classes",)),
     "key encoding, once per step (dictionaries)": ("schemas/group_codes.py", ("dictionaries",)),
     "  key encoding (dictionary ids)": ("schemas/group_codes.py", ("key", "shared_keys")),
     "  group-by sums (pairs, flows, delays, ...)": ("schemas/group_codes.py", ("sums",)),
     "  links crossed (per distinct path pair)": ("streams/pingmesh/partial.py", ("_crossing",)),
     "to_bytes (partial -> IPC)": ("streams/pingmesh/partial.py", ("to_bytes",)),
     "minute tier (minute_rows)": ("schemas/minute_tier.py", ("minute_rows",)),
+    "latency buckets, once per step (latency_buckets)": ("schemas/minute_tier.py", ("latency_buckets",)),
     "raw retention (retained)": ("streams/pingmesh/retention.py", ("retained",)),
     "upload marks (upload_marks)": ("streams/runtime/probe_step.py", ("upload_marks",)),
 }
