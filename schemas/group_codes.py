@@ -92,6 +92,27 @@ def key(col: pa.Array | pa.ChunkedArray) -> Key:
     return _from_dictionary(d.indices, rank, values)
 
 
+def row_ids(col: pa.Array | pa.ChunkedArray) -> Key:
+    """Per-row ids, equal exactly where the values are (nulls: one id of their own), in no particular order:
+    a dictionary's indices, or integers less their minimum; for :func:`classes`, which only compares them.
+    No ranking and no sort (:func:`key` orders them). ``values`` of the key is not available."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if pa.types.is_integer(col.type) and col.null_count == 0 and len(col):
+        v = to_numpy(col).astype(np.int64)
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < 1 << 32:
+            return Key(v - lo, hi - lo + 1, _no_values)
+    d = _dictionary(col)
+    card = len(d.dictionary)
+    idx = to_numpy(pc.fill_null(d.indices, card) if d.indices.null_count else d.indices).astype(np.int64)
+    return Key(idx, card + 1, _no_values)
+
+
+def _no_values(codes: np.ndarray) -> pa.Array:
+    raise TypeError("row_ids keys are for comparing rows; take the column's key() for values")
+
+
 def dictionaries(table: pa.Table, columns: Iterable[str]) -> dict[str, pa.DictionaryArray]:
     """``columns`` of ``table`` dictionary-encoded once (ids in order of first appearance; nulls stay null).
 

@@ -30,6 +30,7 @@ from schemas.group_codes import (
     key,
     of_groups,
     ranges,
+    row_ids,
     shared_keys,
     sums,
     to_numpy,
@@ -176,16 +177,18 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     timeout = to_numpy(pc.fill_null(status, False)).astype(bool)
     ok = to_numpy(pc.fill_null(pc.invert(status), False)).astype(bool)
 
-    pinglist, prober_rnic, responder_rnic = (key(column(probes, c, encoded))
-                                             for c in ("pinglist", "prober_rnic", "responder_rnic"))
-    prober_host, responder_host = shared_keys(column(probes, "prober_host", encoded),
-                                              column(probes, "responder_host", encoded))
-    qpn, src_port, ts_source = key(probes["qpn"]), key(probes["src_port"]), key(column(probes, "ts_source", encoded))
+    cols = {c: column(probes, c, encoded) for c in (*ENCODED, "qpn", "src_port")}
     # A window holds each 5-tuple many times (240,000 probes, ~33,000 tuples on the profile fabric) and every
     # key but the RTT buckets and slots is a function of the tuple: group-bys run over these classes of rows
-    # (each weighted by its probes), not over every row (exact for any rows, schemas.group_codes.classes).
-    c = classes([prober_rnic, responder_rnic, src_port], [pinglist, prober_host, responder_host, qpn, ts_source,
-                                                          fwd, rev])
+    # (each weighted by its probes), not over every row (exact for any rows, schemas.group_codes.classes),
+    # and the keys are ranked on one row per class only.
+    ids = {name: row_ids(col) for name, col in cols.items()}
+    c = classes([ids["prober_rnic"], ids["responder_rnic"], ids["src_port"]],
+                [ids[k] for k in ("pinglist", "prober_host", "responder_host", "qpn", "ts_source")] + [fwd, rev])
+    first = pa.array(c.first, pa.int64())
+    pinglist, prober_rnic, responder_rnic, qpn, src_port, ts_source = (
+        key(cols[k].take(first)) for k in ("pinglist", "prober_rnic", "responder_rnic", "qpn", "src_port", "ts_source"))
+    prober_host, responder_host = shared_keys(cols["prober_host"].take(first), cols["responder_host"].take(first))
     per_class = np.bincount(c.cls, minlength=c.n)
     timeouts = np.bincount(c.cls, weights=timeout, minlength=c.n)
     # one key for the (forward, ACK) path pair, numbered in (forward, ACK) order: shared by the links
@@ -193,28 +196,29 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     rev_of_class = c.key(rev)
     path_pairs = group([c.key(fwd), rev_of_class])  # over classes
     fwd_codes, fwd_values = path_pairs.codes[0], fwd.values
-    fwd_c = Key(path_pairs.gid, path_pairs.n_groups, lambda x: fwd_values(fwd_codes[x]))
-    rev_c = Key(rev_of_class.codes, rev.card, rev.values, dependent=True)
-    fwd = Key(path_pairs.gid[c.cls], path_pairs.n_groups, fwd_c.values)
-    rev = Key(rev.codes, rev.card, rev.values, dependent=True)
+    fwd = Key(path_pairs.gid, path_pairs.n_groups, lambda x: fwd_values(fwd_codes[x]))
+    rev = Key(rev_of_class.codes, rev.card, rev.values, dependent=True)
     pair = [pinglist, prober_host, prober_rnic, responder_host, responder_rnic, qpn]
-    pairs = sums(PAIR_KEYS, [c.key(k) for k in pair], {"n": per_class, "n_timeout": timeouts})
+    pairs = sums(PAIR_KEYS, pair, {"n": per_class, "n_timeout": timeouts})
 
     rows = np.flatnonzero(timeout)
     job = key(probes["job_id"].take(pa.array(rows)))
-    failing = sums(FAIL_KEYS, [*(k.take(rows) for k in pair), job, fwd.take(rows), rev.take(rows)], {"n": None})
+    of_rows = c.cls[rows]
+    failing = sums(FAIL_KEYS, [*(k.take(of_rows) for k in pair), job, fwd.take(of_rows), rev.take(of_rows)],
+                   {"n": None})
 
     crossing = _crossing(index, path_pairs, hop_of_rank, np.bincount(path_pairs.gid, weights=per_class,
                                                                      minlength=path_pairs.n_groups))
 
     t1 = pc.coalesce(probes["t1"], probes["upload_ns"]) if n else pa.array([], pa.int64())
     slot = np.clip((to_numpy(t1).astype(np.int64) - window_start_ns) // SLOT_NS, 0, None)
+    prober_host, responder_host = (Key(h.codes[c.cls], h.card, h.values) for h in (prober_host, responder_host))
     slots = _host_slots(prober_host, responder_host, slot, timeout)
 
     delays = _delays(probes, ok, prober_host, responder_host, slot, buckets)
 
     rows = np.flatnonzero(ok & to_numpy(pc.is_valid(probes["network_rtt_ns"])))
-    flow = [c.key(k) for k in (pinglist, prober_rnic, responder_rnic, src_port)] + [fwd_c, rev_c, c.key(ts_source)]
+    flow = [pinglist, prober_rnic, responder_rnic, src_port, fwd, rev, ts_source]
     flow_groups = group(flow)  # flows over classes; each row's flow is its class's
     rtt_bucket = key(pa.array(_bucket_rows(probes, "network_rtt_ns", rows, buckets), pa.int64()))
     flows = sums([*FLOW_KEYS, "bucket"], [*of_groups(flow_groups, flow, flow_groups.gid[c.cls[rows]]), rtt_bucket],
@@ -222,8 +226,9 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
 
     rows = np.flatnonzero(to_numpy(pc.fill_null(pc.and_(pc.equal(probes["pinglist"], "service"),
                                                          pc.is_valid(probes["job_id"])), False)))
-    svc = [key(probes["job_id"].take(pa.array(rows))),
-           *(k.take(rows) for k in (prober_host, prober_rnic, responder_host, responder_rnic, src_port, fwd, rev))]
+    of_rows = c.cls[rows]
+    svc = [key(probes["job_id"].take(pa.array(rows))), prober_host.take(rows), prober_rnic.take(of_rows),
+           responder_host.take(rows), *(k.take(of_rows) for k in (responder_rnic, src_port, fwd, rev))]
     service = sums(SERVICE_KEYS, svc, {"n": None, "n_timeout": timeout[rows]})
 
     newest = np.full(prober_host.card, np.iinfo(np.int64).min, dtype=np.int64)
