@@ -168,24 +168,26 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     n = probes.num_rows
     index = paths if isinstance(paths, PathIndex) else (
         PathIndex(paths) if paths is not None and paths.num_rows else None)
-    if index is not None:
-        fwd_id, rev_id = index.hop_ids(probes)
-    else:
-        fwd_id = rev_id = np.zeros(n, dtype=np.int64)
-    fwd, rev, hop_of_rank = _hop_keys(index, fwd_id, rev_id)
     status = pc.equal(probes["status"], "timeout")
     timeout = to_numpy(pc.fill_null(status, False)).astype(bool)
     ok = to_numpy(pc.fill_null(pc.invert(status), False)).astype(bool)
 
-    cols = {c: column(probes, c, encoded) for c in (*ENCODED, "qpn", "src_port")}
+    cols = {c: column(probes, c, encoded) for c in (*ENCODED, "qpn", "src_port", "src_ip", "dst_ip", "dst_port")}
     # A window holds each 5-tuple many times (240,000 probes, ~33,000 tuples on the profile fabric) and every
-    # key but the RTT buckets and slots is a function of the tuple: group-bys run over these classes of rows
-    # (each weighted by its probes), not over every row (exact for any rows, schemas.group_codes.classes),
-    # and the keys are ranked on one row per class only.
+    # key but the RTT buckets and slots is a function of the tuple: the path lookup and the group-bys run
+    # over these classes of rows (each weighted by its probes), not over every row (exact for any rows,
+    # schemas.group_codes.classes), and the keys are ranked on one row per class only.
     ids = {name: row_ids(col) for name, col in cols.items()}
     c = classes([ids["prober_rnic"], ids["responder_rnic"], ids["src_port"]],
-                [ids[k] for k in ("pinglist", "prober_host", "responder_host", "qpn", "ts_source")] + [fwd, rev])
+                [ids[k] for k in ("pinglist", "prober_host", "responder_host", "qpn", "ts_source", "src_ip", "dst_ip",
+                                  "dst_port")])
     first = pa.array(c.first, pa.int64())
+    if index is not None:  # the forward and ACK path of each class (its rows share the 5-tuple)
+        at = pc.max(probes["upload_ns"]).as_py() if n else None
+        fwd_id, rev_id = index.hop_ids(probes.select(["src_ip", "dst_ip", "src_port", "dst_port"]).take(first), at)
+    else:
+        fwd_id = rev_id = np.zeros(c.n, dtype=np.int64)
+    fwd, rev, hop_of_rank = _hop_keys(index, fwd_id, rev_id)
     pinglist, prober_rnic, responder_rnic, qpn, src_port, ts_source = (
         key(cols[k].take(first)) for k in ("pinglist", "prober_rnic", "responder_rnic", "qpn", "src_port", "ts_source"))
     prober_host, responder_host = shared_keys(cols["prober_host"].take(first), cols["responder_host"].take(first))
@@ -193,11 +195,10 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     timeouts = np.bincount(c.cls, weights=timeout, minlength=c.n)
     # one key for the (forward, ACK) path pair, numbered in (forward, ACK) order: shared by the links
     # crossed, failing, flows and service; the ACK path column is output from it (dependent)
-    rev_of_class = c.key(rev)
-    path_pairs = group([c.key(fwd), rev_of_class])  # over classes
+    path_pairs = group([fwd, rev])  # over classes
     fwd_codes, fwd_values = path_pairs.codes[0], fwd.values
     fwd = Key(path_pairs.gid, path_pairs.n_groups, lambda x: fwd_values(fwd_codes[x]))
-    rev = Key(rev_of_class.codes, rev.card, rev.values, dependent=True)
+    rev = Key(rev.codes, rev.card, rev.values, dependent=True)
     pair = [pinglist, prober_host, prober_rnic, responder_host, responder_rnic, qpn]
     pairs = sums(PAIR_KEYS, pair, {"n": per_class, "n_timeout": timeouts})
 
