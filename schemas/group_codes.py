@@ -250,12 +250,16 @@ def classes(base: list[Key], rest: list[Key]) -> Classes:
     over any of the keys can then run over the classes (weighted by their rows) instead of every row.
 
     Args:
-        base: at least one key; their cards' product must stay below 2**62 (as RNICs x RNICs x ports do).
+        base: at least one key (their codes are combined in one int64, renumbered when it would overflow).
         rest: more keys of the same rows.
     """
     comp = np.zeros(len(base[0].codes), dtype=np.int64)
+    space = 1
     for k in base:
+        if space * k.card >= 1 << 62:  # the mixed radix would overflow: number the classes so far densely
+            comp, space, _ = _dense(comp)
         comp = comp * k.card + k.codes
+        space *= k.card
     cls, n, first = _dense(comp)
     for k in rest:
         if k.card > 1 and not np.array_equal(k.codes[first][cls], k.codes):  # one value: constant anyway
