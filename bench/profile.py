@@ -1,15 +1,16 @@
 """`fabricscope bench profile`: where the RTT worker spends its time on one probe batch (cProfile).
 
 The worker's work per step is :func:`streams.runtime.probe_step.process_step`: per message decode,
-then over the step's rows :func:`streams.runtime.probe_batch.process_probe_messages` (validate,
-decompose, split back per message), then
-once per step the minute tier, the raw retention and :func:`streams.pingmesh.reducer.batch_partials`
-(split by window, summarize: path lookup, key encoding, group-by sums, links; serialise the
-partial). This runs both on simulated batches of a 1,024-RNIC fabric (real paths in the path
-index), and reports for each stage its share of the time, the slowest stage, the number of
-Python function calls per batch at two batch sizes (equal when no per-row Python work is
-left), and the CPU time per row of a whole step of many 6,000-row messages (process CPU time,
-so it holds on a shared machine where cProfile's wall times do not).
+then over the step's rows :func:`streams.runtime.probe_batch.process_probe_step` (encode the key
+columns, validate, decompose, split back per message), then once per step the latency buckets, the
+minute tier, the raw retention and :func:`streams.pingmesh.reducer.batch_partials` (split by window,
+summarize: path lookup, classes of rows, group-by sums, links; serialise the partial). The key
+encodings and the latency buckets are computed once per step and shared. This runs on simulated
+batches of a 1,024-RNIC fabric (real paths in the path index), and reports for each stage its share
+of the time, the slowest stage, the number of Python function calls per batch at two batch sizes
+(equal when no per-row Python work is left), and the CPU time per row of a whole step of many
+6,000-row messages (process CPU time, so it holds on a shared machine where cProfile's wall times
+do not).
 """
 
 from __future__ import annotations
@@ -28,11 +29,14 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "split_by_window": ("streams/pingmesh/windows.py", ("split_by_window",)),
     "summarize (all of the partial)": ("streams/pingmesh/partial.py", ("summarize",)),
     "  path lookup (PathIndex.hop_ids)": ("streams/pingmesh/links.py", ("hop_ids",)),
+    "  classes of rows (classes)": ("schemas/group_codes.py", ("classes",)),
+    "key encoding, once per step (dictionaries)": ("schemas/group_codes.py", ("dictionaries",)),
     "  key encoding (dictionary ids)": ("schemas/group_codes.py", ("key", "shared_keys")),
     "  group-by sums (pairs, flows, delays, ...)": ("schemas/group_codes.py", ("sums",)),
     "  links crossed (per distinct path pair)": ("streams/pingmesh/partial.py", ("_crossing",)),
     "to_bytes (partial -> IPC)": ("streams/pingmesh/partial.py", ("to_bytes",)),
     "minute tier (minute_rows)": ("schemas/minute_tier.py", ("minute_rows",)),
+    "latency buckets, once per step (latency_buckets)": ("schemas/minute_tier.py", ("latency_buckets",)),
     "raw retention (retained)": ("streams/pingmesh/retention.py", ("retained",)),
     "upload marks (upload_marks)": ("streams/runtime/probe_step.py", ("upload_marks",)),
 }
@@ -129,11 +133,15 @@ def run(rows: int = 20_000, small: int = 10_000, large: int = 200_000, step: int
 
 def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: int = 3) -> dict[str, float]:
     """CPU µs per row (process time, best of ``repeat``) of one worker step over ``rows`` cut into
-    ``per_message``-row messages, and of its summarize and minute tier alone on the same rows."""
+    ``per_message``-row messages, and of its parts alone on the same rows: the key columns' encoding
+    (once per step), summarize and the minute tier (both given the step's encodings and latency buckets, as
+    in the step)."""
     from schemas.codec import encode
-    from schemas.minute_tier import minute_rows
-    from streams.pingmesh.partial import summarize
+    from schemas.group_codes import dictionaries
+    from schemas.minute_tier import latency_buckets, minute_rows
+    from streams.pingmesh.partial import ENCODED, summarize
     from streams.pingmesh.windows import WINDOW_NS, split_by_window
+    from streams.runtime.probe_batch import process_probe_step
     from streams.runtime.probe_step import RawMessage, process_step
 
     msgs = [RawMessage(encode(rows.slice(i, per_message)), "probe.v1", "probes.raw", 0, i // per_message)
@@ -147,13 +155,18 @@ def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: in
             out.append(time.process_time() - c)
         return 1e6 * min(out) / rows.num_rows
 
-    res = process_step(msgs, index, WINDOW_NS)  # type: ignore[arg-type]
-    enriched = pa.concat_tables([m.enriched for m in res.messages if m.enriched is not None])
-    ws, window = max(split_by_window(enriched, WINDOW_NS).items(), key=lambda kv: kv[1].num_rows)
+    step = process_probe_step([(m.payload, m.schema, m.topic, m.partition, m.offset) for m in msgs])
+    enriched, encoded = step.enriched, step.encoded
+    windows = split_by_window(enriched, WINDOW_NS)
+    if len(windows) > 1:
+        raise ValueError("step_cpu wants the rows of one window (summarize is timed on all of them)")
+    ws, window = next(iter(windows.items()))
+    buckets = latency_buckets(enriched)
     return {
         "process_step": best(lambda: process_step(msgs, index, WINDOW_NS)),  # type: ignore[arg-type]
-        "summarize": best(lambda: summarize(ws, window, index)),  # type: ignore[arg-type]
-        "minute_rows": best(lambda: minute_rows(enriched)),
+        "encode": best(lambda: dictionaries(enriched, ENCODED)),
+        "summarize": best(lambda: summarize(ws, window, index, encoded, buckets)),  # type: ignore[arg-type]
+        "minute_rows": best(lambda: minute_rows(enriched, encoded, buckets)),
     }
 
 

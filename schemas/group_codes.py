@@ -11,7 +11,7 @@ keys, and only the (few) output rows are built as Arrow arrays.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -87,15 +87,57 @@ def key(col: pa.Array | pa.ChunkedArray) -> Key:
         if hi - lo < max(4 * len(v), 1 << 16):
             t = col.type
             return Key(v - lo, hi - lo + 1, lambda c: pa.array(np.asarray(c, np.int64) + lo).cast(t))
-    d = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+    d = _dictionary(col)
     rank, values = _sorted_dictionary(d.dictionary)
     return _from_dictionary(d.indices, rank, values)
 
 
+def row_ids(col: pa.Array | pa.ChunkedArray) -> Key:
+    """Per-row ids, equal exactly where the values are (nulls: one id of their own), in no particular order:
+    a dictionary's indices, or integers less their minimum; for :func:`classes`, which only compares them.
+    No ranking and no sort (:func:`key` orders them). ``values`` of the key is not available."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if pa.types.is_integer(col.type) and col.null_count == 0 and len(col):
+        v = to_numpy(col).astype(np.int64)
+        lo, hi = int(v.min()), int(v.max())
+        if hi - lo < 1 << 32:
+            return Key(v - lo, hi - lo + 1, _no_values)
+    d = _dictionary(col)
+    card = len(d.dictionary)
+    idx = to_numpy(pc.fill_null(d.indices, card) if d.indices.null_count else d.indices).astype(np.int64)
+    return Key(idx, card + 1, _no_values)
+
+
+def _no_values(codes: np.ndarray) -> pa.Array:
+    raise TypeError("row_ids keys are for comparing rows; take the column's key() for values")
+
+
+def dictionaries(table: pa.Table, columns: Iterable[str]) -> dict[str, pa.DictionaryArray]:
+    """``columns`` of ``table`` dictionary-encoded once (ids in order of first appearance; nulls stay null).
+
+    One hash pass per column for a whole worker step, shared by everything that groups by the column
+    (:func:`key`, :func:`shared_keys` and the minute tier take a dictionary array as it is): no string
+    column is hashed twice in a step. ``{name: DictionaryArray}`` of ``table.num_rows`` rows each.
+    """
+    return {c: _dictionary(table[c]) for c in columns}
+
+
+def column(table: pa.Table, name: str, encoded: Mapping[str, pa.DictionaryArray] | None) -> pa.Array | pa.ChunkedArray:
+    """``encoded[name]`` (the same rows, dictionary-encoded, :func:`dictionaries`) when given, else the column."""
+    return encoded[name] if encoded is not None and name in encoded else table[name]
+
+
+def _dictionary(col: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
+    """A column as one dictionary array (encoded unless it already is)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    return col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+
+
 def shared_keys(a: pa.Array | pa.ChunkedArray, b: pa.Array | pa.ChunkedArray) -> tuple[Key, Key]:
     """Codes of two string columns over one value space (e.g. prober and responder hosts: one host, one code)."""
-    da = pc.dictionary_encode(a.combine_chunks() if isinstance(a, pa.ChunkedArray) else a)
-    db = pc.dictionary_encode(b.combine_chunks() if isinstance(b, pa.ChunkedArray) else b)
+    da, db = _dictionary(a), _dictionary(b)
     both = pc.unique(pa.concat_arrays([da.dictionary, db.dictionary]))
     rank, values = _sorted_dictionary(both)
     out = []
@@ -174,6 +216,93 @@ def group(keys: list[Key]) -> Groups:
     return Groups(gid, n_groups, [k.codes[first] for k in keys])
 
 
+@dataclass
+class Classes:
+    """Rows partitioned into classes on each of which every given key is constant: ``cls[i]`` the class of
+    row ``i`` (classes numbered in no particular order), ``first[c]`` one row of class ``c``, ``n`` classes."""
+
+    cls: np.ndarray
+    n: int
+    first: np.ndarray
+
+    def key(self, k: Key) -> Key:
+        """Key ``k`` (constant on each class) per class: ``codes[c]`` the code of class ``c``'s rows."""
+        return k.take(self.first)
+
+
+def _dense(x: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
+    """(dense id of each int64 value, in order of first appearance; how many; one row of each id): one hash
+    pass (Arrow's dictionary encoding of int64, about half the cost of a sort here)."""
+    d = pc.dictionary_encode(pa.array(x, pa.int64()))
+    ids = to_numpy(d.indices).astype(np.int64)
+    first = np.zeros(len(d.dictionary), dtype=np.int64)
+    first[ids] = np.arange(len(ids), dtype=np.int64)
+    return ids, len(d.dictionary), first
+
+
+def classes(base: list[Key], rest: list[Key]) -> Classes:
+    """The coarsest classes of rows on which every key of ``base`` and ``rest`` is constant.
+
+    Rows are hashed by their ``base`` codes (mixed radix); each key of ``rest`` is then only checked to be
+    constant on those classes (a gather and a compare, no hashing: a key that is a function of ``base``, as
+    a probe's hosts, pinglist and paths are of its RNICs and source port in practice, costs nothing more).
+    A key that is not refines the classes (one more hash pass), so the result is exact for any rows. Group-bys
+    over any of the keys can then run over the classes (weighted by their rows) instead of every row.
+
+    Args:
+        base: at least one key (their codes are combined in one int64, renumbered when it would overflow).
+        rest: more keys of the same rows.
+    """
+    comp = np.zeros(len(base[0].codes), dtype=np.int64)
+    space = 1
+    for k in base:
+        if space * k.card >= 1 << 62:  # the mixed radix would overflow: number the classes so far densely
+            comp, space, _ = _dense(comp)
+        comp = comp * k.card + k.codes
+        space *= k.card
+    cls, n, first = _dense(comp)
+    for k in rest:
+        if k.card > 1 and not np.array_equal(k.codes[first][cls], k.codes):  # one value: constant anyway
+            cls, n, first = _dense(cls * k.card + k.codes)
+    return Classes(cls, n, first)
+
+
+def of_groups(g: Groups, keys: list[Key], gid: np.ndarray) -> list[Key]:
+    """Keys of rows given as group ids ``gid`` of a grouping ``g`` by ``keys``: the first one groups (its codes are
+    the group ids, numbered in key order), the others are dependent on it; their values are the keys'."""
+    out = []
+    for i, k in enumerate(keys):
+        codes_i, values_i = g.codes[i], k.values
+        out.append(Key(gid, g.n_groups, lambda c, ci=codes_i, vi=values_i: vi(ci[c]), dependent=i > 0))
+    return out
+
+
+def _dense_sums(keys: list[Key], values: dict[str, np.ndarray | None]
+                ) -> tuple[list[np.ndarray], list[np.ndarray]] | None:
+    """:func:`sums` over a small key space, counted straight into it: one mixed-radix pass and one
+    ``bincount`` per value over the rows, the groups' key codes decoded from the present keys (no group
+    id per row). None when the key space is not small against the rows or a key is dependent."""
+    n = len(keys[0].codes)
+    space = 1
+    for k in keys:
+        space *= k.card
+    if any(k.dependent for k in keys) or space > min(_DENSE_MAX, 2 * n + 4096):
+        return None
+    comp = np.zeros(n, dtype=np.int64)
+    for k in keys:
+        comp = comp * k.card + k.codes
+    count = np.bincount(comp, minlength=space)
+    present = np.flatnonzero(count)
+    codes = []
+    rest = present
+    for k in reversed(keys):
+        codes.append(rest % k.card)
+        rest = rest // k.card
+    totals = [count[present] if v is None else np.bincount(comp, weights=v, minlength=space)[present]
+              for v in values.values()]
+    return codes[::-1], totals
+
+
 def sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]) -> pa.Table:
     """``SELECT keys, sum(v) ... GROUP BY keys ORDER BY keys`` as an Arrow table: key columns in their
     original types, sums int64. ``values[name]`` None counts rows (sum of 1); else per-row integers
@@ -181,6 +310,10 @@ def sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]
     if len(keys[0].codes) == 0:
         cols = [k.values(np.zeros(0, np.int64)) for k in keys]
         cols += [pa.array(np.zeros(0, np.int64)) for _ in values]
+    elif (dense := _dense_sums(keys, values)) is not None:
+        codes, totals = dense
+        cols = [k.values(c) for k, c in zip(keys, codes, strict=True)]
+        cols += [pa.array(t.astype(np.int64)) for t in totals]
     else:
         g = group(keys)
         cols = [k.values(c) for k, c in zip(keys, g.codes, strict=True)]

@@ -21,12 +21,14 @@ same rows (tests/test_minute_tier.py).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.arrow_pa import arrow_schema
-from schemas.group_codes import factorize
+from schemas.group_codes import column, factorize
 
 MINUTE = "probe_minute.v1"
 STORE_BUCKETS_PER_OCTAVE = 16
@@ -42,6 +44,14 @@ def store_bucket(ns: np.ndarray) -> np.ndarray:
     return np.floor(STORE_BUCKETS_PER_OCTAVE * np.log2(v)).astype(np.uint16)
 
 
+def latency_buckets(enriched: pa.Table) -> dict[str, np.ndarray]:
+    """:func:`store_bucket` (uint16) of every row's network RTT, responder delay and prober delay:
+    ``{column: array of num_rows}``, a null's entry meaningless (0). Computed once per worker step and shared
+    by the minute tier and the window partials, whose 8-per-octave bucket is this one halved
+    (``floor(8 log2 v) == floor(16 log2 v) >> 1``: scaling by 2 is exact in floating point)."""
+    return {col: store_bucket(np.asarray(pc.fill_null(enriched[col], 1).to_numpy())) for _, col in HISTS}
+
+
 def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
     """Dense integer ids of a key column (dictionary encoding) and how many distinct values it has."""
     if isinstance(col, pa.ChunkedArray):  # one dictionary for the whole column, not one per chunk
@@ -50,11 +60,13 @@ def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
     return d.indices.to_numpy(zero_copy_only=False).astype(np.int64), max(len(d.dictionary), 1)
 
 
-def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray) -> pa.Array:
-    """One ``Map(bucket -> count)`` per group over the non-null ``values``; keys ascending."""
+def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray, bucket: np.ndarray | None = None) -> pa.Array:
+    """One ``Map(bucket -> count)`` per group over the non-null ``values``; keys ascending. ``bucket``: the
+    values' store buckets per row when known (:func:`latency_buckets`)."""
     valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
     g = gid[valid]
-    b = store_bucket(pc.drop_null(values).to_numpy(zero_copy_only=False)).astype(np.int64)
+    b = (store_bucket(pc.drop_null(values).to_numpy(zero_copy_only=False)) if bucket is None else
+         bucket[valid]).astype(np.int64)
     pair, counts = np.unique(g * 65536 + b, return_counts=True)  # sorted by group, then bucket
     owner = pair // 65536
     offsets = np.zeros(n_groups + 1, dtype=np.int32)
@@ -63,11 +75,16 @@ def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray) -> pa.Ar
                                    pa.array(counts.astype(np.uint64)), type=_MAP)
 
 
-def minute_rows(enriched: pa.Table) -> pa.Table:
+def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | None = None,
+                buckets: Mapping[str, np.ndarray] | None = None) -> pa.Table:
     """The minute tier of ``probe_enriched.v1`` rows, one row per (batch_id, minute, pinglist, prober, responder).
 
     Args:
         enriched: decomposed probes (any number of source batches; ``batch_id`` per row).
+        encoded: optional ``{column: dictionary array}`` of the same rows for some of :data:`KEYS`, ids in
+            order of first appearance (:func:`schemas.group_codes.dictionaries`: the worker step's encodings,
+            shared with the window partials); the rows do not change.
+        buckets: optional :func:`latency_buckets` of the same rows (the step's, shared likewise).
 
     Returns:
         A ``probe_minute.v1`` table, rows of one batch together (batches in order of appearance), then
@@ -78,13 +95,18 @@ def minute_rows(enriched: pa.Table) -> pa.Table:
         return schema.empty_table()
     event_ns = pc.coalesce(enriched["t1"], enriched["upload_ns"]).to_numpy(zero_copy_only=False)
     minute = np.floor_divide(event_ns, 60_000_000_000) * 60  # toStartOfMinute, in s
-    minutes, minute_code = np.unique(minute, return_inverse=True)
+    lo, hi = int(minute.min()), int(minute.max())
+    if (hi - lo) // 60 < 4 * len(minute):  # minutes of a step: a few; their offset orders them (no sort)
+        minute_code, n_minutes = (minute - lo) // 60, (hi - lo) // 60 + 1
+    else:
+        minutes, minute_code = np.unique(minute, return_inverse=True)
+        n_minutes = len(minutes)
     # mixed radix over dictionary ids, source batch outermost (rows of one batch stay contiguous, in the
     # order the batches appear): one int64 per key tuple
-    composite, _ = _codes(enriched["batch_id"])
-    composite = composite * len(minutes) + minute_code.astype(np.int64)
+    composite, _ = _codes(column(enriched, "batch_id", encoded))
+    composite = composite * n_minutes + minute_code.astype(np.int64)
     for k in KEYS[1:]:
-        codes, card = _codes(enriched[k])
+        codes, card = _codes(column(enriched, k, encoded))
         composite = composite * card + codes
     gid, distinct = factorize(composite)  # groups in key order, as np.unique numbers them
     n_groups = len(distinct)
@@ -101,7 +123,7 @@ def minute_rows(enriched: pa.Table) -> pa.Table:
         "timeouts": pa.array(np.bincount(gid, weights=timeout, minlength=n_groups).astype(np.uint64)),
     }
     for name, col in HISTS:
-        cols[name] = _histogram(gid, n_groups, enriched[col])
+        cols[name] = _histogram(gid, n_groups, enriched[col], None if buckets is None else buckets.get(col))
     cols["batch_id"] = enriched["batch_id"].take(take)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 

@@ -372,7 +372,7 @@ class PathIndex:
             self._hop_strs.append(h)
         return i
 
-    def hop_ids(self, probes: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    def hop_ids(self, probes: pa.Table, at_ns: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The forward and ACK path of each probe as hop-string ids (:meth:`hop_strings`; 0 is '', untraced).
 
         Integer lookups, no join: the probe's addresses become the index's address ids (a dict lookup per
@@ -384,6 +384,8 @@ class PathIndex:
 
         Args:
             probes: rows with ``src_ip``, ``dst_ip``, ``src_port``, ``dst_port`` (and ``upload_ns``).
+            at_ns: when the entries were used (event time, ns); None: the rows' newest ``upload_ns``
+                (give it when ``probes`` stand for more rows, e.g. one row per distinct 5-tuple).
 
         Returns:
             ``(fwd, rev)``: int64 arrays of ``probes.num_rows`` hop ids.
@@ -409,7 +411,8 @@ class PathIndex:
         up = u >> 32
         us, ut = (up // len(t_ids), up % len(t_ids)) if pair_s is None else (pair_s[up], pair_t[up])
         fwd, rev, used = self._tuple_hops(s_ids[us], t_ids[ut], (u >> 16) & 0xFFFF, u & 0xFFFF)
-        at = pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None
+        at = at_ns if at_ns is not None else (
+            pc.max(probes["upload_ns"]).as_py() if "upload_ns" in probes.column_names else None)
         self._used(used, int(at or 0))  # no eviction here: the ids stay valid until sweep()
         rows = to_numpy(d.indices)
         return fwd[rows], rev[rows]

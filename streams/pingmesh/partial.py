@@ -14,16 +14,32 @@ per doubling, about 9 % wide), so quantiles merge exactly.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import Groups, Key, group, key, ranges, shared_keys, sums, to_numpy
+from schemas.group_codes import (
+    Groups,
+    Key,
+    classes,
+    column,
+    group,
+    key,
+    of_groups,
+    ranges,
+    row_ids,
+    shared_keys,
+    sums,
+    to_numpy,
+)
 from streams.pingmesh.links import PathIndex, probe_link_codes
 
 HIST_PER_OCTAVE = 8
+"""Half the store's 16 (schemas.minute_tier): a partial's bucket is the store bucket halved, so a worker step
+takes both from one ``log2`` per latency (:func:`_bucket_rows`)."""
 
 PAIR_KEYS = ["pinglist", "prober_host", "prober_rnic", "responder_host", "responder_rnic", "qpn"]
 FAIL_KEYS = [*PAIR_KEYS, "job_id", "fwd_hops", "rev_hops"]
@@ -120,7 +136,14 @@ def link_counts(groups: pa.Table) -> pa.Table:
     return pa.table({"link": pl.names.take(pa.array(seen, pa.int64())), "n": pa.array(total[seen], pa.int64())})
 
 
-def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathIndex | None) -> WindowPartial:
+ENCODED = ("pinglist", "prober_host", "prober_rnic", "responder_host", "responder_rnic", "ts_source")
+"""String key columns :func:`summarize` takes dictionary-encoded from its caller (one encoding per worker step,
+shared with the minute tier, :func:`schemas.group_codes.dictionaries`)."""
+
+
+def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathIndex | None,
+              encoded: Mapping[str, pa.DictionaryArray] | None = None,
+              buckets: Mapping[str, np.ndarray] | None = None) -> WindowPartial:
     """Turn one worker's rows of one window into a :class:`WindowPartial`.
 
     Every key column is encoded once to integer codes (:mod:`schemas.group_codes`) and shared by the
@@ -134,6 +157,10 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
         paths: the traces known to the worker (forward and reverse): a
             :class:`streams.pingmesh.links.PathIndex` (build once, update per path batch), or raw
             ``path.v1`` rows, or None.
+        encoded: optional ``{column: dictionary array}`` of the same rows for some of :data:`ENCODED` (the
+            step's encodings, :func:`schemas.group_codes.dictionaries`); the partial does not change.
+        buckets: optional store buckets (16 per octave) of the latency columns of the same rows
+            (:func:`schemas.minute_tier.latency_buckets`, the step's): halved, they are this partial's.
 
     Returns:
         The partial; vectorised over rows (numpy over integer codes), no per-row Python.
@@ -141,64 +168,68 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     n = probes.num_rows
     index = paths if isinstance(paths, PathIndex) else (
         PathIndex(paths) if paths is not None and paths.num_rows else None)
-    if index is not None:
-        fwd_id, rev_id = index.hop_ids(probes)
-    else:
-        fwd_id = rev_id = np.zeros(n, dtype=np.int64)
-    fwd, rev, hop_of_rank = _hop_keys(index, fwd_id, rev_id)
-    # one key for the (forward, ACK) path pair, numbered in (forward, ACK) order: shared by the links
-    # crossed, failing, flows and service; the ACK path column is output from it (dependent)
-    path_pairs = group([fwd, rev])
-    fwd_codes, fwd_values = path_pairs.codes[0], fwd.values
-    fwd = Key(path_pairs.gid, path_pairs.n_groups, lambda c: fwd_values(fwd_codes[c]))
-    rev = Key(rev.codes, rev.card, rev.values, dependent=True)
     status = pc.equal(probes["status"], "timeout")
     timeout = to_numpy(pc.fill_null(status, False)).astype(bool)
     ok = to_numpy(pc.fill_null(pc.invert(status), False)).astype(bool)
 
-    pinglist, prober_rnic, responder_rnic = key(probes["pinglist"]), key(probes["prober_rnic"]), \
-        key(probes["responder_rnic"])
-    prober_host, responder_host = shared_keys(probes["prober_host"], probes["responder_host"])
-    qpn = key(probes["qpn"])
+    cols = {c: column(probes, c, encoded) for c in (*ENCODED, "qpn", "src_port", "src_ip", "dst_ip", "dst_port")}
+    # A window holds each 5-tuple many times (240,000 probes, ~33,000 tuples on the profile fabric) and every
+    # key but the RTT buckets and slots is a function of the tuple: the path lookup and the group-bys run
+    # over these classes of rows (each weighted by its probes), not over every row (exact for any rows,
+    # schemas.group_codes.classes), and the keys are ranked on one row per class only.
+    ids = {name: row_ids(col) for name, col in cols.items()}
+    c = classes([ids["prober_rnic"], ids["responder_rnic"], ids["src_port"]],
+                [ids[k] for k in ("pinglist", "prober_host", "responder_host", "qpn", "ts_source", "src_ip", "dst_ip",
+                                  "dst_port")])
+    first = pa.array(c.first, pa.int64())
+    if index is not None:  # the forward and ACK path of each class (its rows share the 5-tuple)
+        at = pc.max(probes["upload_ns"]).as_py() if n else None
+        fwd_id, rev_id = index.hop_ids(probes.select(["src_ip", "dst_ip", "src_port", "dst_port"]).take(first), at)
+    else:
+        fwd_id = rev_id = np.zeros(c.n, dtype=np.int64)
+    fwd, rev, hop_of_rank = _hop_keys(index, fwd_id, rev_id)
+    pinglist, prober_rnic, responder_rnic, qpn, src_port, ts_source = (
+        key(cols[k].take(first)) for k in ("pinglist", "prober_rnic", "responder_rnic", "qpn", "src_port", "ts_source"))
+    prober_host, responder_host = shared_keys(cols["prober_host"].take(first), cols["responder_host"].take(first))
+    per_class = np.bincount(c.cls, minlength=c.n)
+    timeouts = np.bincount(c.cls, weights=timeout, minlength=c.n)
+    # one key for the (forward, ACK) path pair, numbered in (forward, ACK) order: shared by the links
+    # crossed, failing, flows and service; the ACK path column is output from it (dependent)
+    path_pairs = group([fwd, rev])  # over classes
+    fwd_codes, fwd_values = path_pairs.codes[0], fwd.values
+    fwd = Key(path_pairs.gid, path_pairs.n_groups, lambda x: fwd_values(fwd_codes[x]))
+    rev = Key(rev.codes, rev.card, rev.values, dependent=True)
     pair = [pinglist, prober_host, prober_rnic, responder_host, responder_rnic, qpn]
-    pairs = sums(PAIR_KEYS, pair, {"n": None, "n_timeout": timeout})
+    pairs = sums(PAIR_KEYS, pair, {"n": per_class, "n_timeout": timeouts})
 
     rows = np.flatnonzero(timeout)
     job = key(probes["job_id"].take(pa.array(rows)))
-    failing = sums(FAIL_KEYS, [*(k.take(rows) for k in pair), job, fwd.take(rows), rev.take(rows)], {"n": None})
+    of_rows = c.cls[rows]
+    failing = sums(FAIL_KEYS, [*(k.take(of_rows) for k in pair), job, fwd.take(of_rows), rev.take(of_rows)],
+                   {"n": None})
 
-    crossing = _crossing(index, path_pairs, hop_of_rank)
+    crossing = _crossing(index, path_pairs, hop_of_rank, np.bincount(path_pairs.gid, weights=per_class,
+                                                                     minlength=path_pairs.n_groups))
 
     t1 = pc.coalesce(probes["t1"], probes["upload_ns"]) if n else pa.array([], pa.int64())
     slot = np.clip((to_numpy(t1).astype(np.int64) - window_start_ns) // SLOT_NS, 0, None)
-    host = Key(np.concatenate([prober_host.codes, responder_host.codes]), prober_host.card, prober_host.values)
-    slots = sums(["host", "slot"], [host, key(pa.array(np.concatenate([slot, slot])))],
-                 {"n": None, "n_timeout": np.concatenate([timeout, timeout])})
+    prober_host, responder_host = (Key(h.codes[c.cls], h.card, h.values) for h in (prober_host, responder_host))
+    slots = _host_slots(prober_host, responder_host, slot, timeout)
 
-    delay_rows, hosts, roles, buckets = [], [], [], []
-    for role, host_key, val_col in ((1, responder_host, "responder_delay_ns"), (0, prober_host, "prober_delay_ns")):
-        r = np.flatnonzero(ok & to_numpy(pc.is_valid(probes[val_col])))
-        delay_rows.append(r)
-        hosts.append(host_key.codes[r])
-        roles.append(np.full(len(r), role, dtype=np.int64))
-        buckets.append(bucket_of(to_numpy(probes[val_col].take(pa.array(r)))))
-    role_names = pa.array(["prober", "responder"], pa.string())
-    delays = sums(DELAY_KEYS + ["bucket"], [
-        Key(np.concatenate(hosts), prober_host.card, prober_host.values),
-        Key(np.concatenate(roles), 2, lambda c: role_names.take(pa.array(c, pa.int64()))),
-        key(pa.array(slot[np.concatenate(delay_rows)], pa.int64())),
-        key(pa.array(np.concatenate(buckets), pa.int64())),
-    ], {"n": None})
+    delays = _delays(probes, ok, prober_host, responder_host, slot, buckets)
 
     rows = np.flatnonzero(ok & to_numpy(pc.is_valid(probes["network_rtt_ns"])))
-    flow = [pinglist, prober_rnic, responder_rnic, key(probes["src_port"]), fwd, rev, key(probes["ts_source"])]
-    rtt_bucket = key(pa.array(bucket_of(to_numpy(probes["network_rtt_ns"].take(pa.array(rows)))), pa.int64()))
-    flows = sums([*FLOW_KEYS, "bucket"], [*(k.take(rows) for k in flow), rtt_bucket], {"n": None})
+    flow = [pinglist, prober_rnic, responder_rnic, src_port, fwd, rev, ts_source]
+    flow_groups = group(flow)  # flows over classes; each row's flow is its class's
+    rtt_bucket = key(pa.array(_bucket_rows(probes, "network_rtt_ns", rows, buckets), pa.int64()))
+    flows = sums([*FLOW_KEYS, "bucket"], [*of_groups(flow_groups, flow, flow_groups.gid[c.cls[rows]]), rtt_bucket],
+                 {"n": None})
 
     rows = np.flatnonzero(to_numpy(pc.fill_null(pc.and_(pc.equal(probes["pinglist"], "service"),
                                                          pc.is_valid(probes["job_id"])), False)))
-    svc = [key(probes["job_id"].take(pa.array(rows))),
-           *(k.take(rows) for k in (prober_host, prober_rnic, responder_host, responder_rnic, flow[3], fwd, rev))]
+    of_rows = c.cls[rows]
+    svc = [key(probes["job_id"].take(pa.array(rows))), prober_host.take(rows), prober_rnic.take(of_rows),
+           responder_host.take(rows), *(k.take(of_rows) for k in (responder_rnic, src_port, fwd, rev))]
     service = sums(SERVICE_KEYS, svc, {"n": None, "n_timeout": timeout[rows]})
 
     newest = np.full(prober_host.card, np.iinfo(np.int64).min, dtype=np.int64)
@@ -236,12 +267,83 @@ def _hop_keys(index: PathIndex | None, fwd_id: np.ndarray, rev_id: np.ndarray) -
             Key(rank[rev_id], len(used), lambda c: values.take(pa.array(c, pa.int64()))), used[order])
 
 
-def _crossing(index: PathIndex | None, g: Groups, hop_of_rank: np.ndarray) -> pa.Table:
-    """Probes per physical link: each distinct (forward path, ACK path) group ``g`` expands to the union
-    of their links once, weighted by its probes (what :func:`link_counts` computes from hop strings)."""
+_ROLES = pa.array(["prober", "responder"], pa.string())
+
+
+def _bucket_rows(probes: pa.Table, col: str, rows: np.ndarray, buckets: Mapping[str, np.ndarray] | None
+                 ) -> np.ndarray:
+    """:func:`bucket_of` the latencies of ``col`` at ``rows`` (non-null there), int64; from the step's store
+    buckets (twice as fine: halved) when given."""
+    if buckets is not None and col in buckets:
+        return (buckets[col][rows] >> 1).astype(np.int64)
+    return bucket_of(to_numpy(probes[col].take(pa.array(rows))))
+
+
+def _delays(probes: pa.Table, ok: np.ndarray, prober_host: Key, responder_host: Key, slot: np.ndarray,
+            buckets: Mapping[str, np.ndarray] | None) -> pa.Table:
+    """The ``delays`` table: histograms of the responder delay (role ``responder``, at the responder host)
+    and the prober delay (role ``prober``, at the prober host) of successful probes per slot.
+
+    Each role's rows are counted straight into (host, slot, bucket) (a dense count when that space is small
+    against the rows, else one sort), and only the present entries go through the group-by."""
+    parts = []
+    for role, host_key, val_col in ((1, responder_host, "responder_delay_ns"), (0, prober_host, "prober_delay_ns")):
+        r = np.flatnonzero(ok & to_numpy(pc.is_valid(probes[val_col])))
+        parts.append((role, host_key.codes[r], slot[r], _bucket_rows(probes, val_col, r, buckets)))
+    every = np.concatenate([b for *_, b in parts])
+    lo = int(every.min()) if len(every) else 0
+    n_buckets = int(every.max()) - lo + 1 if len(every) else 1
+    n_slots = int(slot.max()) + 1 if len(slot) else 1
+    space = prober_host.card * n_slots * n_buckets
+    hosts, roles, slots, buckets, counts = [], [], [], [], []
+    for role, h, s, b in parts:
+        comp = (h * n_slots + s) * n_buckets + (b - lo)
+        if space <= 4 * len(comp) + 4096:
+            count = np.bincount(comp, minlength=space)
+            at = np.flatnonzero(count)
+            count = count[at]
+        else:
+            at, count = np.unique(comp, return_counts=True)
+        hosts.append(at // (n_slots * n_buckets))
+        slots.append(at // n_buckets % n_slots)
+        buckets.append(at % n_buckets + lo)
+        roles.append(np.full(len(at), role, dtype=np.int64))
+        counts.append(count)
+    return sums(DELAY_KEYS + ["bucket"], [
+        Key(np.concatenate(hosts), prober_host.card, prober_host.values),
+        Key(np.concatenate(roles), 2, lambda c: _ROLES.take(pa.array(c, pa.int64()))),
+        key(pa.array(np.concatenate(slots), pa.int64())),
+        key(pa.array(np.concatenate(buckets), pa.int64())),
+    ], {"n": np.concatenate(counts)})
+
+
+def _host_slots(prober_host: Key, responder_host: Key, slot: np.ndarray, timeout: np.ndarray) -> pa.Table:
+    """The ``slots`` table: probes and timeouts per host (as prober and as responder) and slot, counted straight
+    into (host, slot) (hosts x 4 slots: a dense count per role over the rows), then summed per present entry."""
+    n_slots = int(slot.max()) + 1 if len(slot) else 1
+    space = prober_host.card * n_slots
+    if space > 4 * len(slot) + 4096:  # slots far apart (rows far outside the window): per row
+        host = Key(np.concatenate([prober_host.codes, responder_host.codes]), prober_host.card, prober_host.values)
+        return sums(["host", "slot"], [host, key(pa.array(np.concatenate([slot, slot])))],
+                    {"n": None, "n_timeout": np.concatenate([timeout, timeout])})
+    probes = np.zeros(space, dtype=np.int64)
+    timeouts = np.zeros(space, dtype=np.float64)
+    for h in (prober_host, responder_host):
+        hs = h.codes * n_slots + slot
+        probes += np.bincount(hs, minlength=space)
+        timeouts += np.bincount(hs, weights=timeout, minlength=space)
+    at = np.flatnonzero(probes)
+    return sums(["host", "slot"], [Key(at // n_slots, prober_host.card, prober_host.values),
+                                   key(pa.array(at % n_slots, pa.int64()))],
+                {"n": probes[at], "n_timeout": timeouts[at]})
+
+
+def _crossing(index: PathIndex | None, g: Groups, hop_of_rank: np.ndarray, probes: np.ndarray) -> pa.Table:
+    """Probes per physical link: each distinct (forward path, ACK path) group ``g`` (``probes[i]`` probes in
+    group ``i``) expands to the union of their links once, weighted by its probes (what :func:`link_counts`
+    computes from hop strings)."""
     if index is None or len(g.gid) == 0:
         return pa.table({"link": pa.array([], pa.string()), "n": pa.array([], pa.int64())})
-    probes = np.bincount(g.gid, minlength=g.n_groups)
     off, ids, names = index.hop_links()
     n_links = max(len(names), 1)
     gl = []  # per path side: group * n_links + link, ascending (groups ascending, each hop's links ascending)

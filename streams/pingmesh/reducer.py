@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -32,15 +33,30 @@ from streams.pingmesh.step_message import (
     encode_step,
     part_of,
 )
-from streams.pingmesh.windows import WatermarkTracker, split_by_window
+from streams.pingmesh.windows import WatermarkTracker, split_by_window, window_starts
 
 __all__ = ["StepFormatError", "UploadMark", "WindowReducer", "batch_marks", "batch_partials", "worker_messages",
            "worker_step"]
 
 
-def batch_partials(enriched: pa.Table, paths: PathIndex, window_ns: int) -> dict[int, bytes]:
-    """Worker side: ``{window_start_ns: serialised partial}`` of one ``probe_enriched.v1`` batch."""
-    return {ws: to_bytes(summarize(ws, rows, paths)) for ws, rows in split_by_window(enriched, window_ns).items()}
+def batch_partials(enriched: pa.Table, paths: PathIndex, window_ns: int,
+                   encoded: Mapping[str, pa.DictionaryArray] | None = None,
+                   buckets: Mapping[str, np.ndarray] | None = None) -> dict[int, bytes]:
+    """Worker side: ``{window_start_ns: serialised partial}`` of one ``probe_enriched.v1`` batch.
+
+    ``encoded``, ``buckets``: optional dictionary-encoded key columns and latency store buckets of the same
+    rows (the step's, shared with the minute tier: :func:`schemas.group_codes.dictionaries`,
+    :func:`schemas.minute_tier.latency_buckets`), split by window with the rows."""
+    windows = split_by_window(enriched, window_ns)
+    if (encoded or buckets) and len(windows) > 1:
+        starts = window_starts(enriched, window_ns)
+        out = {}
+        for ws, rows in windows.items():
+            mask = starts == ws
+            enc = {c: d.filter(pa.array(mask)) for c, d in (encoded or {}).items()}
+            out[ws] = to_bytes(summarize(ws, rows, paths, enc, {c: b[mask] for c, b in (buckets or {}).items()}))
+        return out
+    return {ws: to_bytes(summarize(ws, rows, paths, encoded, buckets)) for ws, rows in windows.items()}
 
 
 def batch_marks(enriched: pa.Table) -> list[UploadMark]:

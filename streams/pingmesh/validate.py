@@ -6,12 +6,14 @@ with its reason and let the good rows flow.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.group_codes import column
 from schemas.records import PINGLISTS, PROBE_STATUS, TS_SOURCES, lookup
 
 # A round trip longer than this cannot be a probe answer (the timeout is 500 ms):
@@ -29,7 +31,17 @@ class Split:
     bad_index: list[int]
 
 
-def _rule_masks(t: pa.Table) -> list[tuple[str, pa.Array]]:
+def _not_in(col: pa.Array | pa.ChunkedArray, values: tuple[str, ...] | list[str]) -> pa.Array:
+    """Per row: the value is not one of ``values`` (a null is not), as ``invert(is_in(col, values))``; for a
+    dictionary-encoded column checked over its dictionary only, then looked up per row (no string hashed)."""
+    if not pa.types.is_dictionary(col.type):
+        return pc.invert(pc.is_in(col, pa.array(values, pa.string())))
+    bad = ~np.asarray(pc.is_in(col.dictionary, pa.array(values, pa.string())).to_numpy(zero_copy_only=False), bool)
+    idx = np.asarray(pc.fill_null(col.indices, len(bad)).to_numpy(zero_copy_only=False))
+    return pa.array(np.append(bad, True)[idx])
+
+
+def _rule_masks(t: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | None) -> list[tuple[str, pa.Array]]:
     ok = pc.equal(t["status"], "ok")
     rules: list[tuple[str, pa.Array]] = []
     for f in lookup("probe.v1").fields:
@@ -37,8 +49,8 @@ def _rule_masks(t: pa.Table) -> list[tuple[str, pa.Array]]:
             rules.append((f"{f.name} is null (the field is required)", pc.is_null(t[f.name])))
     rules += [
         (f"status is not one of {PROBE_STATUS}", pc.invert(pc.is_in(t["status"], pa.array(PROBE_STATUS)))),
-        (f"pinglist is not one of {PINGLISTS}", pc.invert(pc.is_in(t["pinglist"], pa.array(PINGLISTS)))),
-        (f"ts_source is not one of {TS_SOURCES}", pc.invert(pc.is_in(t["ts_source"], pa.array(TS_SOURCES)))),
+        (f"pinglist is not one of {PINGLISTS}", _not_in(column(t, "pinglist", encoded), PINGLISTS)),
+        (f"ts_source is not one of {TS_SOURCES}", _not_in(column(t, "ts_source", encoded), TS_SOURCES)),
     ]
     for name in ("t1", "t2", "t3", "t4", "t5", "t6"):
         if t[name].null_count:
@@ -57,8 +69,8 @@ def _rule_masks(t: pa.Table) -> list[tuple[str, pa.Array]]:
     return rules
 
 
-def broken_rules(t: pa.Table, known_rnics: set[str] | None = None,
-                 batch: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
+def broken_rules(t: pa.Table, known_rnics: set[str] | None = None, batch: np.ndarray | None = None,
+                 encoded: Mapping[str, pa.DictionaryArray] | None = None) -> tuple[np.ndarray, list[str]]:
     """The first rule each row of a ``probe.v1`` table breaks (the rules of :func:`split_probes`).
 
     Args:
@@ -67,6 +79,8 @@ def broken_rules(t: pa.Table, known_rnics: set[str] | None = None,
         batch: per row, the source batch it came from (any integers; None: one batch). Repeats of
             ``(agent_id, seq)`` count only inside one batch, so rows of many messages are checked in one
             pass with the same outcome as message by message.
+        encoded: optional dictionary-encoded columns of ``t`` (:func:`schemas.group_codes.dictionaries`):
+            the enumeration and registry rules then check each distinct value once. Same result.
 
     Returns:
         ``(rule, texts)``: int32 per row, an index into ``texts`` (0: no rule broken, ``texts[0]`` is '').
@@ -75,29 +89,29 @@ def broken_rules(t: pa.Table, known_rnics: set[str] | None = None,
     # the first rule each row breaks, as an index into ``texts`` (0: none): integer arrays, no per-row objects
     texts: list[str] = [""]
     rule = np.zeros(n, dtype=np.int32)
-    for text, mask in _rule_masks(t):
+    for text, mask in _rule_masks(t, encoded):
         if not pc.any(mask).as_py():  # most rules break on no row: skip the numpy pass
             continue
         m = np.asarray(pc.fill_null(mask, False).to_numpy(zero_copy_only=False), dtype=bool)
         texts.append(text)
         rule[m & (rule == 0)] = len(texts) - 1
     if known_rnics is not None:
-        known = pa.array(sorted(known_rnics), pa.string())
+        known = sorted(known_rnics)
         for col in ("prober_rnic", "responder_rnic"):
-            m = np.asarray(pc.fill_null(pc.invert(pc.is_in(t[col], known)), False), dtype=bool)
+            m = np.asarray(pc.fill_null(_not_in(column(t, col, encoded), known), False), dtype=bool)
             bad_names = t[col]
             for i in np.nonzero(m & (rule == 0))[0]:  # only over the (rare) bad rows
                 texts.append(f"unknown RNIC {bad_names[int(i)].as_py()!r} in {col} (not in the registry)")
                 rule[i] = len(texts) - 1
     if n:
-        repeat = _repeats(t, batch)
+        repeat = _repeats(t, batch, column(t, "agent_id", encoded))
         if repeat is not None:
             texts.append("duplicate (agent_id, seq) in the batch")
             rule[repeat & (rule == 0)] = len(texts) - 1
     return rule, texts
 
 
-def _repeats(t: pa.Table, batch: np.ndarray | None) -> np.ndarray | None:
+def _repeats(t: pa.Table, batch: np.ndarray | None, agent_id: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
     """Rows whose (batch, agent_id, seq) an earlier row has (the first occurrence stays good); None if none.
 
     Integer keys (dictionary id of the agent, seq), no per-row strings. Common case first: batch, agent
@@ -105,8 +119,10 @@ def _repeats(t: pa.Table, batch: np.ndarray | None) -> np.ndarray | None:
     when it does (or the values do not fit) are the repeats found by a stable sort of the rows.
     """
     n = t.num_rows
-    agent = pc.fill_null(t["agent_id"], "").combine_chunks().dictionary_encode().indices.to_numpy(
-        zero_copy_only=False).astype(np.int64)
+    ids = agent_id.combine_chunks() if isinstance(agent_id, pa.ChunkedArray) else agent_id
+    if ids.null_count or not pa.types.is_dictionary(ids.type):  # a null agent counts as ''
+        ids = pc.fill_null(ids.cast(pa.string()) if pa.types.is_dictionary(ids.type) else ids, "").dictionary_encode()
+    agent = ids.indices.to_numpy(zero_copy_only=False).astype(np.int64)
     seq = np.asarray(pc.fill_null(t["seq"], 0).to_numpy(zero_copy_only=False), dtype=np.uint64)
     group = agent if batch is None else (np.asarray(batch, dtype=np.int64) - int(np.min(batch))) * (
         int(agent.max()) + 1) + agent

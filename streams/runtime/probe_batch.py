@@ -11,8 +11,11 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from schemas.codec import CodecError, decode
+from schemas.group_codes import dictionaries, to_numpy
+from streams.pingmesh.partial import ENCODED
 from streams.pingmesh.rtt import decompose
 from streams.pingmesh.validate import broken_rules, split_by_rule
 from streams.runtime.deadletter import bad_rows, whole_message
@@ -42,16 +45,40 @@ def process_probe_message(
     return process_probe_messages([(payload, header_schema, topic, partition, offset)], known_rnics)[0]
 
 
+@dataclass(frozen=True)
+class StepRows:
+    """What :func:`process_probe_step` gives: each message's :class:`BatchResult` (in input order), the good
+    rows of all of them as one ``probe_enriched.v1`` table (message order; None when there are none: each
+    message's ``enriched`` is a slice of it), and ``encoded``: key columns of those rows dictionary-encoded
+    once (:func:`schemas.group_codes.dictionaries`; ``batch_id`` with ids in message order), for the step's
+    group-bys (minute tier, window partials)."""
+
+    results: list[BatchResult]
+    enriched: pa.Table | None
+    encoded: dict[str, pa.DictionaryArray]
+
+
 def process_probe_messages(
     messages: list[tuple[bytes, str | None, str, int, int]], known_rnics: set[str] | None = None,
 ) -> list[BatchResult]:
     """:func:`process_probe_message` for each of many messages ``(payload, header schema, topic, partition,
-    offset)``, with the same results, validating and decomposing all their rows in one pass.
+    offset)``, with the same results, validating and decomposing all their rows in one pass
+    (:func:`process_probe_step`)."""
+    return process_probe_step(messages, known_rnics).results
+
+
+def process_probe_step(
+    messages: list[tuple[bytes, str | None, str, int, int]], known_rnics: set[str] | None = None,
+    encode: tuple[str, ...] = (*ENCODED, "agent_id"),
+) -> StepRows:
+    """Decode, validate and decompose the messages of one worker step (:func:`process_probe_message` each).
 
     Each message is decoded on its own (an undecodable message dead-letters alone); the rules and the
     decomposition then run once over the rows of every decoded message (repeats of ``(agent_id, seq)``
     count per message, :func:`streams.pingmesh.validate.broken_rules`), and the rows are split back per
-    message: a fixed cost per kernel call is paid once per step, not once per message.
+    message: a fixed cost per kernel call is paid once per step, not once per message. The ``encode``
+    columns are dictionary-encoded once, before the rules, which check their enumerations and the registry
+    over the dictionaries; the encodings of the good rows come back for the step's group-bys.
     """
     results: list[BatchResult | None] = [None] * len(messages)
     tables: list[pa.Table] = []
@@ -68,17 +95,23 @@ def process_probe_messages(
             continue
         tables.append(table)
         which.append(i)
+    enriched = None
+    encoded: dict[str, pa.DictionaryArray] = {}
     if tables:
         sizes = np.array([t.num_rows for t in tables], dtype=np.int64)
         starts = np.concatenate([[0], np.cumsum(sizes)])
         step = pa.concat_tables(tables)
         msg_of = np.repeat(np.arange(len(tables), dtype=np.int32), sizes)  # the message of each row
-        rule, texts = broken_rules(step, known_rnics, msg_of)
+        encoded = dictionaries(step, encode)
+        rule, texts = broken_rules(step, known_rnics, msg_of, encoded)
         good = rule == 0
-        ids = pa.array([f"{messages[i][2]}/{messages[i][3]}/{messages[i][4]}" for i in which], pa.string())
-        batch = pa.DictionaryArray.from_arrays(pa.array(msg_of[good]), ids).cast(pa.string())
-        kept = step if good.all() else step.filter(pa.array(good))
-        enriched = decompose(kept, batch) if kept.num_rows else None
+        # one id per distinct source message (a message read twice in a step has one), in message order
+        ids = pc.dictionary_encode(pa.array([f"{messages[i][2]}/{messages[i][3]}/{messages[i][4]}" for i in which],
+                                            pa.string()))
+        batch = pa.DictionaryArray.from_arrays(pa.array(to_numpy(ids.indices)[msg_of[good]]), ids.dictionary)
+        kept, mask = (step, None) if good.all() else (step.filter(pa.array(good)), pa.array(good))
+        encoded = {c: d if mask is None else d.filter(mask) for c, d in encoded.items()} | {"batch_id": batch}
+        enriched = decompose(kept, batch.cast(pa.string())) if kept.num_rows else None
         at = np.concatenate([[0], np.cumsum(np.bincount(msg_of[good], minlength=len(tables)))])
         for j, i in enumerate(which):
             _payload, _schema, topic, partition, offset = messages[i]
@@ -93,4 +126,4 @@ def process_probe_messages(
             rows = None if enriched is None or at[j + 1] == at[j] else \
                 enriched.slice(int(at[j]), int(at[j + 1] - at[j]))
             results[i] = BatchResult(rows, dead)
-    return results  # type: ignore[return-value]
+    return StepRows(results, enriched, encoded if enriched is not None else {})  # type: ignore[arg-type]

@@ -24,13 +24,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from schemas.minute_tier import minute_rows
+from schemas.group_codes import factorize, to_numpy
+from schemas.minute_tier import latency_buckets, minute_rows
 from streams.pingmesh.links import PathIndex
 from streams.pingmesh.reducer import batch_partials
 from streams.pingmesh.retention import RetentionPolicy, retained
 from streams.pingmesh.step_message import Step, UploadMark
-from streams.runtime.probe_batch import BatchResult, process_probe_messages
+from streams.runtime.probe_batch import StepRows, process_probe_step
 
 
 @dataclass(frozen=True)
@@ -105,11 +107,11 @@ def fresh_ranges(messages: list[RawMessage], emitted: Mapping[int, int]
     return flags, ranges
 
 
-def validate_messages(messages: list[RawMessage], known_rnics: set[str] | None) -> list[BatchResult]:
+def validate_messages(messages: list[RawMessage], known_rnics: set[str] | None) -> StepRows:
     """Decode, validate and decompose each message (bad input dead-letters per message; the rules and the
-    decomposition run once over the rows of all of them, :func:`process_probe_messages`)."""
-    return process_probe_messages([(m.payload, m.schema, m.topic, m.partition, m.offset) for m in messages],
-                                  known_rnics)
+    decomposition run once over the rows of all of them, :func:`process_probe_step`)."""
+    return process_probe_step([(m.payload, m.schema, m.topic, m.partition, m.offset) for m in messages],
+                              known_rnics)
 
 
 def split_by_batch(minute: pa.Table) -> dict[str, pa.Table]:
@@ -123,14 +125,20 @@ def split_by_batch(minute: pa.Table) -> dict[str, pa.Table]:
     return {ids[int(s)].as_py(): minute.slice(int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)}
 
 
-def upload_marks(results: list[tuple[RawMessage, pa.Table | None]]) -> list[tuple[int, UploadMark]]:
+def upload_marks(results: list[tuple[RawMessage, pa.Table | None]],
+                 encoded: Mapping[str, pa.DictionaryArray] | None = None) -> list[tuple[int, UploadMark]]:
     """Newest upload per (partition, agent, host) of a step: from the rows, or from an idle heartbeat's headers.
+
+    ``encoded``: optional ``agent_id`` and ``prober_host`` dictionary-encoded over the concatenated non-empty
+    tables of ``results`` (the step's encodings): the maxima are then taken over integer codes.
 
     Returns ``[(raw partition, mark)]`` sorted by partition, agent, host.
     """
     rows = [(m.partition, t) for m, t in results if t is not None and t.num_rows]
     newest: dict[tuple[int, str, str | None], int] = {}
-    if rows:
+    if rows and encoded is not None and "agent_id" in encoded and "prober_host" in encoded:
+        newest = _newest_uploads(rows, encoded["agent_id"], encoded["prober_host"])
+    elif rows:
         t = pa.concat_tables([tb.select(["agent_id", "prober_host", "upload_ns"]).append_column(
             "partition", pa.array(np.full(tb.num_rows, p, np.int64))) for p, tb in rows])
         g = t.group_by(["partition", "agent_id", "prober_host"]).aggregate([("upload_ns", "max")])
@@ -145,6 +153,34 @@ def upload_marks(results: list[tuple[RawMessage, pa.Table | None]]) -> list[tupl
             newest[k] = max(newest.get(k, u), u)
     return [(p, UploadMark(a, u, h)) for (p, a, h), u in sorted(newest.items(), key=lambda kv: (
         kv[0][0], kv[0][1], kv[0][2] or ""))]
+
+
+def _newest_uploads(rows: list[tuple[int, pa.Table]], agent: pa.DictionaryArray, host: pa.DictionaryArray
+                    ) -> dict[tuple[int, str, str | None], int]:
+    """``{(partition, agent, host): newest upload_ns}`` of the concatenated ``rows``, whose agent and host
+    columns come dictionary-encoded: one mixed-radix int64 per row and a maximum per key (``np.maximum.at``)."""
+    parts = np.array([p for p, _ in rows], dtype=np.int64)
+    part_ids, part_code = np.unique(parts, return_inverse=True)
+    sizes = np.array([t.num_rows for _, t in rows], dtype=np.int64)
+    n_agents, n_hosts = len(agent.dictionary) + 1, len(host.dictionary) + 1  # + null
+    a = to_numpy(pc.fill_null(agent.indices, n_agents - 1)).astype(np.int64)
+    h = to_numpy(pc.fill_null(host.indices, n_hosts - 1)).astype(np.int64)
+    key = (np.repeat(part_code.ravel(), sizes) * n_agents + a) * n_hosts + h
+    upload = np.concatenate([to_numpy(t["upload_ns"]).astype(np.int64) for _, t in rows])
+    space = len(part_ids) * n_agents * n_hosts
+    # hosts x agents is small (one agent per host): a dense maximum; else one sort to number the keys
+    ids, keys = (key, None) if space <= 4 * len(key) + 4096 else factorize(key)
+    size = space if keys is None else len(keys)
+    newest = np.full(size, np.iinfo(np.int64).min, dtype=np.int64)
+    np.maximum.at(newest, ids, upload)
+    present = np.flatnonzero(np.bincount(ids, minlength=size))
+    found = present if keys is None else keys[present]
+    agents = agent.dictionary.to_pylist() + [None]
+    hosts = host.dictionary.to_pylist() + [None]
+    out = {}
+    for k, u in zip(found.tolist(), newest[present].tolist(), strict=True):
+        out[(int(part_ids[k // (n_agents * n_hosts)]), agents[k // n_hosts % n_agents], hosts[k % n_hosts])] = u
+    return out
 
 
 def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns: int,
@@ -166,10 +202,12 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
     Returns:
         :class:`StepOutput`. Raises nothing for bad input (dead-letter rows instead).
     """
-    results = validate_messages(messages, known_rnics)
-    good = [r.enriched for r in results if r.enriched is not None and r.enriched.num_rows]
-    step = pa.concat_tables(good) if good else None
-    by_batch = split_by_batch(minute_rows(step)) if step is not None else {}
+    rows = validate_messages(messages, known_rnics)
+    results, step = rows.results, rows.enriched
+    # the key columns encoded once for the step (by the validation), shared by the minute tier and the partials
+    encoded: dict[str, pa.DictionaryArray] | None = rows.encoded
+    buckets = latency_buckets(step) if step is not None else None  # one log2 per latency, shared likewise
+    by_batch = split_by_batch(minute_rows(step, encoded, buckets)) if step is not None else {}
     outs = []
     for m, r in zip(messages, results, strict=True):
         minute = by_batch.get(f"{m.topic}/{m.partition}/{m.offset}") if r.enriched is not None else None
@@ -180,6 +218,7 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
         fresh = [r.enriched for r, f in zip(results, flags, strict=True)
                  if f and r.enriched is not None and r.enriched.num_rows]
         step = pa.concat_tables(fresh) if fresh else None
-    partials = batch_partials(step, paths, window_ns) if step is not None else {}
-    marks = upload_marks([(m, r.enriched) for m, r in zip(messages, results, strict=True)])
+        encoded = buckets = None
+    partials = batch_partials(step, paths, window_ns, encoded, buckets) if step is not None else {}
+    marks = upload_marks([(m, r.enriched) for m, r in zip(messages, results, strict=True)], rows.encoded)
     return StepOutput(outs, partials, marks, ranges)

@@ -1,0 +1,40 @@
+"""Classes of rows (schemas.group_codes.classes): the coarsest partition on which every key is constant."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+from schemas.group_codes import classes, key, row_ids, sums
+
+
+def _partition(cls: np.ndarray) -> set[frozenset[int]]:
+    return {frozenset(np.flatnonzero(cls == c).tolist()) for c in np.unique(cls)}
+
+
+def test_a_key_that_is_a_function_of_the_base_adds_no_class() -> None:
+    rnic = row_ids(pa.array(["A1", "A1", "B1", "A1", "B1"]))
+    port = row_ids(pa.array([7, 7, 7, 9, 7], pa.uint16()))
+    host = row_ids(pa.array(["A", "A", "B", "A", "B"]))  # A1 -> A, B1 -> B
+    c = classes([rnic, port], [host])
+    assert c.n == 3
+    assert _partition(c.cls) == {frozenset({0, 1}), frozenset({2, 4}), frozenset({3})}
+    assert all(c.cls[c.first[k]] == k for k in range(c.n))
+
+
+def test_a_key_that_varies_inside_a_class_splits_it() -> None:
+    rnic = row_ids(pa.array(["A1", "A1", "A1", "B1"]))
+    pinglist = row_ids(pa.array(["tor_mesh", "service", "tor_mesh", None]))  # rows 0 and 1 differ
+    c = classes([rnic], [pinglist])
+    assert _partition(c.cls) == {frozenset({0, 2}), frozenset({1}), frozenset({3})}
+
+
+def test_sums_over_classes_weighted_equal_sums_over_rows() -> None:
+    host = pa.array(["b", "a", "b", "b", "a", "c"])
+    slot = pa.array([1, 0, 1, 0, 0, 1], pa.int64())
+    c = classes([row_ids(host), row_ids(slot)], [])
+    first = pa.array(c.first, pa.int64())
+    per_class = np.bincount(c.cls, minlength=c.n)
+    got = sums(["host", "slot"], [key(host.take(first)), key(slot.take(first))], {"n": per_class})
+    assert got.to_pylist() == [{"host": "a", "slot": 0, "n": 2}, {"host": "b", "slot": 0, "n": 1},
+                               {"host": "b", "slot": 1, "n": 2}, {"host": "c", "slot": 1, "n": 1}]
