@@ -40,7 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas import topics as T
-from schemas.codec import encode, headers_for, schema_key_from_headers
+from schemas.codec import encode, encode_buffer, headers_for, schema_key_from_headers
 from schemas.minute_tier import MINUTE
 from streams.pingmesh.links import PathIndex
 from streams.pingmesh.reducer import StepFormatError, WindowReducer
@@ -366,9 +366,9 @@ def _send_to_store(producer: OutputProducer, key: bytes | None, raw_partition: i
         _enriched_partitions = len(_partitions_of(_ENRICHED))
     part = raw_partition % _enriched_partitions
     if minute is not None:
-        producer.produce(_ENRICHED, encode(minute), key, part, headers_for(MINUTE))
+        producer.produce(_ENRICHED, encode_buffer(minute), key, part, headers_for(MINUTE))
     if enriched is not None and enriched.num_rows:
-        producer.produce(_ENRICHED, encode(enriched), key, part, headers_for("probe_enriched.v1"))
+        producer.produce(_ENRICHED, encode_buffer(enriched), key, part, headers_for("probe_enriched.v1"))
 
 
 async def reducer(stream: faust.StreamT) -> None:
