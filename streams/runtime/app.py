@@ -231,7 +231,8 @@ async def rtt(stream: faust.StreamT) -> None:
     their minute tier to the store writer, and the step's window partials to the reducer.
 
     A step is up to ``FABRICSCOPE_STEP_MESSAGES`` messages or what arrived within ``FABRICSCOPE_STEP_S``
-    seconds; Faust acks (and later commits) them after the step's sends. An unexpected error in a step
+    seconds; Faust acks (and later commits) them after the broker acknowledged the step's sends (the step waits
+    for them, :func:`_send_outputs`). An unexpected error in a step
     retries its messages one at a time, so only the message that fails is dead-lettered (a crashed Faust
     agent stops consuming while the process stays up)."""
     async for events in stream.take_events(STEP_MESSAGES, within=STEP_S):
@@ -294,7 +295,8 @@ async def _learn_emitted(events: list[faust.types.EventT], raw: list[RawMessage]
 
 
 async def _rtt_step(events: list[faust.types.EventT]) -> None:
-    """One step: catch up on the registry and paths, analyse off the event loop, then send in input order."""
+    """One step: catch up on the registry and paths, analyse off the event loop, then send in input order and
+    wait for the broker's acknowledgements."""
     loop = asyncio.get_running_loop()
     M.PROBE_BATCHES.inc(len(events))
     await loop.run_in_executor(None, _registry_rnics().catch_up)  # every RNIC registered before this step
