@@ -51,11 +51,15 @@ class OutputProducer:
 
     def __init__(self, bootstrap: str, security: Mapping[str, str], acks: str = "all", idempotence: bool = True,
                  max_message_bytes: int = 16 * 1024 * 1024) -> None:
+        idempotent = idempotence and acks == "all"
         self._p = Producer({
             "bootstrap.servers": bootstrap,
             **security,
             "acks": acks,
-            "enable.idempotence": idempotence and acks == "all",
+            "enable.idempotence": idempotent,
+            # without idempotence a retried request could overtake the next one: one at a time keeps the
+            # per-partition order the store writer's replay check relies on (as aiokafka's producer did)
+            **({} if idempotent else {"max.in.flight.requests.per.connection": 1}),
             "message.timeout.ms": 0,
             "message.max.bytes": max_message_bytes + _FRAMING_BYTES,
             "linger.ms": 2,  # a step produces its messages at once; flush sends what is queued anyway
