@@ -1,10 +1,10 @@
 """The probe path's producer: a worker step's outputs to Kafka through librdkafka, acknowledged before the step ends.
 
-A step of the ``rtt`` agent sends two messages per raw upload (its minute tier and its stored rows, each
-~1 MB of Arrow IPC at 6,000 rows) to ``probes.enriched``, then one message to ``window.partials``. Faust's
+A step of the ``rtt`` agent sends two messages per raw upload (its stored rows, ~1.3 MB of Arrow IPC at
+6,000 rows, and their minute tier, ~0.35 MB) to ``probes.enriched``, then one message to ``window.partials``. Faust's
 producer (aiokafka) encodes produce requests in Python: nested ``Struct.encode`` joins that copy each
 message several times, then a copy into the socket buffer, all on the event loop's thread. Measured on
-the same messages (``bench throughput``'s 6,000-row uploads, ``acks=all``, idempotent): aiokafka 0.55-0.58
+the same messages (``bench throughput``'s 6,000-row uploads, ``acks=all``, idempotent): aiokafka 0.54-0.58
 µs of process CPU per row, librdkafka 0.16-0.21 (BENCHMARKS.md §4). Faust stays the stream runtime: it
 consumes ``probes.raw``, groups the steps and commits their offsets; only these sends bypass its producer.
 
