@@ -26,7 +26,13 @@ from schemas.codec import decode, encode
 
 @dataclass
 class ThroughputResult:
-    """Rows/s and CPU µs per row of each path, peak RSS per process (MiB), the worker's event-loop lag."""
+    """Rows/s and CPU µs per row of each path, peak RSS per process (MiB), the worker's event-loop lag.
+
+    ``worker_cpu_us_per_row`` is the stream workers' CPU from the first row published to the last block stored
+    (and merged), divided by the rows: it includes what they burn while idle over that wall time (Faust's
+    timers, heartbeats, fetch requests), ``worker_idle_cpu_ms_s`` per second as measured just before the run
+    (ms of CPU per s, all stream workers). ``reducer_cpu_us_per_row``: the reducer's process (``--role
+    reducer``) over the same span."""
 
     rows: int
     workers: int
@@ -45,6 +51,8 @@ class ThroughputResult:
     sink_backlog_cpu_us_per_row: float
     sink_merge_cpu_us_per_row: float = float("nan")
     sink_merged_parts: int = -1
+    reducer_cpu_us_per_row: float = float("nan")
+    worker_idle_cpu_ms_s: float = float("nan")
 
     def as_dict(self) -> dict:
         """Flat JSON-ready dict (the keys of `bench throughput --json`)."""
@@ -129,7 +137,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
             _publish(prod, f"{prefix_b}probes.raw", payloads[:1], 0)
             _wait_stored(bootstrap, prefix_b, pipe.store_path, warm_rows)
             _wait_merges(pipe.store_path)
-            _wait_idle(pipe.procs)
+            idle = _wait_idle(pipe.procs)
             measured = rows - warm_rows
             cpu0 = pipe.cpu(broker)
             merge0 = threads_cpu_s(pipe.procs["sink"].pid, "MergeMutate")  # the engine's merges in the writer
@@ -147,6 +155,8 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
             rss = pipe.peak_rss()
         pipeline = measured / max(t_last - t_first, 1e-9)  # includes the last block's wait for its time budget
         worker_cpu = sum(cpu1[k] - cpu0[k] for k in cpu1 if k.startswith("worker"))
+        reducer_cpu = cpu1.get("reducer", float("nan")) - cpu0.get("reducer", float("nan"))
+        worker_idle = sum(v for k, v in idle.items() if k.startswith("worker")) * 1000
         # (b') the store writer alone on the backlog the pipeline left in probes.enriched (full-size blocks)
         backlog_rows_s, backlog_cpu = _sink_on_backlog(bootstrap, prefix_b, rows)
     finally:
@@ -157,7 +167,8 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
         rows, workers, bare_consumer, pipeline, bare_insert,
         worker_cpu / measured * 1e6, (cpu1["sink"] - cpu0["sink"]) / measured * 1e6, bare_insert_cpu,
         (cpu1["broker"] - cpu0["broker"]) / measured * 1e6, rss, lag_p99, lag_max,
-        minute_rows / rows, backlog_rows_s, backlog_cpu, merge_cpu / measured * 1e6, int(merged_parts))
+        minute_rows / rows, backlog_rows_s, backlog_cpu, merge_cpu / measured * 1e6, int(merged_parts),
+        reducer_cpu / measured * 1e6, worker_idle)
 
 
 def _group_done(admin: object, group: str, topic: str, parts: list[int], high: dict[int, int]) -> bool:
@@ -182,19 +193,25 @@ def _publish(prod: object, topic: str, payloads: list[bytes], first: int) -> Non
         raise RuntimeError(f"the broker did not take the batches for {topic}")
 
 
-def _wait_idle(procs: dict[str, subprocess.Popen], timeout_s: float = 60.0) -> None:
+def _wait_idle(procs: dict[str, subprocess.Popen], timeout_s: float = 60.0) -> dict[str, float]:
     """Wait until every process used under 30 ms of CPU in the last second: start-up (imports, the Faust
-    worker's group join and table set-up after its metrics port is up) is not charged to the rows."""
+    worker's group join and table set-up after its metrics port is up) is not charged to the rows.
+
+    Returns each process's CPU seconds per second over the last second waited (its idle cost; on a timeout,
+    the last second's, not idle)."""
     from bench.procstat import cpu_s
 
     deadline = time.time() + timeout_s
-    before = {k: cpu_s(p.pid) for k, p in procs.items()}
+    before, t0 = {k: cpu_s(p.pid) for k, p in procs.items()}, time.perf_counter()
+    rate: dict[str, float] = {}
     while time.time() < deadline:
         time.sleep(1.0)
-        now = {k: cpu_s(p.pid) for k, p in procs.items()}
+        now, t1 = {k: cpu_s(p.pid) for k, p in procs.items()}, time.perf_counter()
+        rate = {k: (now[k] - before[k]) / (t1 - t0) for k in procs}
         if all(now[k] - before[k] < 0.03 for k in procs):
-            return
-        before = now
+            break
+        before, t0 = now, t1
+    return rate
 
 
 def _wait_stored(bootstrap: str, prefix: str, store_path: Path, rows: int) -> tuple[float, float]:
@@ -311,6 +328,8 @@ def report(r: ThroughputResult) -> str:
         f"(b') store writer alone on the backlog: {r.sink_backlog_rows_s:12,.0f} rows/s   CPU "
         f"{r.sink_backlog_cpu_us_per_row:.2f} µs/row "
         f"(= {r.sink_backlog_cpu_us_per_row / r.bare_insert_cpu_us_per_row:.2f} x bare insert)",
+        f"reducer process CPU {r.reducer_cpu_us_per_row:.2f} µs/row; stream workers idle before the run: "
+        f"{r.worker_idle_cpu_ms_s:.1f} ms CPU per s",
         f"minute-tier rows per probe row: {r.minute_rows_per_probe:.3f}",
         f"worker event-loop lag: p99 <= {r.loop_lag_p99_ms:.0f} ms, max <= {r.loop_lag_max_ms:.0f} ms",
         "peak RSS (MiB): " + ", ".join(f"{k} {v:.0f}" for k, v in r.peak_rss_mib.items()),

@@ -16,7 +16,7 @@ from schemas.arrow_pa import SCHEMA_METADATA_KEY, arrow_schema
 from schemas.headers import SCHEMA_HEADER, headers_for, schema_key_from_headers
 from schemas.records import UnknownSchemaError
 
-__all__ = ["SCHEMA_HEADER", "decode", "encode", "headers_for", "schema_key_from_headers"]
+__all__ = ["SCHEMA_HEADER", "decode", "encode", "encode_buffer", "headers_for", "schema_key_from_headers"]
 
 class CodecError(ValueError):
     """A message could not be decoded; ``str(err)`` is the reason for the dead-letter record."""
@@ -36,6 +36,12 @@ class UnknownSchemaVersionError(CodecError):
 
 def encode(table: pa.Table | pa.RecordBatch) -> bytes:
     """Serialise a pyarrow table (combined into one batch) as an IPC stream."""
+    return encode_buffer(table).to_pybytes()
+
+
+def encode_buffer(table: pa.Table | pa.RecordBatch) -> pa.Buffer:
+    """:func:`encode` without the copy into ``bytes``: the IPC stream in Arrow's own buffer (read-only, supports
+    the buffer protocol; confluent-kafka's ``produce`` takes it as it is)."""
     if isinstance(table, pa.Table):
         table = table.combine_chunks()
         batches = table.to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]
@@ -45,7 +51,7 @@ def encode(table: pa.Table | pa.RecordBatch) -> bytes:
     with pa.ipc.new_stream(sink, batches[0].schema) as writer:
         for b in batches:
             writer.write_batch(b)
-    return sink.getvalue().to_pybytes()
+    return sink.getvalue()
 
 
 def decode(payload: bytes, expected: str | None = None) -> tuple[str, pa.Table]:

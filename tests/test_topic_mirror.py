@@ -1,5 +1,6 @@
 """TopicMirror on the real broker: every message applied in order, per message or coalesced into fewer calls
-(``coalesce_rows``), with the same path index either way."""
+(``coalesce_rows``), with the same path index either way; each catch-up applies what was published before it,
+the partitions paused in between (the mirror resumes them for the catch-up)."""
 
 from __future__ import annotations
 
@@ -150,3 +151,39 @@ def test_a_stream_worker_loads_paths_and_registry_before_joining_its_group(kafka
         assert got == {"paths": 3, "apply_calls": 1, "rnics": ["r0", "r1", "r2"]}
     else:  # the reducer has no path index and reads its own registry copy when it starts
         assert got == {"paths": None, "apply_calls": None, "rnics": []}
+
+
+@pytest.fixture
+def registry_topic(kafka_bootstrap: str):  # noqa: ANN201
+    name = f"t{uuid.uuid4().hex[:8]}.registry"
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    for f in admin.create_topics([NewTopic(name, 3, 1)]).values():
+        f.result()
+    yield name
+    for f in admin.delete_topics([name]).values():
+        f.result()
+
+
+def test_each_catch_up_applies_what_was_published_before_it(kafka_bootstrap, registry_topic):
+    topic = registry_topic
+    seen: list[str] = []
+    mirror = TopicMirror(kafka_bootstrap, topic, lambda t: seen.extend(t["rnic"].to_pylist()))
+    p = Producer({"bootstrap.servers": kafka_bootstrap})
+
+    def publish(rnics: list[str], partition: int) -> None:
+        p.produce(topic, _registry(rnics), partition=partition, headers=headers_for("registry.v1"))
+        p.flush(30)
+
+    assert mirror.catch_up() == 0  # empty topic: nothing to wait for
+    publish(["r1", "r2"], 0)
+    publish(["r3"], 2)
+    assert mirror.catch_up() == 2
+    assert sorted(seen) == ["r1", "r2", "r3"]
+    for round_ in range(3):  # published while the mirror is paused between calls
+        publish([f"a{round_}"], 0)
+        publish([f"b{round_}"], 1)
+        assert mirror.catch_up() == 2
+        assert sorted(seen[-2:]) == [f"a{round_}", f"b{round_}"]
+    assert mirror.catch_up() == 0
+    assert len(seen) == 9
+    mirror.close()

@@ -39,7 +39,7 @@ import faust
 import pyarrow as pa
 
 from schemas import topics as T
-from schemas.codec import encode, headers_for, schema_key_from_headers
+from schemas.codec import encode, encode_buffer, headers_for, schema_key_from_headers
 from schemas.minute_tier import MINUTE
 from streams.pingmesh.links import PathIndex
 from streams.pingmesh.reducer import StepFormatError, WindowReducer
@@ -53,7 +53,8 @@ from streams.runtime.config import current
 from streams.runtime.deadletter import whole_message
 from streams.runtime.emitted_input import CLOCK_SKEW_MS, EmittedOffsets, read_emitted
 from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
-from streams.runtime.probe_step import RawMessage, process_step, reducer_step
+from streams.runtime.output_producer import OutputProducer
+from streams.runtime.probe_step import RawMessage, StepOutput, process_step, reducer_step
 from streams.runtime.recent_mirror import RecentTopicMirror
 from streams.runtime.reducer_recovery import rebuild
 from streams.runtime.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
@@ -99,13 +100,16 @@ def _topic(t: T.Topic) -> faust.TopicT:
 
 
 probes_raw = _topic(T.PROBES_RAW)
-probes_enriched = _topic(T.PROBES_ENRICHED)
 deadletter = _topic(T.DEADLETTER)
 window_partials = _topic(T.WINDOW_PARTIALS)
 verdicts = _topic(T.VERDICTS)
 coverage = _topic(T.COVERAGE)
 windows_closed = _topic(T.WINDOWS_CLOSED)
 latency_baselines = _topic(T.LATENCY_BASELINES)
+# The probe path sends to these through its own producer (streams.runtime.output_producer), not Faust's.
+_ENRICHED = T.topic_name(T.PROBES_ENRICHED, PREFIX)
+_WINDOW_PARTIALS = T.topic_name(T.WINDOW_PARTIALS, PREFIX)
+_DEADLETTER = T.topic_name(T.DEADLETTER, PREFIX)
 
 # Per-process state, built on first use (the worker's own side readers).
 _paths: PathIndex | None = None
@@ -251,7 +255,8 @@ async def rtt(stream: faust.StreamT) -> None:
     their minute tier to the store writer, and the step's window partials to the reducer.
 
     A step is up to ``FABRICSCOPE_STEP_MESSAGES`` messages or what arrived within ``FABRICSCOPE_STEP_S``
-    seconds; Faust acks (and later commits) them after the step's sends. An unexpected error in a step
+    seconds; Faust acks (and later commits) them after the broker acknowledged the step's sends (the step waits
+    for them, :func:`_send_outputs`). An unexpected error in a step
     retries its messages one at a time, so only the message that fails is dead-lettered (a crashed Faust
     agent stops consuming while the process stays up)."""
     async for events in stream.take_events(STEP_MESSAGES, within=STEP_S):
@@ -273,7 +278,9 @@ async def _rtt_alone(event: faust.types.EventT) -> None:
         dead = whole_message(msg.topic, msg.partition, msg.offset,
                              schema_key_from_headers(dict(event.headers or {})) or "",
                              f"worker error: {type(err).__name__}: {err}", event.value or b"")
-        await deadletter.send(key=msg.topic.encode(), value=encode(dead), headers=headers_for("deadletter.v1"))
+        producer = _output_producer()
+        producer.produce(_DEADLETTER, encode(dead), msg.topic.encode(), headers=headers_for("deadletter.v1"))
+        await asyncio.get_running_loop().run_in_executor(None, producer.flush)
         _emitted.processed([RawMessage(b"", None, msg.topic, msg.partition, msg.offset)], {})
 
 
@@ -312,7 +319,8 @@ async def _learn_emitted(events: list[faust.types.EventT], raw: list[RawMessage]
 
 
 async def _rtt_step(events: list[faust.types.EventT]) -> None:
-    """One step: catch up on the registry and paths, analyse off the event loop, then send in input order."""
+    """One step: catch up on the registry and paths, analyse off the event loop, then send in input order and
+    wait for the broker's acknowledgements."""
     loop = asyncio.get_running_loop()
     M.PROBE_BATCHES.inc(len(events))
     await loop.run_in_executor(None, _registry_rnics().catch_up)  # every RNIC registered before this step
@@ -329,40 +337,64 @@ async def _rtt_step(events: list[faust.types.EventT]) -> None:
     await _learn_emitted(events, raw)
     out = await loop.run_in_executor(None, process_step, raw, paths, WINDOW_NS, _rnics or None, policy, baseline,
                                      dict(_emitted.emitted))
-    for event, mo in zip(events, out.messages, strict=True):
-        msg = event.message
-        if mo.dead is not None:
-            M.PROBE_ROWS.labels("dead_letter").inc(mo.dead.num_rows)
-            M.DEAD_LETTERS.inc(mo.dead.num_rows)
-            await deadletter.send(key=msg.topic.encode(), value=encode(mo.dead), headers=headers_for("deadletter.v1"))
-        if mo.enriched is not None:
-            M.PROBE_ROWS.labels("ok").inc(mo.enriched.num_rows)
-            await _send_to_store(event.key, msg.partition, mo.stored, mo.minute)
-    step = reducer_step(out)  # after the store sends: whatever a step in the topic covers is fully emitted
-    if step is not None:
-        for headers, value in encode_step(step):  # one message, or its parts in order
-            await window_partials.send(key=b"step", value=value, headers=headers)
+    keys = [(e.key, e.message.topic, e.message.partition) for e in events]
+    # off the event loop: encoding ~1 MB per message and waiting for the broker's acknowledgements
+    await loop.run_in_executor(None, _send_outputs, _output_producer(), keys, out)
     _emitted.processed(raw, out.ranges)
 
 
+_output: OutputProducer | None = None
 _enriched_partitions: int | None = None
 
 
-async def _send_to_store(key: bytes | None, raw_partition: int, enriched: pa.Table | None,
-                         minute: pa.Table | None) -> None:
+def _output_producer() -> OutputProducer:
+    """The probe path's producer (:mod:`streams.runtime.output_producer`), built on first use."""
+    global _output
+    if _output is None:
+        _output = OutputProducer(BOOTSTRAP, SECURITY, CONFIG.acks, CONFIG.idempotence, T.MAX_MESSAGE_BYTES)
+    return _output
+
+
+def _send_outputs(producer: OutputProducer, keys: list[tuple[bytes | None, str, int]], out: StepOutput) -> None:
+    """A step's outputs, acknowledged by the broker when this returns: per raw message (``keys``: its key,
+    topic and partition, in input order) its dead-letter rows, minute tier and stored rows; then the step's
+    message to the reducer, only once all of those are acknowledged, so whatever a step in ``window.partials``
+    covers is fully emitted (README "Exactly-once rows").
+
+    Raises:
+        DeliveryError: the broker refused a message for good (the agent retries the step's messages alone).
+    """
+    for (key, topic, partition), mo in zip(keys, out.messages, strict=True):
+        if mo.dead is not None:
+            M.PROBE_ROWS.labels("dead_letter").inc(mo.dead.num_rows)
+            M.DEAD_LETTERS.inc(mo.dead.num_rows)
+            producer.produce(_DEADLETTER, encode(mo.dead), topic.encode(), headers=headers_for("deadletter.v1"))
+        if mo.enriched is not None:
+            M.PROBE_ROWS.labels("ok").inc(mo.enriched.num_rows)
+            _send_to_store(producer, key, partition, mo.stored, mo.minute)
+    producer.flush()
+    step = reducer_step(out)
+    if step is not None:
+        for headers, value in encode_step(step):  # one message, or its parts in order
+            producer.produce(_WINDOW_PARTIALS, value, b"step", headers=headers)
+        producer.flush()
+
+
+def _send_to_store(producer: OutputProducer, key: bytes | None, raw_partition: int, enriched: pa.Table | None,
+                   minute: pa.Table | None) -> None:
     """The rows of one raw message and their minute tier, to the store writer.
 
-    Everything from one raw partition goes to one partition of ``probes.enriched``, in raw-offset order:
-    the writer drops a worker's replay by raw offset per raw partition (README "Exactly-once rows")."""
+    Everything from one raw partition goes to one partition of ``probes.enriched``, in raw-offset order
+    (the producer is idempotent, so retries keep that order): the writer drops a worker's replay by raw
+    offset per raw partition (README "Exactly-once rows")."""
     global _enriched_partitions
     if _enriched_partitions is None:
-        _enriched_partitions = len(_partitions_of(T.topic_name(T.PROBES_ENRICHED, PREFIX)))
+        _enriched_partitions = len(_partitions_of(_ENRICHED))
     part = raw_partition % _enriched_partitions
     if minute is not None:
-        await probes_enriched.send(key=key, value=encode(minute), partition=part, headers=headers_for(MINUTE))
+        producer.produce(_ENRICHED, encode_buffer(minute), key, part, headers_for(MINUTE))
     if enriched is not None and enriched.num_rows:
-        await probes_enriched.send(key=key, value=encode(enriched), partition=part,
-                                   headers=headers_for("probe_enriched.v1"))
+        producer.produce(_ENRICHED, encode_buffer(enriched), key, part, headers_for("probe_enriched.v1"))
 
 
 async def reducer(stream: faust.StreamT) -> None:

@@ -76,13 +76,23 @@ class TopicMirror:
 
         While the broker restarts (no leader, no answer) it applies nothing now, logs it, and
         catches up on the next call: an exception here would stall the agent that calls it.
+
+        Between calls the partitions are paused: an assigned consumer would otherwise long-poll the broker
+        every ``fetch.wait.max.ms`` (10 ms, which a catch-up needs: at 500 ms one took 1.5-2 s) while
+        nothing comes, ~6 ms of CPU per s in a worker with two mirrors (and the broker's share).
         """
         try:
+            self._c.resume(self._parts)
             return self._catch_up(timeout)
         except KafkaException as err:
             log.warning("%s not caught up now (%s): using what is known, retrying on the next call",
                         self.topic, err.args[0].str() if err.args else err)
             return 0
+        finally:
+            try:
+                self._c.pause(self._parts)
+            except KafkaException as err:  # the broker away: the next call resumes and pauses again
+                log.warning("%s: pausing the mirror failed (%s)", self.topic, err)
 
     def _catch_up(self, timeout: float) -> int:
         ends = {}
