@@ -51,8 +51,9 @@ class RecentTopicMirror(TopicMirror):
         self._next = {tp.partition: tp.offset for tp in starts}
         self._c.assign(self._parts)
 
-    def catch_up(self, timeout: float = 5.0) -> int:
-        """Apply every message published before this call since the start point; returns the number applied.
+    def _catch_up(self, timeout: float) -> int:
+        """Apply every message published before this call since the start point; returns the number applied
+        (:meth:`TopicMirror.catch_up` resumes the partitions around it and survives a broker away).
 
         Positions are tracked here (the consumer reports none before its first message), so a
         partition with nothing new costs one watermark request, never a poll timeout.
