@@ -40,6 +40,28 @@ def kafka_bootstrap() -> str:
 
 
 @pytest.fixture
+def new_topic(kafka_bootstrap: str) -> Iterator:
+    """A factory ``new_topic(suffix, partitions=1) -> name`` of fresh, uniquely named topics (replication 1);
+    every topic it made is deleted afterwards."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
+    made: list[str] = []
+
+    def make(suffix: str, partitions: int = 1) -> str:
+        name = f"t{uuid.uuid4().hex[:8]}.{suffix}"
+        for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
+            f.result()
+        made.append(name)
+        return name
+
+    yield make
+    if made:
+        for f in admin.delete_topics(made).values():
+            f.result()
+
+
+@pytest.fixture
 def topic_prefix(kafka_bootstrap: str) -> Iterator[str]:
     """A fresh set of the pipeline's topics under a unique prefix; deleted afterwards."""
     from fabricscope.kafka_admin import create_topics, delete_topics

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.codec import CodecError, decode
 from streams.runtime.baseline_snapshots import SNAPSHOT_HEADER, BaselineSnapshots, snapshot_messages
@@ -70,31 +68,24 @@ def test_a_malformed_snapshot_header_is_named(bad):
 
 
 @pytest.mark.kafka
-def test_a_starting_worker_reads_only_recent_snapshots_and_keeps_the_newest(kafka_bootstrap):
-    topic = f"t{uuid.uuid4().hex[:8]}.latency.baselines"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
-        f.result()
-    try:
-        prod = Producer({"bootstrap.servers": kafka_bootstrap})
-        now_ms = int(time.time() * 1000)
-        # an hour-old snapshot of a flow since evicted, then two recent ones; a bad header in between
-        for headers, value in snapshot_messages(_baseline(["gone"]), 1, chunk=1):
-            prod.produce(topic, value, headers=headers, timestamp=now_ms - 3_600_000)
-        for gen, flows in ((2, ["a", "b", "c"]), (3, ["b", "c", "d"])):
-            for headers, value in snapshot_messages(_baseline(flows, float(gen)), gen, chunk=2):
-                prod.produce(topic, value, headers=headers, timestamp=now_ms - 30_000)
-            if gen == 2:
-                prod.produce(topic, value, headers=[("schema", b"flow_baseline.v1"), (SNAPSHOT_HEADER, b"junk")],
-                             timestamp=now_ms - 30_000)
-        assert prod.flush(10) == 0
+def test_a_starting_worker_reads_only_recent_snapshots_and_keeps_the_newest(kafka_bootstrap, new_topic):
+    topic = new_topic("latency.baselines")
+    prod = Producer({"bootstrap.servers": kafka_bootstrap})
+    now_ms = int(time.time() * 1000)
+    # an hour-old snapshot of a flow since evicted, then two recent ones; a bad header in between
+    for headers, value in snapshot_messages(_baseline(["gone"]), 1, chunk=1):
+        prod.produce(topic, value, headers=headers, timestamp=now_ms - 3_600_000)
+    for gen, flows in ((2, ["a", "b", "c"]), (3, ["b", "c", "d"])):
+        for headers, value in snapshot_messages(_baseline(flows, float(gen)), gen, chunk=2):
+            prod.produce(topic, value, headers=headers, timestamp=now_ms - 30_000)
+        if gen == 2:
+            prod.produce(topic, value, headers=[("schema", b"flow_baseline.v1"), (SNAPSHOT_HEADER, b"junk")],
+                         timestamp=now_ms - 30_000)
+    assert prod.flush(10) == 0
 
-        snap = BaselineSnapshots()
-        mirror = RecentTopicMirror(kafka_bootstrap, topic, None, lookback_s=300, apply_with_headers=snap.apply)
-        assert mirror.catch_up(timeout=30) == 4  # 2 + 2 parts; the hour-old one not read, the junk skipped
-        assert mirror.undecodable == 1
-        assert snap.current.to_pydict() == {"flow": ["b", "c", "d"], "baseline_ns": [3.0, 3.0, 3.0]}
-        mirror.close()
-    finally:
-        for f in admin.delete_topics([topic]).values():
-            f.result()
+    snap = BaselineSnapshots()
+    mirror = RecentTopicMirror(kafka_bootstrap, topic, None, lookback_s=300, apply_with_headers=snap.apply)
+    assert mirror.catch_up(timeout=30) == 4  # 2 + 2 parts; the hour-old one not read, the junk skipped
+    assert mirror.undecodable == 1
+    assert snap.current.to_pydict() == {"flow": ["b", "c", "d"], "baseline_ns": [3.0, 3.0, 3.0]}
+    mirror.close()

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-import uuid
 
 import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from producers.hostping.sim_source import bus_util_upload, sim_host
 from schemas.codec import headers_for
@@ -18,14 +16,8 @@ pytestmark = pytest.mark.kafka
 
 
 @pytest.fixture
-def topic(kafka_bootstrap: str):  # noqa: ANN201
-    name = f"t{uuid.uuid4().hex[:8]}.hostmetrics.raw"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    for f in admin.create_topics([NewTopic(name, 2, 1)]).values():
-        f.result()
-    yield name
-    for f in admin.delete_topics([name]).values():
-        f.result()
+def topic(new_topic) -> str:  # noqa: ANN001
+    return new_topic("hostmetrics.raw", partitions=2)
 
 
 def test_recent_mirror_skips_old_messages_and_never_waits_on_an_idle_partition(kafka_bootstrap, topic):

@@ -4,12 +4,9 @@ the partitions paused in between (the mirror resumes them for the catch-up)."""
 
 from __future__ import annotations
 
-import uuid
-
 import pyarrow as pa
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import AdminClient, NewTopic
 
 from schemas.arrow_pa import table_from_columns
 from schemas.codec import encode, headers_for
@@ -22,14 +19,8 @@ T0 = 1_800_000_000 * 10**9
 
 
 @pytest.fixture
-def topic(kafka_bootstrap: str):  # noqa: ANN201
-    name = f"t{uuid.uuid4().hex[:8]}.paths.traced"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    for f in admin.create_topics([NewTopic(name, 1, 1)]).values():
-        f.result()
-    yield name
-    for f in admin.delete_topics([name]).values():
-        f.result()
+def topic(new_topic) -> str:  # noqa: ANN001
+    return new_topic("paths.traced")
 
 
 def _paths(rows: list[tuple[str, int, str, int, bool]]) -> bytes:
@@ -153,19 +144,8 @@ def test_a_stream_worker_loads_paths_and_registry_before_joining_its_group(kafka
         assert got == {"paths": None, "apply_calls": None, "rnics": []}
 
 
-@pytest.fixture
-def registry_topic(kafka_bootstrap: str):  # noqa: ANN201
-    name = f"t{uuid.uuid4().hex[:8]}.registry"
-    admin = AdminClient({"bootstrap.servers": kafka_bootstrap})
-    for f in admin.create_topics([NewTopic(name, 3, 1)]).values():
-        f.result()
-    yield name
-    for f in admin.delete_topics([name]).values():
-        f.result()
-
-
-def test_each_catch_up_applies_what_was_published_before_it(kafka_bootstrap, registry_topic):
-    topic = registry_topic
+def test_each_catch_up_applies_what_was_published_before_it(kafka_bootstrap, new_topic):
+    topic = new_topic("registry", partitions=3)
     seen: list[str] = []
     mirror = TopicMirror(kafka_bootstrap, topic, lambda t: seen.extend(t["rnic"].to_pylist()))
     p = Producer({"bootstrap.servers": kafka_bootstrap})
