@@ -17,7 +17,7 @@ pinglist's flows in the same window.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
@@ -49,6 +49,10 @@ class LatencyConfig:
             A tail is anomalous relative to the flow's own history; a cross-flow comparison
             inside one window mistakes scheduler noise (software timestamps on busy hosts)
             for a fabric fault.
+        min_slow_share: share of the judged flows crossing a link that must be slow for the link to be
+            named (0.5). A congested or PFC-paused port slows nearly every flow through it; scheduler
+            noise on software-timestamped hosts slows a few flows anywhere (the netns lab on two shared
+            CI cores once made 2 of the 16 flows through one access link slow, and was named for it).
         baseline_idle_ns: a flow without a sample for this long (event time; 2 h, two inter-ToR
             rotation periods, as the worker's path index) loses its baseline: rotated inter-ToR
             tuples and ended jobs' flows never come back, and keeping them grows the reducer's
@@ -63,6 +67,7 @@ class LatencyConfig:
     ewma: float = 0.2
     min_baseline_windows: int = 2
     min_tail_samples: int = 3
+    min_slow_share: float = 0.5
     baseline_idle_ns: int = 2 * 3_600_000_000_000
 
 
@@ -144,19 +149,24 @@ def slow_flows(fq: pa.Table, baseline: pa.Table | None, cfg: LatencyConfig = Lat
     return t.append_column("baseline_ns", pa.array(b)).append_column("slow", pa.array(slow))
 
 
-def latency_cover(marked: pa.Table, vote: VoteConfig = VoteConfig()) -> CoverResult:
+def latency_cover(marked: pa.Table, vote: VoteConfig = VoteConfig(),
+                  cfg: LatencyConfig = LatencyConfig()) -> CoverResult:
     """Vote slow flows over their forward and ACK paths (one vote per slow flow and link).
+
+    A link is named only when at least ``cfg.min_slow_share`` of the judged flows crossing it are slow
+    (judged: flows with ``min_samples``; a flow too sparse to be slow says nothing either way).
 
     Flows per link (the vote's denominator) are counted only when a flow is slow: in most windows none
     is, and the count expands every flow of the window to its links.
     """
     if not pc.any(marked["slow"]).as_py():
         return CoverResult([], 0, 0, 0)  # what the cover gives without failing groups
-    ones = pa.array(np.ones(marked.num_rows, np.int64))
-    allf = pa.table({"fwd_hops": marked["fwd_hops"], "rev_hops": marked["rev_hops"], "n": ones})
+    judged = marked.filter(pc.greater_equal(marked["n"], cfg.min_samples))
+    ones = pa.array(np.ones(judged.num_rows, np.int64))
+    allf = pa.table({"fwd_hops": judged["fwd_hops"], "rev_hops": judged["rev_hops"], "n": ones})
     crossing = link_counts(allf)
-    slow = allf.filter(marked["slow"])
-    return greedy_cover(slow, crossing, vote)
+    slow = allf.filter(judged["slow"])
+    return greedy_cover(slow, crossing, replace(vote, min_ratio=max(vote.min_ratio, cfg.min_slow_share)))
 
 
 def update_baseline(baseline: pa.Table | None, marked: pa.Table, cfg: LatencyConfig = LatencyConfig(),
@@ -204,7 +214,7 @@ def latency_step(ctx: WindowContext, cfg: LatencyConfig, vote: VoteConfig) -> No
     fq = flow_quantiles(ctx.partial.flows, cfg)
     marked = slow_flows(fq, ctx.state.flow_baseline, cfg)
     if marked.num_rows:
-        lat = latency_cover(marked, vote)
+        lat = latency_cover(marked, vote, cfg)
         for s in lat.suspects:
             if s.tied_with:
                 continue
