@@ -90,6 +90,16 @@ def test_every_rnic_of_a_host_failing_is_one_claim_about_the_host():
     assert ev["rnics"] == ["A3", "A4"] and ev["rnics_of_host"] == 2
 
 
+def test_a_host_failing_below_the_rule_on_its_other_rnics_is_one_claim_about_the_host():
+    # H2 stops answering late in the window: A3 crosses the RNIC rule's 10 %, A4 fails 7 % (below it)
+    res = analyze(Faults(flaky_rnics={"A3": 0.15, "A4": 0.07}))
+    assert kinds(res) == [("host_unreachable", "H2")]
+    ev = json.loads(res.verdicts.to_pylist()[0]["evidence"])
+    assert ev["rnics"] == ["A3", "A4"] and ev["below_rnic_rule"] == ["A4"]
+    # the same RNIC failing alone stays an RNIC claim
+    assert kinds(analyze(Faults(flaky_rnics={"A3": 0.15}))) == [("rnic", "A3")]
+
+
 @pytest.mark.parametrize("veto", [True, False])
 def test_busy_h1_is_busy_host_with_the_veto_and_false_rnic_without(veto):
     cfg = AnalyzerConfig(triage=TriageConfig(busy_host_veto=veto))

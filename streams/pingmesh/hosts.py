@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyarrow.compute as pc
 
 from streams.pingmesh.context import WindowContext, isin, log_poisson_tail, saturating, significance, sums_by
 from streams.pingmesh.triage import (
@@ -141,6 +142,7 @@ def host_step(ctx: WindowContext, findings: list[RnicFinding], cfg: TriageConfig
     busy_hosts = {b.host for b in busy}
     busy_rnics = set(out_rnics)
     rest: list[RnicFinding] = []
+    below = _below_rule_sums(ctx, set(by_rnic), cfg)
     for h, fs in sorted(by_host.items()):
         # a peer seen failing only by a busy host's RNICs is not an RNIC fault: the busy prober
         # timed out on it (it took its replies late), so the RNIC rule's two probers are not there
@@ -148,19 +150,35 @@ def host_step(ctx: WindowContext, findings: list[RnicFinding], cfg: TriageConfig
         n_rn = len(ctx.rnics_of(h))
         if h in busy_hosts or not fs:
             continue
-        if len(fs) >= 2 and len(fs) >= math.ceil(cfg.host_share * n_rn):
-            failed = sum(f.failed for f in fs)
-            total = sum(f.total for f in fs)
-            share = len(fs) / max(n_rn, 1)
+        # the host's other RNICs failing at half the rule's ratio or more count with the flagged ones: a
+        # host that stops answering late in the window fails every RNIC's probes a little, and the rule
+        # flags only the RNICs whose share happens to cross it
+        dirty = sorted(r for r in ctx.rnics_of(h) if r in below and r not in by_rnic and r not in out_rnics)
+        members = len(fs) + len(dirty)
+        if members >= 2 and members >= math.ceil(cfg.host_share * n_rn):
+            failed = sum(f.failed for f in fs) + sum(below[r][0] for r in dirty)
+            total = sum(f.total for f in fs) + sum(below[r][1] for r in dirty)
+            share = members / max(n_rn, 1)
             conf = share * _probe_evidence(failed, total, background, n_hosts)
             ctx.emit("host_unreachable", h, failed, conf, failed, total,
-                     {"rnics": sorted(f.rnic for f in fs), "rnics_of_host": n_rn,
-                      "ratio": round(failed / max(total, 1), 6), "agent_uploading": True})
-            out_rnics |= {f.rnic for f in fs}
+                     {"rnics": sorted([*(f.rnic for f in fs), *dirty]), "below_rnic_rule": dirty,
+                      "rnics_of_host": n_rn, "ratio": round(failed / max(total, 1), 6), "agent_uploading": True})
+            out_rnics |= {f.rnic for f in fs} | set(dirty)
         else:
             rest.extend(fs)
     rest.sort(key=lambda f: [x.rnic for x in findings].index(f.rnic))
     return rest, out_rnics, busy_hosts
+
+
+def _below_rule_sums(ctx: WindowContext, flagged: set[str], cfg: TriageConfig) -> dict[str, tuple[int, int]]:
+    """RNIC → (timeouts, probes) of the RNICs whose ToR-mesh probes time out at half the RNIC rule's ratio
+    or more, counted as the rule counts them: probes no earlier step took, from probers not flagged."""
+    pairs = ctx.partial.pairs
+    if pairs.num_rows == 0:
+        return {}
+    tm = pc.equal(pairs["pinglist"], "tor_mesh").to_numpy(zero_copy_only=False)
+    sums = sums_by(pairs, tm & ~ctx.taken_pairs() & ~isin(pairs, "prober_rnic", flagged), "responder_rnic")
+    return {r: (f, t) for r, (f, t) in sums.items() if t and f / t > cfg.rnic_loss_ratio / 2}
 
 
 def _hosts_with_timeouts(ctx: WindowContext, exclude: np.ndarray) -> set[str]:
