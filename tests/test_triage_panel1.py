@@ -227,6 +227,17 @@ def test_rnic_is_charged_for_60_s_and_kept_out_of_the_vote():
     assert ("undetermined", "A3") in kinds(r3)
 
 
+def test_a_charged_rnic_the_rule_cannot_judge_is_named_by_its_access_link():
+    state = AnalyzerState()
+    assert kinds(analyze(Faults(dead_rnics={"A3"}), state=state)) == [("rnic", "A3")]
+    # next window H1 (A1, A2) is down too: A3's ToR peers cannot probe it, so the rule cannot judge it,
+    # and its charge must not hide it; the vote names its access link, which every probe failed on
+    res = analyze(Faults(dead_rnics={"A3"}, silent_hosts={"H1"}), state=state, start=START + 20 * S)
+    assert ("rnic", "A3") in kinds(res) and ("host_down", "H1") in kinds(res)
+    v = next(v for v in res.verdicts.to_pylist() if v["kind"] == "rnic")
+    assert json.loads(v["evidence"])["link"] == "A3->A"
+
+
 @pytest.mark.parametrize(("dead", "revised"), [({"B1"}, "B1"), ({"B1", "B2"}, "H3")],
                          ids=["rnic", "host_unreachable"])
 def test_earlier_verdict_is_revised_to_host_down_when_the_host_goes_silent(dead, revised):

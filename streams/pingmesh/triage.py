@@ -311,6 +311,15 @@ def busy_by_delay(delays: pa.Table, baseline: Mapping[tuple[str, str], float], e
     return out
 
 
+def live_probers(pairs: pa.Table, mask: np.ndarray) -> dict[str, int]:
+    """Responder RNIC → distinct prober RNICs with at least one probe to it among ``pairs[mask]``."""
+    if pairs.num_rows == 0 or not mask.any():
+        return {}
+    g = pairs.filter(pa.array(mask)).group_by(["responder_rnic", "prober_rnic"]).aggregate([])
+    names, counts = np.unique(np.asarray(g["responder_rnic"].to_pylist(), dtype=object), return_counts=True)
+    return dict(zip(names.tolist(), counts.tolist(), strict=True))
+
+
 def rnic_hosts(pairs: pa.Table) -> dict[str, str]:
     """RNIC → host, as the probe rows name them (prober and responder sides)."""
     out: dict[str, str] = {}
@@ -388,7 +397,12 @@ def rnic_step(ctx: WindowContext, findings: list[RnicFinding], host_rnics: set[s
                  {"probers": list(f.probers), "ratio": round(ratio, 6), "host_rnics_dirty": dirty})
         ctx.state.charged[f.rnic] = max(ctx.state.charged.get(f.rnic, 0),
                                         ctx.we + cfg.rnic_charge_ns - ctx.window_ns)
-    charged = {r for r, until in ctx.state.charged.items() if until >= ctx.ws}
+    # a charged RNIC keeps its timeouts out of the vote only while the rule can still judge it: with fewer
+    # than two live ToR-mesh probers left (its ToR peers down), the vote's access-link claim is what
+    # names it again, or leaves it undetermined
+    judged = live_probers(pairs, tm & ~ctx.taken_pairs())
+    charged = {r for r, until in ctx.state.charged.items()
+               if until >= ctx.ws and judged.get(r, 0) >= cfg.rnic_min_probers}
     ctx.state.charged = {r: u for r, u in ctx.state.charged.items() if u >= ctx.we}
     out = flagged | host_rnics | charged
     failing = ctx.partial.failing
