@@ -103,6 +103,8 @@ class ScenarioResult:
     wall_s: float
     link_probes: dict[int, dict[str, int]] = field(default_factory=dict)
     background_loss: float = 0.0
+    tuple_drops: dict[int, dict[int, int]] = field(default_factory=dict)
+    """fault index → second → probes a partial 5-tuple loss dropped (:attr:`Simulator.tuple_drops`)."""
 
 
 @dataclass
@@ -241,7 +243,7 @@ def run_scenario(sc: Scenario, seed: int, background_loss: tuple[float, float] |
     pipe = SimPipeline(sim, watch=frozenset(filter(None, (_fault_link(f, tr) for f, tr in zip(sc.faults, truth,
                                                                                                strict=True)))))
     windows = [(ws, res.verdicts.to_pylist()) for ws, res in pipe.run(T0, sc.seconds, tag=f"bench/{sc.index}")]
-    return ScenarioResult(sc, truth, windows, time.perf_counter() - t, pipe.link_probes, bg)
+    return ScenarioResult(sc, truth, windows, time.perf_counter() - t, pipe.link_probes, bg, sim.tuple_drops)
 
 
 def _fault_link(f: Fault, tr: dict) -> str | None:
@@ -254,12 +256,22 @@ def _fault_link(f: Fault, tr: dict) -> str | None:
     return f"{tr['location']}->{other}"
 
 
-def expected_failures(f: Fault, tr: dict, link_probes: dict[str, int], overlap_ns: int) -> float:
+def expected_failures(f: Fault, tr: dict, link_probes: dict[str, int], overlap_ns: int,
+                      dropped: dict[int, int] | None = None, span: tuple[int, int] = (0, 0)) -> float:
     """Probes a fault is expected to fail in a window: loss rate × probes crossing its link while
-    active (link faults); host and RNIC faults fail every probe to them (infinite here)."""
+    active (link faults); host and RNIC faults fail every probe to them (infinite here).
+
+    A partial 5-tuple loss drops whole tuples, so its rate over probes is the share of the *probed*
+    tuples its hash selects, which ``fraction`` does not tell when few tuples cross the link (3 tuples at
+    20 % select none half the time): with ``dropped`` (second → probes it dropped, from the simulator) it
+    is the probes it dropped in ``span`` = [start, end) ns.
+    """
     lk = _fault_link(f, tr)
     if lk is None:
         return float("inf")
+    if isinstance(f, PartialTupleLoss) and dropped is not None:
+        lo, hi = span[0] // 1_000_000_000, -(-span[1] // 1_000_000_000)
+        return float(sum(k for sec, k in dropped.items() if lo <= sec < hi))
     rate = (1.0 if isinstance(f, LinkDown) else f.rate if isinstance(f, LossyLink)
             else f.fraction if isinstance(f, PartialTupleLoss) else f.down_s / f.period_s)
     return rate * link_probes.get(lk, 0) * overlap_ns / WINDOW
@@ -373,7 +385,8 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
                     continue  # a right abstention: neither a claim nor a miss
                 wrec[fk][1] += 1
                 exp = expected_failures(r.scenario.faults[ti], tr, r.link_probes.get(ws, {}),
-                                        min(hi, we) - max(lo, ws))
+                                        min(hi, we) - max(lo, ws), r.tuple_drops.get(ti, {}),
+                                        (max(lo, ws), min(hi, we)))
                 if exp >= 10:
                     w10[1] += 1
                     w10[0] += bool(right_of.get(ti))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from bench import accuracy as ba
-from producers.sim import BusyHost, FlappingLink, HostDown, HostRestart, LinkDown, LossyLink, RnicDown
+from producers.sim import BusyHost, FlappingLink, HostDown, HostRestart, LinkDown, LossyLink, PartialTupleLoss, RnicDown
 from producers.sim.fabrics import panel1, random_clos
 
 T0, S = ba.T0, ba.S
@@ -121,3 +121,15 @@ def test_scenarios_draw_zero_to_three_faults_on_disjoint_elements():
         assert 0 <= len(sc.faults) <= 3
         hosts = [getattr(f, "host", None) for f in sc.faults if getattr(f, "host", None)]
         assert len(hosts) == len(set(hosts))
+
+
+def test_expected_failures_of_a_partial_loss_are_the_probes_it_dropped():
+    s = 1_000_000_000
+    tr = {"location": "A->S1"}
+    lossy = LossyLink("A", "S1", rate=0.02)
+    assert ba.expected_failures(lossy, tr, {"A->S1": 1000}, 10 * s, None) == pytest.approx(10.0)
+    partial = PartialTupleLoss("A", "S1", fraction=0.3)
+    # the fraction over 1,000 probes would say 150; the hash selected tuples that were probed 12 times
+    dropped = {3: 5, 19: 7, 20: 100}
+    assert ba.expected_failures(partial, tr, {"A->S1": 1000}, 20 * s, dropped, (0, 20 * s)) == 12.0
+    assert ba.expected_failures(partial, tr, {"A->S1": 1000}, 20 * s, {}, (0, 20 * s)) == 0.0

@@ -294,6 +294,11 @@ def test_partial_5tuple_loss_fails_some_tuples_completely():
     failing = [k for k, v in by.items() if "timeout" in v]
     assert failing and all(by[k] == {"timeout"} for k in failing)  # all-or-nothing per tuple
     assert 1 <= len(failing) < 8  # some of the 8 tuples across A–S1, not all
+    # the simulator's count of the probes it dropped (the benchmark's expected failures) is exact
+    drops = sim.tuple_drops[0]
+    assert sum(drops.values()) == int((probes["status"] == "timeout").sum())
+    secs = probes["t1"].data[probes["status"] == "timeout"] // S
+    assert drops == dict(Counter(secs.tolist()))
 
 
 def test_flapping_link_loses_only_while_down():

@@ -141,6 +141,9 @@ class Simulator:
         self._traced_mask = np.zeros(0, dtype=bool)
         self._plan_key: object = None
         self._plan: Plan | None = None
+        self.tuple_drops: dict[int, dict[int, int]] = {}
+        """Fault index → second (``t1 // 1e9``) → probes a :class:`PartialTupleLoss` dropped (ground truth
+        for scoring: the share of the probed tuples its hash selects is known only here)."""
 
     # ---- routing ------------------------------------------------------------------------
     def route(self, src_rnic: np.ndarray, dst_rnic: np.ndarray, key: np.ndarray) -> np.ndarray:
@@ -278,6 +281,12 @@ class Simulator:
                     sel = mix64(plan.tuple_key[e] ^ salt) % np.uint64(10**6) < np.uint64(int(f.fraction * 10**6))
                     lost_f |= act & cf & sel
                     lost_r |= act & cr & sel
+                    hit = act & (cf | cr) & sel
+                    if hit.any():
+                        secs, n_hit = np.unique(T1[hit] // 1_000_000_000, return_counts=True)
+                        d = self.tuple_drops.setdefault(fi, {})
+                        for sec, k in zip(secs.tolist(), n_hit.tolist(), strict=True):
+                            d[sec] = d.get(sec, 0) + k
                 elif isinstance(f, LatencyLink):
                     hit_f = act & cf & (rng.random(m) < f.prob)
                     hit_r = act & cr & (rng.random(m) < f.prob)
