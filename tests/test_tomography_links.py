@@ -76,3 +76,16 @@ def test_cover_stops_when_the_rest_is_noise():
     r = greedy_cover(f, _crossing(cross))
     assert [s.link for s in r.suspects] == ["T->Q"]
     assert (r.unexplained, r.untraced, r.total_failed) == (1, 4, 13)
+
+
+def test_failures_a_named_link_explains_leave_the_other_links_crossing_counts():
+    # r1 is dead: its 20 probes fail over r1->T, T->Q, V->Q. Then 10 failures over T->Q and U->Q from 5
+    # tuples: T->Q carries 60 probes (20 of them r1's, 30 passing), U->Q 45 (35 passing). Counting r1's
+    # explained failures as T->Q's probes (10/60 against 10/45) would name U->Q; without them T->Q has
+    # 10 failures among 40 probes and is named.
+    f = _failing([("r1,T,Q,V,z", "", 20), *((f"a{i},T,Q,U,b{i}", "", 2) for i in range(5))])
+    cross = {"r1->T": 20, "T->Q": 60, "U->Q": 45, "V->Q": 100, "z->V": 100,
+             **{f"a{i}->T": 50 for i in range(5)}, **{f"b{i}->U": 50 for i in range(5)}}
+    r = greedy_cover(f, _crossing(cross))
+    assert [(s.link, s.votes, s.failed, s.crossing) for s in r.suspects] == [("r1->T", 20, 20, 20),
+                                                                            ("T->Q", 10, 30, 60)]

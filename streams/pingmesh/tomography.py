@@ -141,6 +141,7 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     cross = np.array([cmap.get(lk, 0) for lk in links], dtype=np.float64)
     failed_all = np.bincount(l_idx, weights=n_g[rows] * w, minlength=len(links))
     cross = np.maximum(cross, failed_all)
+    probed = cross.copy()  # as reported; ``cross`` loses the failures each named link explains
     left = np.where(traced, n_g, 0).astype(np.float64)
     out: list[Suspect] = []
     taken = np.zeros(len(links), dtype=bool)
@@ -196,10 +197,13 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         if ties:
             conf = conf / (1 + len(ties))
         out.append(Suspect(str(links[i]), access.get(links[i]), int(votes[i]), int(failed_all[i]),
-                           int(cross[i]), float(failed_all[i] / max(cross[i], 1)), conf, ties))
+                           int(probed[i]), float(failed_all[i] / max(probed[i], 1)), conf, ties))
         taken[i] = True
         for t in ties:
             taken[np.searchsorted(links, t)] = True
+        # explained failures say nothing about the other links they crossed: they leave those links'
+        # crossing counts, as the probes of earlier steps (host down, RNIC) leave the vote's
+        cross -= np.bincount(l_idx, weights=in_i[rows] * left[rows] * w, minlength=len(links))
         left[list(rows_i)] = 0.0
     return CoverResult(out, int(left.sum()), untraced, total)
 
