@@ -263,9 +263,9 @@ class BlockBudget:
     ``slow_max_s``; and it is due as soon as nothing was read for ``quiet_s`` (the input stopped: waiting
     adds no rows). A part per block is a fixed ~50 ms of the writer's CPU (five inserts) plus the engine's
     merges of it later: at a slow input (a small fabric, a quiet hour) a 10 s block of 10,000 rows pays
-    ~5 µs per row in fixed cost alone, and 360 parts per hour and table. Raw history and the tiers of a slow
-    input become readable up to ``slow_max_s`` late; verdicts are not in blocks. A slow block never holds
-    more than ``min_rows`` rows past ``max_s``, so its insert costs no more than a fast input's.
+    ~5 µs per row in fixed cost alone, and 360 parts per hour and table (120 at 30 s). Raw history and the
+    tiers of a slow input become readable up to ``slow_max_s`` late; verdicts are not in blocks. A slow block
+    never holds more than ``min_rows`` rows past ``max_s``, so its insert costs no more than a fast input's.
 
     Attributes:
         max_rows: rows over all partitions held (also the most a block holds).
@@ -286,10 +286,10 @@ class BlockBudget:
     def for_input(cls, max_rows: int, max_s: float, min_rows: int | None = None,
                   slow_max_s: float | None = None) -> BlockBudget:
         """The store writer's budget: ``min_rows`` defaults to a fifth of ``max_rows``, ``slow_max_s`` to
-        6 x ``max_s`` (one minute at the default 10 s), ``quiet_s`` to the shorter of ``max_s`` and 6 s (one
-        agent upload interval and some)."""
+        3 x ``max_s`` (30 s at the default 10 s: ``fabricscope up`` on a small lab shows its rows twice a
+        minute), ``quiet_s`` to the shorter of ``max_s`` and 6 s (one agent upload interval and some)."""
         return cls(max_rows, max_s, max_rows // 5 if min_rows is None else min_rows,
-                   6 * max_s if slow_max_s is None else max(slow_max_s, max_s), min(max_s, 6.0))
+                   3 * max_s if slow_max_s is None else max(slow_max_s, max_s), min(max_s, 6.0))
 
     def due(self, rows: int, age_s: float, idle_s: float) -> bool:
         """Whether a block of ``rows`` rows whose oldest message was read ``age_s`` ago and newest ``idle_s``

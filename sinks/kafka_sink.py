@@ -123,7 +123,7 @@ class StoreWriter:
         block_min_rows: ... but a block under this many rows at ``block_s`` waits on while the input is still
             arriving (a slow input), ...
         block_slow_max_s: ... up to this many seconds (:class:`sinks.blocks.BlockBudget`; None: the defaults
-            there, a fifth of ``block_rows`` and 6 x ``block_s``). A block whose input went quiet for 6 s (or
+            there, a fifth of ``block_rows`` and 3 x ``block_s``). A block whose input went quiet for 6 s (or
             ``block_s`` if shorter) is due at once.
     """
 

@@ -66,18 +66,18 @@ def _trickle(states: dict[int, PartitionState], until_s: float, every_s: float, 
 
 
 def test_a_slow_input_keeps_its_block_open_past_the_budget_while_rows_still_arrive():
-    budget = BlockBudget.for_input(max_rows=10_000, max_s=10.0)  # a fifth = 2,000 rows, 60 s, quiet after 6 s
-    assert (budget.min_rows, budget.slow_max_s, budget.quiet_s) == (2_000, 60.0, 6.0)
+    budget = BlockBudget.for_input(max_rows=10_000, max_s=10.0)  # a fifth = 2,000 rows, 30 s, quiet after 6 s
+    assert (budget.min_rows, budget.slow_max_s, budget.quiet_s) == (2_000, 30.0, 6.0)
     states = {p: PartitionState() for p in (0, 1)}
-    _trickle(states, until_s=30.0, every_s=5.0, rows=100)  # 7 messages by 30 s: 700 rows, newest read at 30 s
-    assert take_writer_block(states, 10_000, 10.0, now_s=30.0, budget=budget) is None  # 30 s old, under 2,000
-    old = take_writer_block(states, 10_000, 10.0, now_s=30.0)  # without the budget: due at 10 s, any rows
-    assert sum(len(es) for es in old.values()) == 7
+    _trickle(states, until_s=20.0, every_s=5.0, rows=100)  # 5 messages by 20 s: 500 rows, newest read at 20 s
+    assert take_writer_block(states, 10_000, 10.0, now_s=20.0, budget=budget) is None  # 20 s old, under 2,000
+    old = take_writer_block(states, 10_000, 10.0, now_s=20.0)  # without the budget: due at 10 s, any rows
+    assert sum(len(es) for es in old.values()) == 5
     states = {p: PartitionState() for p in (0, 1)}
-    _trickle(states, until_s=55.0, every_s=5.0, rows=100)  # 12 messages, 1,200 rows
-    assert take_writer_block(states, 10_000, 10.0, now_s=59.9, budget=budget) is None  # newest 4.9 s ago
-    taken = take_writer_block(states, 10_000, 10.0, now_s=60.0, budget=budget)  # the slow block's cap
-    assert sum(len(es) for es in taken.values()) == 12
+    _trickle(states, until_s=25.0, every_s=5.0, rows=100)  # 6 messages, 600 rows
+    assert take_writer_block(states, 10_000, 10.0, now_s=29.9, budget=budget) is None  # newest 4.9 s ago
+    taken = take_writer_block(states, 10_000, 10.0, now_s=30.0, budget=budget)  # the slow block's cap
+    assert sum(len(es) for es in taken.values()) == 6
 
 
 def test_a_block_at_its_budget_with_enough_rows_or_a_quiet_input_is_due():
