@@ -268,7 +268,9 @@ def run_sink(s: Settings) -> None:
     server = serve(store, s.store_path) if not s.clickhouse_dsn() else None
     stopping = stop_requested(signal.SIGTERM, signal.SIGINT)
     writer = StoreWriter(store, s.kafka_bootstrap, s.fabricscope_topic_prefix, kafka_config=s.kafka_client_config(),
-                         block_rows=s.fabricscope_sink_block_rows, block_s=s.fabricscope_sink_block_s)
+                         block_rows=s.fabricscope_sink_block_rows, block_s=s.fabricscope_sink_block_s,
+                         block_min_rows=s.fabricscope_sink_block_min_rows,
+                         block_slow_max_s=s.fabricscope_sink_block_slow_max_s)
     try:
         writer.run(stopping)
     finally:

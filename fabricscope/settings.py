@@ -46,6 +46,11 @@ class Settings(BaseSettings):
     fabricscope_sink_block_rows: int = Field(500_000, gt=0,
                                              description="rows per insert block (over all partitions read)")
     fabricscope_sink_block_s: float = Field(10.0, gt=0, description="seconds a block may wait for more rows")
+    fabricscope_sink_block_min_rows: int | None = Field(
+        None, ge=0, description="a block under this many rows at FABRICSCOPE_SINK_BLOCK_S waits on while rows still "
+        "arrive (slow input); unset = a fifth of FABRICSCOPE_SINK_BLOCK_ROWS")
+    fabricscope_sink_block_slow_max_s: float | None = Field(
+        None, gt=0, description="the longest such a block waits; unset = 3 x FABRICSCOPE_SINK_BLOCK_S")
     # Limits of every user query (`fabricscope query`, saved queries, the sink's endpoint); past one
     # the query stops with the engine's error. Defaults: the documented queries take 0.1-1.3 s and
     # return at most ~81 k rows over a day of a 1,000-RNIC cluster (README, History).

@@ -29,6 +29,7 @@ from schemas.codec import CodecError, decode, schema_key_from_headers
 from sinks import metrics as M
 from sinks.blocks import (
     STATE_TABLE,
+    BlockBudget,
     Entry,
     PartitionState,
     WriterBlock,
@@ -119,6 +120,11 @@ class StoreWriter:
             Only raw history and the tiers wait for a block (verdicts are inserted per message), so the
             default is long: a block spans several uploads of every agent (one every 5 s), its minute
             rows merge per pair, and fewer, larger parts cost the engine fewer merges (BENCHMARKS.md 4).
+        block_min_rows: ... but a block under this many rows at ``block_s`` waits on while the input is still
+            arriving (a slow input), ...
+        block_slow_max_s: ... up to this many seconds (:class:`sinks.blocks.BlockBudget`; None: the defaults
+            there, a fifth of ``block_rows`` and 3 x ``block_s``). A block whose input went quiet for 6 s (or
+            ``block_s`` if shorter) is due at once.
     """
 
     def __init__(
@@ -130,11 +136,14 @@ class StoreWriter:
         kafka_config: dict[str, str] | None = None,
         block_rows: int = 500_000,
         block_s: float = 10.0,
+        block_min_rows: int | None = None,
+        block_slow_max_s: float | None = None,
     ) -> None:
         self.store = store
         self.prefix = prefix
         self.stats = SinkStats()
         self.block_rows, self.block_s = block_rows, block_s
+        self.budget = BlockBudget.for_input(block_rows, block_s, block_min_rows, block_slow_max_s)
         self._lag: dict[tuple[str, int], int] = {}
         # per (topic, partition) of the block topics; reloaded from the store after every (re)assignment
         self._parts: dict[tuple[str, int], PartitionState] = {}
@@ -326,7 +335,8 @@ class StoreWriter:
                 written += n
         for topic in sorted({t for t, _ in self._parts}):
             states = {p: st for (t, p), st in self._parts.items() if t == topic}
-            while (taken := take_writer_block(states, self.block_rows, self.block_s, time.monotonic(), force)):
+            while (taken := take_writer_block(states, self.block_rows, self.block_s, time.monotonic(), force,
+                                                 self.budget)):
                 n = self._write_block(topic, states, taken, stop)
                 if n is None:
                     self._abandoned = True

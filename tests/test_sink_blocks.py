@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from sinks.blocks import Entry, PartitionState, take_writer_block
+from sinks.blocks import BlockBudget, Entry, PartitionState, take_writer_block
 
 
 def _state(rows_per_message: list[int]) -> PartitionState:
@@ -53,3 +53,40 @@ def test_a_writer_block_over_partitions_at_once_when_forced_and_not_over_one_re_
     assert {p: [e.offset for e in es] for p, es in take_writer_block(states, 100, 10.0, 0.0, force=True).items()} \
         == {0: [5]}
     assert take_writer_block(states, 100, 10.0, 0.0, force=True) is None
+
+
+def _trickle(states: dict[int, PartitionState], until_s: float, every_s: float, rows: int) -> None:
+    """A slow input: one message of ``rows`` rows every ``every_s`` seconds from 0 to ``until_s``, partitions in
+    turn."""
+    t, off = 0.0, 0
+    while t <= until_s:
+        states[off % len(states)].accept(Entry(off // len(states), "probes", pa.table({"seq": list(range(rows))})),
+                                         now_s=t)
+        t, off = t + every_s, off + 1
+
+
+def test_a_slow_input_keeps_its_block_open_past_the_budget_while_rows_still_arrive():
+    budget = BlockBudget.for_input(max_rows=10_000, max_s=10.0)  # a fifth = 2,000 rows, 30 s, quiet after 6 s
+    assert (budget.min_rows, budget.slow_max_s, budget.quiet_s) == (2_000, 30.0, 6.0)
+    states = {p: PartitionState() for p in (0, 1)}
+    _trickle(states, until_s=20.0, every_s=5.0, rows=100)  # 5 messages by 20 s: 500 rows, newest read at 20 s
+    assert take_writer_block(states, 10_000, 10.0, now_s=20.0, budget=budget) is None  # 20 s old, under 2,000
+    old = take_writer_block(states, 10_000, 10.0, now_s=20.0)  # without the budget: due at 10 s, any rows
+    assert sum(len(es) for es in old.values()) == 5
+    states = {p: PartitionState() for p in (0, 1)}
+    _trickle(states, until_s=25.0, every_s=5.0, rows=100)  # 6 messages, 600 rows
+    assert take_writer_block(states, 10_000, 10.0, now_s=29.9, budget=budget) is None  # newest 4.9 s ago
+    taken = take_writer_block(states, 10_000, 10.0, now_s=30.0, budget=budget)  # the slow block's cap
+    assert sum(len(es) for es in taken.values()) == 6
+
+
+def test_a_block_at_its_budget_with_enough_rows_or_a_quiet_input_is_due():
+    budget = BlockBudget.for_input(max_rows=10_000, max_s=10.0)
+    states = {p: PartitionState() for p in (0, 1)}
+    _trickle(states, until_s=9.5, every_s=0.5, rows=100)  # 20 messages, 2,000 rows by 9.5 s
+    assert take_writer_block(states, 10_000, 10.0, now_s=9.9, budget=budget) is None  # under 10 s
+    assert sum(len(es) for es in take_writer_block(states, 10_000, 10.0, now_s=10.0, budget=budget).values()) == 20
+    states = {p: PartitionState() for p in (0, 1)}
+    _trickle(states, until_s=1.0, every_s=0.5, rows=100)  # the input stops at 1 s: 300 rows
+    assert take_writer_block(states, 10_000, 10.0, now_s=6.9, budget=budget) is None  # quiet 5.9 s
+    assert sum(len(es) for es in take_writer_block(states, 10_000, 10.0, now_s=7.0, budget=budget).values()) == 3

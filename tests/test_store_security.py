@@ -68,8 +68,9 @@ def writer(tmp_path_factory, kafka_bootstrap):
     tmp = tmp_path_factory.mktemp("writer")
     env = {**os.environ, "KAFKA_BOOTSTRAP": kafka_bootstrap, "FABRICSCOPE_TOPIC_PREFIX": prefix,
            "FABRICSCOPE_VAR": str(tmp / "var"), "FABRICSCOPE_QUERY_MAX_EXECUTION_TIME_S": str(QUERY_LIMIT_S),
-           # blocks of probe rows close every 0.5 s (default 10 s), so rows grow step by step while a query runs
-           "FABRICSCOPE_SINK_BLOCK_S": "0.5"}
+           # blocks of probe rows close every 0.5 s (default 10 s), so rows grow step by step while a query runs;
+           # however few rows they hold (a slow input's block would otherwise wait on for more, up to 1.5 s)
+           "FABRICSCOPE_SINK_BLOCK_S": "0.5", "FABRICSCOPE_SINK_BLOCK_MIN_ROWS": "0"}
     procs = Processes(env, tmp)
     proc = procs.start("sink")
     store = tmp / "var" / "clickhouse"
