@@ -240,8 +240,9 @@ def _dense(x: np.ndarray) -> tuple[np.ndarray, int, np.ndarray]:
     return ids, len(d.dictionary), first
 
 
-def classes(base: list[Key], rest: list[Key]) -> Classes:
-    """The coarsest classes of rows on which every key of ``base`` and ``rest`` is constant.
+def classes(base: list[Key], rest: list[Key], columns: Iterable[pa.Array | pa.ChunkedArray] = ()) -> Classes:
+    """The coarsest classes of rows on which every key of ``base`` and ``rest`` and every column of ``columns`` is
+    constant.
 
     Rows are hashed by their ``base`` codes (mixed radix); each key of ``rest`` is then only checked to be
     constant on those classes (a gather and a compare, no hashing: a key that is a function of ``base``, as
@@ -252,6 +253,10 @@ def classes(base: list[Key], rest: list[Key]) -> Classes:
     Args:
         base: at least one key (their codes are combined in one int64, renumbered when it would overflow).
         rest: more keys of the same rows.
+        columns: Arrow columns of the same rows not encoded yet (e.g. a probe's addresses): each row's value is
+            compared with its class's first row's (an Arrow take and an equality, about half the cost of hashing
+            strings); only a column that is not constant on the classes (or has nulls) is hashed
+            (:func:`row_ids`) to refine them.
     """
     comp = np.zeros(len(base[0].codes), dtype=np.int64)
     space = 1
@@ -264,7 +269,20 @@ def classes(base: list[Key], rest: list[Key]) -> Classes:
     for k in rest:
         if k.card > 1 and not np.array_equal(k.codes[first][cls], k.codes):  # one value: constant anyway
             cls, n, first = _dense(cls * k.card + k.codes)
+    for col in columns:
+        if not _constant_on(col, cls, first):
+            k = row_ids(col)
+            cls, n, first = _dense(cls * k.card + k.codes)
     return Classes(cls, n, first)
+
+
+def _constant_on(col: pa.Array | pa.ChunkedArray, cls: np.ndarray, first: np.ndarray) -> bool:
+    """Whether every row of ``col`` (no nulls: else False) equals the value at its class's row ``first[cls]``."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if col.null_count or len(col) == 0:
+        return len(col) == 0
+    return bool(pc.all(pc.equal(col, col.take(pa.array(first[cls], pa.int64())))).as_py())
 
 
 def of_groups(g: Groups, keys: list[Key], gid: np.ndarray) -> list[Key]:

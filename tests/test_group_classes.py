@@ -38,3 +38,19 @@ def test_sums_over_classes_weighted_equal_sums_over_rows() -> None:
     got = sums(["host", "slot"], [key(host.take(first)), key(slot.take(first))], {"n": per_class})
     assert got.to_pylist() == [{"host": "a", "slot": 0, "n": 2}, {"host": "b", "slot": 0, "n": 1},
                                {"host": "b", "slot": 1, "n": 2}, {"host": "c", "slot": 1, "n": 1}]
+
+
+def test_columns_compared_per_class_split_only_where_they_vary() -> None:
+    rnic = row_ids(pa.array(["A1", "A1", "B1", "A1", "B1"]))
+    ip = pa.chunked_array([["10.0.0.1", "10.0.0.1"], ["10.0.0.2", "10.0.0.1", "10.0.0.2"]])  # A1 -> .1, B1 -> .2
+    c = classes([rnic], [], [ip])
+    assert _partition(c.cls) == {frozenset({0, 1, 3}), frozenset({2, 4})}
+    moved = pa.array(["10.0.0.1", "10.0.0.9", "10.0.0.2", "10.0.0.1", "10.0.0.2"])  # row 1's address differs
+    assert _partition(classes([rnic], [], [moved]).cls) == {frozenset({0, 3}), frozenset({1}), frozenset({2, 4})}
+
+
+def test_a_column_with_nulls_is_hashed_and_a_null_is_a_value_of_its_own() -> None:
+    rnic = row_ids(pa.array(["A1", "A1", "A1", "B1"]))
+    job = pa.array([None, None, "j1", "j1"])  # rows 0, 1 share the null; row 2 does not
+    c = classes([rnic], [], [job])
+    assert _partition(c.cls) == {frozenset({0, 1}), frozenset({2}), frozenset({3})}

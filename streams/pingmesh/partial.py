@@ -177,10 +177,10 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     # key but the RTT buckets and slots is a function of the tuple: the path lookup and the group-bys run
     # over these classes of rows (each weighted by its probes), not over every row (exact for any rows,
     # schemas.group_codes.classes), and the keys are ranked on one row per class only.
-    ids = {name: row_ids(col) for name, col in cols.items()}
+    ids = {name: row_ids(col) for name, col in cols.items() if name not in ("src_ip", "dst_ip")}
     c = classes([ids["prober_rnic"], ids["responder_rnic"], ids["src_port"]],
-                [ids[k] for k in ("pinglist", "prober_host", "responder_host", "qpn", "ts_source", "src_ip", "dst_ip",
-                                  "dst_port")])
+                [ids[k] for k in ("pinglist", "prober_host", "responder_host", "qpn", "ts_source", "dst_port")],
+                [cols["src_ip"], cols["dst_ip"]])  # the addresses compared per class, not hashed
     first = pa.array(c.first, pa.int64())
     if index is not None:  # the forward and ACK path of each class (its rows share the 5-tuple)
         at = pc.max(probes["upload_ns"]).as_py() if n else None
