@@ -1,11 +1,13 @@
-"""Classes of rows (schemas.group_codes.classes): the coarsest partition on which every key is constant."""
+"""Classes of rows (schemas.group_codes.classes): the coarsest partition on which every key is constant; and the
+step's encodings (dictionaries), equal to Arrow's dictionary encoding however they are found."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from schemas.group_codes import classes, key, row_ids, sums
+from schemas.group_codes import classes, dictionaries, key, row_ids, sums
 
 
 def _partition(cls: np.ndarray) -> set[frozenset[int]]:
@@ -54,3 +56,14 @@ def test_a_column_with_nulls_is_hashed_and_a_null_is_a_value_of_its_own() -> Non
     job = pa.array([None, None, "j1", "j1"])  # rows 0, 1 share the null; row 2 does not
     c = classes([rnic], [], [job])
     assert _partition(c.cls) == {frozenset({0, 1}), frozenset({2}), frozenset({3})}
+
+
+def test_a_column_equal_to_its_twin_shares_its_encoding_and_one_that_is_not_is_hashed() -> None:
+    t = pa.table({"agent_id": pa.chunked_array([["H2", "H1"], ["H2"]]), "prober_host": ["H2", "H1", "H2"],
+                  "responder_host": ["H2", "H1", "H9"], "job_id": ["H2", None, "H2"]})
+    same = {"prober_host": "agent_id", "responder_host": "agent_id", "job_id": "agent_id"}
+    d = dictionaries(t, ["agent_id", "prober_host", "responder_host", "job_id"], same=same)
+    assert d["prober_host"] is d["agent_id"]  # equal values: one encoding
+    assert d["prober_host"].dictionary.to_pylist() == ["H2", "H1"] and d["prober_host"].indices.to_pylist() == [0, 1, 0]
+    for c in t.column_names:  # each as Arrow encodes it (order of first appearance, nulls null)
+        assert d[c].equals(pc.dictionary_encode(t[c].combine_chunks())), c
