@@ -284,37 +284,38 @@ def _delays(probes: pa.Table, ok: np.ndarray, prober_host: Key, responder_host: 
     """The ``delays`` table: histograms of the responder delay (role ``responder``, at the responder host)
     and the prober delay (role ``prober``, at the prober host) of successful probes per slot.
 
-    Each role's rows are counted straight into (host, slot, bucket) (a dense count when that space is small
-    against the rows, else one sort), and only the present entries go through the group-by."""
+    The rows are counted straight into (host, role, slot, bucket), coded in the table's key order: a dense count
+    over every row (the rows without a delay counted into one spare entry) when that space is small against the
+    rows, else one sort of the rows with a delay; the present entries are the table, sorted by its keys."""
+    n = len(slot)
     parts = []
     for role, host_key, val_col in ((1, responder_host, "responder_delay_ns"), (0, prober_host, "prober_delay_ns")):
-        r = np.flatnonzero(ok & to_numpy(pc.is_valid(probes[val_col])))
-        parts.append((role, host_key.codes[r], slot[r], _bucket_rows(probes, val_col, r, buckets)))
-    every = np.concatenate([b for *_, b in parts])
-    lo = int(every.min()) if len(every) else 0
-    n_buckets = int(every.max()) - lo + 1 if len(every) else 1
-    n_slots = int(slot.max()) + 1 if len(slot) else 1
-    space = prober_host.card * n_slots * n_buckets
-    hosts, roles, slots, buckets, counts = [], [], [], [], []
-    for role, h, s, b in parts:
-        comp = (h * n_slots + s) * n_buckets + (b - lo)
-        if space <= 4 * len(comp) + 4096:
-            count = np.bincount(comp, minlength=space)
-            at = np.flatnonzero(count)
-            count = count[at]
+        v = ok & to_numpy(pc.is_valid(probes[val_col]))
+        if buckets is not None and val_col in buckets:
+            b = (buckets[val_col] >> 1).astype(np.int64)  # every row's; meaningless where ``v`` is False
         else:
-            at, count = np.unique(comp, return_counts=True)
-        hosts.append(at // (n_slots * n_buckets))
-        slots.append(at // n_buckets % n_slots)
-        buckets.append(at % n_buckets + lo)
-        roles.append(np.full(len(at), role, dtype=np.int64))
-        counts.append(count)
-    return sums(DELAY_KEYS + ["bucket"], [
-        Key(np.concatenate(hosts), prober_host.card, prober_host.values),
-        Key(np.concatenate(roles), 2, lambda c: _ROLES.take(pa.array(c, pa.int64()))),
-        key(pa.array(np.concatenate(slots), pa.int64())),
-        key(pa.array(np.concatenate(buckets), pa.int64())),
-    ], {"n": np.concatenate(counts)})
+            b = np.zeros(n, dtype=np.int64)
+            b[v] = _bucket_rows(probes, val_col, np.flatnonzero(v), None)
+        parts.append((role, host_key.codes, v, b))
+    # the bucket range over every row (a row without a delay has bucket 0 or its delay's): it holds the rows with one
+    lo = min((int(b.min()) for *_, b in parts if len(b)), default=0)
+    n_buckets = max((int(b.max()) for *_, b in parts if len(b)), default=lo) - lo + 1
+    n_slots = int(slot.max()) + 1 if n else 1
+    # one code per (host, role, slot, bucket), in the order of the table's keys (host codes rank the host names)
+    space = prober_host.card * 2 * n_slots * n_buckets
+    comps = [(((h * 2 + role) * n_slots + slot) * n_buckets + (b - lo), v) for role, h, v, b in parts]
+    if space <= 8 * n + 4096:
+        count = sum(np.bincount(np.where(v, comp, space), minlength=space + 1)[:space] for comp, v in comps)
+        at = np.flatnonzero(count)
+        count = count[at]
+    else:
+        at, count = np.unique(np.concatenate([comp[v] for comp, v in comps]), return_counts=True)
+    rest, bucket = np.divmod(at, n_buckets)
+    rest, slot_of = np.divmod(rest, n_slots)
+    host, role_of = np.divmod(rest, 2)
+    return pa.Table.from_arrays([prober_host.values(host), _ROLES.take(pa.array(role_of, pa.int64())),
+                                 pa.array(slot_of, pa.int64()), pa.array(bucket + lo, pa.int64()),
+                                 pa.array(np.asarray(count, dtype=np.int64))], names=[*DELAY_KEYS, "bucket", "n"])
 
 
 def _host_slots(prober_host: Key, responder_host: Key, slot: np.ndarray, timeout: np.ndarray) -> pa.Table:
