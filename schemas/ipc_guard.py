@@ -63,6 +63,7 @@ _KINDS: dict[pa.DataType, str] = {}
 
 
 def _check_array(name: str, arr: pa.Array) -> None:
+    # numpy views through memoryview(): half the cost of numpy reading an Arrow buffer's own buffer protocol
     kind = _kind(arr.type)
     if kind == "other":
         arr.validate(full=True)
@@ -75,7 +76,7 @@ def _check_array(name: str, arr: pa.Array) -> None:
         _check_nulls(name, arr, bufs[0], n)
     if kind == "fixed":
         return
-    offsets = np.frombuffer(bufs[1], dtype=np.int64 if kind.startswith("large") else np.int32)[
+    offsets = np.frombuffer(memoryview(bufs[1]), dtype=np.int64 if kind.startswith("large") else np.int32)[
         arr.offset:arr.offset + n + 1]
     if len(offsets) != n + 1:
         raise pa.ArrowInvalid(f"column {name}: offsets buffer too small for {n} values")
@@ -84,7 +85,7 @@ def _check_array(name: str, arr: pa.Array) -> None:
     first, last = int(offsets[0]), int(offsets[-1])
     # plain ASCII is valid UTF-8 (one SIMD pass over the bytes); else Arrow checks each value
     if kind.endswith("utf8") and last > first and bufs[2] is not None and \
-            int(np.frombuffer(bufs[2], dtype=np.uint8)[first:last].max()) >= 0x80:
+            int(np.frombuffer(memoryview(bufs[2]), dtype=np.uint8)[first:last].max()) >= 0x80:
         arr.validate(full=True)
 
 
@@ -96,7 +97,7 @@ def _check_nulls(name: str, arr: pa.Array, bitmap: pa.Buffer | None, n: int) -> 
             raise pa.ArrowInvalid(f"column {name}: null count {declared} but no validity bitmap")
         return
     off = arr.offset
-    bits = np.frombuffer(bitmap, dtype=np.uint8)[off // 8:(off + n + 7) // 8 + 1]
+    bits = np.frombuffer(memoryview(bitmap), dtype=np.uint8)[off // 8:(off + n + 7) // 8 + 1]
     valid = np.unpackbits(bits, bitorder="little")[off % 8:off % 8 + n]
     if len(valid) != n:
         raise pa.ArrowInvalid(f"column {name}: validity bitmap too small for {n} values")
