@@ -76,8 +76,10 @@ def _check_array(name: str, arr: pa.Array) -> None:
         _check_nulls(name, arr, bufs[0], n)
     if kind == "fixed":
         return
-    offsets = np.frombuffer(memoryview(bufs[1]), dtype=np.int64 if kind.startswith("large") else np.int32)[
-        arr.offset:arr.offset + n + 1]
+    width = 8 if kind.startswith("large") else 4
+    # the slots the array spans only (the buffer may be longer, and not a whole number of offsets)
+    offsets = np.frombuffer(memoryview(bufs[1])[arr.offset * width:(arr.offset + n + 1) * width],
+                            dtype=np.int64 if width == 8 else np.int32)
     if len(offsets) != n + 1:
         raise pa.ArrowInvalid(f"column {name}: offsets buffer too small for {n} values")
     if (offsets[1:] < offsets[:-1]).any():

@@ -173,6 +173,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     ok = to_numpy(pc.fill_null(pc.invert(status), False)).astype(bool)
 
     cols = {c: column(probes, c, encoded) for c in (*ENCODED, "qpn", "src_port", "src_ip", "dst_ip", "dst_port")}
+    cols["src_ip"], cols["dst_ip"] = (probes[c].combine_chunks() for c in ("src_ip", "dst_ip"))  # compared, taken
     # A window holds each 5-tuple many times (240,000 probes, ~33,000 tuples on the profile fabric) and every
     # key but the RTT buckets and slots is a function of the tuple: the path lookup and the group-bys run
     # over these classes of rows (each weighted by its probes), not over every row (exact for any rows,
@@ -184,7 +185,8 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     first = pa.array(c.first, pa.int64())
     if index is not None:  # the forward and ACK path of each class (its rows share the 5-tuple)
         at = pc.max(probes["upload_ns"]).as_py() if n else None
-        fwd_id, rev_id = index.hop_ids(probes.select(["src_ip", "dst_ip", "src_port", "dst_port"]).take(first), at)
+        fwd_id, rev_id = index.hop_ids(pa.table({k: cols[k].take(first) for k in ("src_ip", "dst_ip", "src_port",
+                                                                                  "dst_port")}), at)
     else:
         fwd_id = rev_id = np.zeros(c.n, dtype=np.int64)
     fwd, rev, hop_of_rank = _hop_keys(index, fwd_id, rev_id)
