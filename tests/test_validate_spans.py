@@ -1,9 +1,11 @@
-"""The span rules' shortcut (streams.pingmesh.validate._spans_fine): a step with no bad span skips the per-rule
-Arrow passes, and the rules a step breaks are the same as when every rule is evaluated one by one."""
+"""The validation shortcuts (streams.pingmesh.validate): the span rules checked in one numpy pass (a step with no
+bad span skips the per-rule Arrow passes), and repeats found without a sort when seq increases per agent; the rules
+a step breaks are the same as with every rule evaluated one by one."""
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -55,3 +57,20 @@ def test_rules_equal_every_rule_evaluated(readings):
     finally:
         validate._spans_fine = shortcut
     assert got[1] == want[1] and np.array_equal(got[0], want[0])
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.sampled_from(["H1", "H2", None]), st.integers(0, 6)), min_size=1,
+                max_size=20), st.booleans())
+def test_repeats_found_with_and_without_the_in_order_shortcut(rows, ordered):
+    """A repeated (batch, agent, seq) is found whether or not each agent's rows come in one increasing run."""
+    if ordered:  # the common upload: per batch and agent one run of increasing seq
+        rows = sorted(set(rows), key=lambda r: (r[0], r[1] or "", r[2]))
+    batch = np.array([b for b, _, _ in rows], dtype=np.int64)
+    t = pa.table({"seq": pa.array([s for *_, s in rows], pa.uint64())})
+    got = validate._repeats(t, batch, pa.array([a for _, a, _ in rows], pa.string()))
+    seen, want = set(), []
+    for b, a, s in rows:  # by hand: a later row with the same (batch, agent or '', seq) repeats
+        want.append((b, a or "", s) in seen)
+        seen.add((b, a or "", s))
+    assert (got is None and not any(want)) or (got is not None and got.tolist() == want)

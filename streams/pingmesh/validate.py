@@ -145,9 +145,10 @@ def broken_rules(t: pa.Table, known_rnics: set[str] | None = None, batch: np.nda
 def _repeats(t: pa.Table, batch: np.ndarray | None, agent_id: pa.Array | pa.ChunkedArray) -> np.ndarray | None:
     """Rows whose (batch, agent_id, seq) an earlier row has (the first occurrence stays good); None if none.
 
-    Integer keys (dictionary id of the agent, seq), no per-row strings. Common case first: batch, agent
-    and seq packed into one int64 and sorted (numpy's plain sort, no argsort) finds no two equal; only
-    when it does (or the values do not fit) are the repeats found by a stable sort of the rows.
+    Integer keys (dictionary id of the agent, seq), no per-row strings. Commonest case first: an agent numbers
+    its probes in order, so each (batch, agent) is one run of rows with increasing seq (:func:`_increasing_runs`,
+    no sort). Else batch, agent and seq packed into one int64 and sorted (numpy's plain sort, no argsort) finds
+    no two equal; only when it does (or the values do not fit) are the repeats found by a stable sort of the rows.
     """
     n = t.num_rows
     ids = agent_id.combine_chunks() if isinstance(agent_id, pa.ChunkedArray) else agent_id
@@ -157,6 +158,8 @@ def _repeats(t: pa.Table, batch: np.ndarray | None, agent_id: pa.Array | pa.Chun
     seq = np.asarray(pc.fill_null(t["seq"], 0).to_numpy(zero_copy_only=False), dtype=np.uint64)
     group = agent if batch is None else (np.asarray(batch, dtype=np.int64) - int(np.min(batch))) * (
         int(agent.max()) + 1) + agent
+    if _increasing_runs(group, seq):
+        return None
     seq_bits = max(int(seq.max()), 1).bit_length()
     if seq_bits + max(int(group.max()), 1).bit_length() <= 63:
         packed = (group << seq_bits) | seq.astype(np.int64)
@@ -167,6 +170,19 @@ def _repeats(t: pa.Table, batch: np.ndarray | None, agent_id: pa.Array | pa.Chun
     repeat = np.zeros(n, dtype=bool)
     repeat[order[1:]] = (group[order[1:]] == group[order[:-1]]) & (seq[order[1:]] == seq[order[:-1]])
     return repeat if repeat.any() else None
+
+
+def _increasing_runs(group: np.ndarray, seq: np.ndarray) -> bool:
+    """True when every group's rows are one contiguous run with strictly increasing ``seq``: then no (group, seq)
+    repeats. Three passes over the rows and a check that no group starts two runs; False (undecided) else."""
+    n = len(group)
+    if n < 2:
+        return True
+    same = group[1:] == group[:-1]
+    if not (seq[1:][same] > seq[:-1][same]).all():
+        return False
+    heads = group[np.flatnonzero(np.r_[True, ~same])]
+    return len(np.unique(heads)) == len(heads)
 
 
 def split_probes(t: pa.Table, known_rnics: set[str] | None = None) -> Split:
