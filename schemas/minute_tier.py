@@ -137,7 +137,7 @@ def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | 
         "minute": pa.array(minute[first], pa.int64()),
         **{k: _keys_at(enriched, k, encoded, first) for k in KEYS[1:]},
         "probes": pa.array(np.bincount(gid, minlength=n_groups).astype(np.uint64)),
-        "timeouts": pa.array(np.bincount(gid, weights=timeout, minlength=n_groups).astype(np.uint64)),
+        "timeouts": pa.array(np.bincount(gid[np.flatnonzero(timeout)], minlength=n_groups).astype(np.uint64)),
     }
     for name, col in HISTS:
         cols[name] = _histogram(gid, n_groups, enriched[col], None if buckets is None else buckets.get(col))

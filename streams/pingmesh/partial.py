@@ -194,7 +194,8 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
         key(cols[k].take(first)) for k in ("pinglist", "prober_rnic", "responder_rnic", "qpn", "src_port", "ts_source"))
     prober_host, responder_host = shared_keys(cols["prober_host"].take(first), cols["responder_host"].take(first))
     per_class = np.bincount(c.cls, minlength=c.n)
-    timeouts = np.bincount(c.cls, weights=timeout, minlength=c.n)
+    timed_out = np.flatnonzero(timeout)  # few rows: counted by index, not by a weight on every row
+    timeouts = np.bincount(c.cls[timed_out], minlength=c.n)
     # one key for the (forward, ACK) path pair, numbered in (forward, ACK) order: shared by the links
     # crossed, failing, flows and service; the ACK path column is output from it (dependent)
     path_pairs = group([fwd, rev])  # over classes
@@ -204,7 +205,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     pair = [pinglist, prober_host, prober_rnic, responder_host, responder_rnic, qpn]
     pairs = sums(PAIR_KEYS, pair, {"n": per_class, "n_timeout": timeouts})
 
-    rows = np.flatnonzero(timeout)
+    rows = timed_out
     job = key(probes["job_id"].take(pa.array(rows)))
     of_rows = c.cls[rows]
     failing = sums(FAIL_KEYS, [*(k.take(of_rows) for k in pair), job, fwd.take(of_rows), rev.take(of_rows)],
@@ -330,11 +331,12 @@ def _host_slots(prober_host: Key, responder_host: Key, slot: np.ndarray, timeout
         return sums(["host", "slot"], [host, key(pa.array(np.concatenate([slot, slot])))],
                     {"n": None, "n_timeout": np.concatenate([timeout, timeout])})
     probes = np.zeros(space, dtype=np.int64)
-    timeouts = np.zeros(space, dtype=np.float64)
+    timeouts = np.zeros(space, dtype=np.int64)
+    timed_out = np.flatnonzero(timeout)
     for h in (prober_host, responder_host):
         hs = h.codes * n_slots + slot
         probes += np.bincount(hs, minlength=space)
-        timeouts += np.bincount(hs, weights=timeout, minlength=space)
+        timeouts += np.bincount(hs[timed_out], minlength=space)
     at = np.flatnonzero(probes)
     return sums(["host", "slot"], [Key(at // n_slots, prober_host.card, prober_host.values),
                                    key(pa.array(at % n_slots, pa.int64()))],
