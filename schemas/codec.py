@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from schemas.arrow_pa import SCHEMA_METADATA_KEY, arrow_schema
 from schemas.headers import SCHEMA_HEADER, headers_for, schema_key_from_headers
+from schemas.ipc_guard import check_table
 from schemas.records import UnknownSchemaError
 
 __all__ = ["SCHEMA_HEADER", "decode", "encode", "encode_buffer", "headers_for", "schema_key_from_headers"]
@@ -73,8 +74,9 @@ def decode(payload: bytes, expected: str | None = None) -> tuple[str, pa.Table]:
         reader = pa.ipc.open_stream(payload)
         table = reader.read_all()
         # The IPC reader checks framing, not contents: a corrupt offset or null count reads "fine" and
-        # then crashes (segfaults) the first kernel that trusts it. Full validation turns it into an error.
-        table.validate(full=True)
+        # then crashes (segfaults) the first kernel that trusts it. What Arrow's full validation checks,
+        # vectorised (schemas.ipc_guard), turns it into an error.
+        check_table(table)
     except (pa.ArrowException, OSError, ValueError, IndexError, OverflowError) as err:
         raise TruncatedPayloadError(
             f"payload of {len(payload)} bytes is not a complete Arrow IPC stream (truncated or corrupt): {err}"
@@ -89,6 +91,8 @@ def decode(payload: bytes, expected: str | None = None) -> tuple[str, pa.Table]:
         want = arrow_schema(key)
     except UnknownSchemaError as err:
         raise UnknownSchemaVersionError(str(err)) from None
+    if table.schema.equals(want, check_metadata=True):  # as our builders write it: nothing to check or rebuild
+        return key, table
     missing = [n for n in want.names if n not in table.schema.names]
     if missing:
         raise SchemaMismatchError(f"{key}: missing columns {', '.join(missing)}")

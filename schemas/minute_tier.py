@@ -62,17 +62,37 @@ def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
 
 def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray, bucket: np.ndarray | None = None) -> pa.Array:
     """One ``Map(bucket -> count)`` per group over the non-null ``values``; keys ascending. ``bucket``: the
-    values' store buckets per row when known (:func:`latency_buckets`)."""
-    valid = pc.is_valid(values).to_numpy(zero_copy_only=False)
-    g = gid[valid]
-    b = (store_bucket(pc.drop_null(values).to_numpy(zero_copy_only=False)) if bucket is None else
-         bucket[valid]).astype(np.int64)
-    pair, counts = np.unique(g * 65536 + b, return_counts=True)  # sorted by group, then bucket
-    owner = pair // 65536
+    values' store buckets per row when known (:func:`latency_buckets`).
+
+    One sort of ``group << 16 | bucket`` (buckets are uint16) and the run starts of the sorted keys: what
+    ``np.unique(..., return_counts=True)`` does, without its copies."""
+    valid = np.asarray(pc.is_valid(values).to_numpy(zero_copy_only=False), dtype=bool) if values.null_count else None
+    if bucket is None:
+        bucket = store_bucket(pc.fill_null(values, 1).to_numpy(zero_copy_only=False))
+    g, b = (gid, bucket) if valid is None else (gid[valid], bucket[valid])
+    pair = (g << 16) | b.astype(np.int64)
+    pair.sort()  # by group, then bucket
+    n = len(pair)
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    np.not_equal(pair[1:], pair[:-1], out=new[1:])
+    starts = np.flatnonzero(new)
+    pair = pair[starts]
+    counts = np.diff(np.append(starts, n))
     offsets = np.zeros(n_groups + 1, dtype=np.int32)
-    np.cumsum(np.bincount(owner, minlength=n_groups), out=offsets[1:])
-    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array((pair % 65536).astype(np.uint16)),
+    np.cumsum(np.bincount(pair >> 16, minlength=n_groups), out=offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(offsets, pa.int32()), pa.array((pair & 0xFFFF).astype(np.uint16)),
                                    pa.array(counts.astype(np.uint64)), type=_MAP)
+
+
+def _keys_at(enriched: pa.Table, name: str, encoded: Mapping[str, pa.DictionaryArray] | None,
+             rows: np.ndarray) -> pa.Array | pa.ChunkedArray:
+    """Column ``name`` (string) at ``rows``: from its dictionary when the step encoded it (one take from a
+    small contiguous array), else from the column."""
+    d = encoded.get(name) if encoded is not None else None
+    if d is None or d.null_count:
+        return enriched[name].take(pa.array(rows, pa.int64()))
+    return d.dictionary.take(d.indices.take(pa.array(rows, pa.int64())))
 
 
 def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | None = None,
@@ -113,18 +133,15 @@ def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | 
     first = np.zeros(n_groups, dtype=np.int64)
     first[gid] = np.arange(len(gid), dtype=np.int64)  # a row of each group (all share its key)
     timeout = pc.equal(enriched["status"], "timeout").to_numpy(zero_copy_only=False)
-    take = pa.array(first, pa.int64())
     cols = {
         "minute": pa.array(minute[first], pa.int64()),
-        "pinglist": enriched["pinglist"].take(take),
-        "prober_rnic": enriched["prober_rnic"].take(take),
-        "responder_rnic": enriched["responder_rnic"].take(take),
+        **{k: _keys_at(enriched, k, encoded, first) for k in KEYS[1:]},
         "probes": pa.array(np.bincount(gid, minlength=n_groups).astype(np.uint64)),
-        "timeouts": pa.array(np.bincount(gid, weights=timeout, minlength=n_groups).astype(np.uint64)),
+        "timeouts": pa.array(np.bincount(gid[np.flatnonzero(timeout)], minlength=n_groups).astype(np.uint64)),
     }
     for name, col in HISTS:
         cols[name] = _histogram(gid, n_groups, enriched[col], None if buckets is None else buckets.get(col))
-    cols["batch_id"] = enriched["batch_id"].take(take)
+    cols["batch_id"] = _keys_at(enriched, "batch_id", encoded, first)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 

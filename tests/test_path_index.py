@@ -95,3 +95,27 @@ def test_an_incomplete_trace_is_resolved_on_arrival_and_again_only_when_the_fabr
     index.update(_traced([("forward", "10.0.0.1", "10.0.0.4", 3, "R1,T1,S1,T2,R4", T0 + 5),
                           ("forward", "10.0.0.1", "10.0.0.6", 7, "R1,T1,S1,T2,R6", T0 + 5)], [True, True]))
     assert resolved == [[2], [3], [2, 3], [3]]
+
+
+def test_lookups_are_the_same_past_the_direct_pair_ids(monkeypatch):
+    """Past 2**DIRECT_BITS addresses the index numbers address pairs in a table (converted once): every lookup,
+    the ACK path by the reverse 5-tuple included, and eviction give what they gave before."""
+    import streams.pingmesh.links as links
+
+    monkeypatch.setattr(links, "DIRECT_BITS", 2)  # 4 addresses
+    index = PathIndex()
+    index.update(_paths([("forward", "10.0.0.1", "10.0.1.1", 50000, "a,S1,b", T0),
+                         ("reverse", "10.0.1.1", "10.0.0.1", 50000, "b,S2,a", T0)]))
+    assert index._direct
+    probe = [("10.0.0.1", "10.0.1.1", 50000)]
+    before = attach_paths(_probes(probe, T0), index).select(["fwd_hops", "rev_hops"]).to_pylist()
+    assert before == [{"fwd_hops": "a,S1,b", "rev_hops": "b,S2,a"}]
+    index.update(_paths([("forward", f"10.0.2.{i}", f"10.0.3.{i}", 50001, f"c{i},S3,d{i}", T0) for i in range(3)]))
+    assert not index._direct  # 8 addresses
+    assert attach_paths(_probes(probe, T0), index).select(["fwd_hops", "rev_hops"]).to_pylist() == before
+    got = attach_paths(_probes([(f"10.0.2.{i}", f"10.0.3.{i}", 50001) for i in range(3)], T0), index)
+    assert got["fwd_hops"].to_pylist() == [f"c{i},S3,d{i}" for i in range(3)]
+    for h in range(1, 4):  # only the first tuple is still probed: the others are evicted, the pair table compacted
+        attach_paths(_probes(probe, T0 + h * HOUR_NS), index)
+    assert len(index) == 2 and len(index._pair_keys) == 2
+    assert attach_paths(_probes(probe, T0 + 4 * HOUR_NS), index).select(["fwd_hops", "rev_hops"]).to_pylist() == before

@@ -106,6 +106,9 @@ HOUR_NS = 3_600_000_000_000
 # Inter-ToR 5-tuples rotate every hour (R-Pingmesh §4.1, Eq. 1 picks new source ports): a tuple no probe
 # has used for two rotation periods is gone from every pinglist.
 EVICT_AFTER_NS = 2 * HOUR_NS
+DIRECT_BITS = 15
+"""Bits of an address id in a direct pair id (:class:`PathIndex`): up to 32,768 addresses, two ids and the
+direction and ports fit the entry key's 63 bits."""
 _COLS = ("direction", *KEY)
 
 
@@ -142,6 +145,10 @@ class PathIndex:
         # per entry its key (pair id, direction, ports in one int64) and its hop-string id; hop strings
         # interned ('' is id 0), their links in CSR form, filled lazily for new hop strings.
         self._ip: dict[str, int] = {}
+        # While the addresses fit in DIRECT_BITS each (32,768: a 10,000-RNIC fabric's), an address pair's id is
+        # the two address ids side by side (no pair table: a probe's key needs no lookup of its pair); past that,
+        # pair ids come from a table (``_pair``, ``_pair_keys``), converted once (:meth:`_to_pair_table`).
+        self._direct = True
         self._pair: dict[int, int] = {}
         self._ip_arr = pa.array([], pa.string())  # address of each id (dict order = id order)
         self._pair_keys = np.zeros(0, dtype=np.int64)
@@ -303,6 +310,9 @@ class PathIndex:
         """Drop pair ids and hop strings no live entry uses (after an eviction): the id tables stay as
         small as the index. Ids are renumbered in their old order, so the links already computed are kept."""
         known = self._ekey >= 0
+        if self._direct:  # pair ids are address ids, which never change
+            self._compact_hops()
+            return
         pids = self._ekey[known] >> 33
         live_p = np.flatnonzero(np.bincount(pids, minlength=len(self._pair_keys)))
         lut = np.zeros(len(self._pair_keys), dtype=np.int64)
@@ -310,6 +320,10 @@ class PathIndex:
         self._ekey[known] = (lut[pids] << 33) | (self._ekey[known] & ((1 << 33) - 1))
         self._pair_keys = self._pair_keys[live_p]
         self._pair = dict(zip(self._pair_keys.tolist(), range(len(self._pair_keys)), strict=True))
+        self._compact_hops()
+
+    def _compact_hops(self) -> None:
+        """Drop hop strings no live entry uses, renumbered in their old order (their links are kept)."""
         used = np.bincount(self._ehop, minlength=len(self._hop_strs)) > 0
         used[0] = True  # '' stays id 0
         live_h = np.flatnonzero(used)
@@ -331,17 +345,34 @@ class PathIndex:
         if rows.num_rows == 0:
             return np.zeros(0, dtype=np.int64)
         d = to_numpy(pc.fill_null(pc.index_in(rows["direction"], value_set=pa.array(list(_DIRECTION))), -1))
-        pk = (self._intern_addresses(rows["src_ip"]) << 31) | self._intern_addresses(rows["dst_ip"])
-        pairs, inv = np.unique(pk, return_inverse=True)
-        pid = _lookup(pairs, self._pair_keys, self._pair)  # known pairs: their id; new ones: appended
-        new = pid < 0
-        pid[new] = len(self._pair_keys) + np.arange(int(new.sum()), dtype=np.int64)
-        self._pair.update(zip(pairs[new].tolist(), pid[new].tolist(), strict=True))
-        self._pair_keys = np.concatenate([self._pair_keys, pairs[new]])
+        s, t = self._intern_addresses(rows["src_ip"]), self._intern_addresses(rows["dst_ip"])
+        if self._direct and len(self._ip) > 1 << DIRECT_BITS:
+            self._to_pair_table()
+        if self._direct:
+            pid = (s << DIRECT_BITS) | t
+        else:
+            pairs, inv = np.unique((s << 31) | t, return_inverse=True)
+            ids = _lookup(pairs, self._pair_keys, self._pair)  # known pairs: their id; new ones: appended
+            new = ids < 0
+            ids[new] = len(self._pair_keys) + np.arange(int(new.sum()), dtype=np.int64)
+            self._pair.update(zip(pairs[new].tolist(), ids[new].tolist(), strict=True))
+            self._pair_keys = np.concatenate([self._pair_keys, pairs[new]])
+            pid = ids[inv.ravel()]
         sport = to_numpy(rows["src_port"]).astype(np.int64)
         dport = to_numpy(rows["dst_port"]).astype(np.int64)
-        keys = (pid[inv.ravel()] << 33) | (d.astype(np.int64) << 32) | (sport << 16) | dport
+        keys = (pid << 33) | (d.astype(np.int64) << 32) | (sport << 16) | dport
         return np.where(d >= 0, keys, -1)
+
+    def _to_pair_table(self) -> None:
+        """Leave the direct pair ids (more than ``2**DIRECT_BITS`` addresses): number the entries' address pairs
+        in a table and re-key the entries with those ids."""
+        known = self._ekey >= 0
+        pid = self._ekey[known] >> 33
+        pk = ((pid >> DIRECT_BITS) << 31) | (pid & ((1 << DIRECT_BITS) - 1))
+        self._pair_keys, inv = np.unique(pk, return_inverse=True)
+        self._pair = dict(zip(self._pair_keys.tolist(), range(len(self._pair_keys)), strict=True))
+        self._ekey[known] = (inv.ravel().astype(np.int64) << 33) | (self._ekey[known] & ((1 << 33) - 1))
+        self._direct = False
 
     def _intern_addresses(self, col: pa.ChunkedArray | pa.Array) -> np.ndarray:
         """Address id of each value, new addresses added (ids never change)."""
@@ -420,14 +451,17 @@ class PathIndex:
     def _tuple_hops(self, s: np.ndarray, t: np.ndarray, sport: np.ndarray, dport: np.ndarray
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Forward and ACK hop ids of 5-tuples given as index address ids (-1: unknown) and ports, and
-        the entries they used. Two hash lookups (``pyarrow.compute.index_in``) of int64 keys: address
-        pairs among the pair ids, then the three 5-tuples (forward; reverse with the probe's ports, with
-        the ports swapped) among the entries' keys."""
+        the entries they used. One hash lookup (``pyarrow.compute.index_in``) of int64 keys: the three 5-tuples
+        (forward; reverse with the probe's ports, with the ports swapped) among the entries' keys; before it,
+        past ``2**DIRECT_BITS`` addresses, one of the address pairs among the pair ids."""
         m = len(s)
         known = (s >= 0) & (t >= 0)
-        pk = np.concatenate([(s << 31) | t, (t << 31) | s])
-        pid = _positions(np.where(np.concatenate([known, known]), pk, -2), self._pair_keys)
-        f_pid, r_pid = pid[:m], pid[m:]
+        if self._direct:  # the pair ids are the address ids side by side: no lookup
+            f_pid, r_pid = np.where(known, (s << DIRECT_BITS) | t, -1), np.where(known, (t << DIRECT_BITS) | s, -1)
+        else:
+            pk = np.concatenate([(s << 31) | t, (t << 31) | s])
+            pid = _positions(np.where(np.concatenate([known, known]), pk, -2), self._pair_keys)
+            f_pid, r_pid = pid[:m], pid[m:]
         q = np.concatenate([(f_pid << 33) | (sport << 16) | dport,
                             (r_pid << 33) | (1 << 32) | (sport << 16) | dport,
                             (r_pid << 33) | (1 << 32) | (dport << 16) | sport])

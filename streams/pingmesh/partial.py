@@ -173,18 +173,20 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     ok = to_numpy(pc.fill_null(pc.invert(status), False)).astype(bool)
 
     cols = {c: column(probes, c, encoded) for c in (*ENCODED, "qpn", "src_port", "src_ip", "dst_ip", "dst_port")}
+    cols["src_ip"], cols["dst_ip"] = (probes[c].combine_chunks() for c in ("src_ip", "dst_ip"))  # compared, taken
     # A window holds each 5-tuple many times (240,000 probes, ~33,000 tuples on the profile fabric) and every
     # key but the RTT buckets and slots is a function of the tuple: the path lookup and the group-bys run
     # over these classes of rows (each weighted by its probes), not over every row (exact for any rows,
     # schemas.group_codes.classes), and the keys are ranked on one row per class only.
-    ids = {name: row_ids(col) for name, col in cols.items()}
+    ids = {name: row_ids(col) for name, col in cols.items() if name not in ("src_ip", "dst_ip")}
     c = classes([ids["prober_rnic"], ids["responder_rnic"], ids["src_port"]],
-                [ids[k] for k in ("pinglist", "prober_host", "responder_host", "qpn", "ts_source", "src_ip", "dst_ip",
-                                  "dst_port")])
+                [ids[k] for k in ("pinglist", "prober_host", "responder_host", "qpn", "ts_source", "dst_port")],
+                [cols["src_ip"], cols["dst_ip"]])  # the addresses compared per class, not hashed
     first = pa.array(c.first, pa.int64())
     if index is not None:  # the forward and ACK path of each class (its rows share the 5-tuple)
         at = pc.max(probes["upload_ns"]).as_py() if n else None
-        fwd_id, rev_id = index.hop_ids(probes.select(["src_ip", "dst_ip", "src_port", "dst_port"]).take(first), at)
+        fwd_id, rev_id = index.hop_ids(pa.table({k: cols[k].take(first) for k in ("src_ip", "dst_ip", "src_port",
+                                                                                  "dst_port")}), at)
     else:
         fwd_id = rev_id = np.zeros(c.n, dtype=np.int64)
     fwd, rev, hop_of_rank = _hop_keys(index, fwd_id, rev_id)
@@ -192,7 +194,8 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
         key(cols[k].take(first)) for k in ("pinglist", "prober_rnic", "responder_rnic", "qpn", "src_port", "ts_source"))
     prober_host, responder_host = shared_keys(cols["prober_host"].take(first), cols["responder_host"].take(first))
     per_class = np.bincount(c.cls, minlength=c.n)
-    timeouts = np.bincount(c.cls, weights=timeout, minlength=c.n)
+    timed_out = np.flatnonzero(timeout)  # few rows: counted by index, not by a weight on every row
+    timeouts = np.bincount(c.cls[timed_out], minlength=c.n)
     # one key for the (forward, ACK) path pair, numbered in (forward, ACK) order: shared by the links
     # crossed, failing, flows and service; the ACK path column is output from it (dependent)
     path_pairs = group([fwd, rev])  # over classes
@@ -202,7 +205,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
     pair = [pinglist, prober_host, prober_rnic, responder_host, responder_rnic, qpn]
     pairs = sums(PAIR_KEYS, pair, {"n": per_class, "n_timeout": timeouts})
 
-    rows = np.flatnonzero(timeout)
+    rows = timed_out
     job = key(probes["job_id"].take(pa.array(rows)))
     of_rows = c.cls[rows]
     failing = sums(FAIL_KEYS, [*(k.take(of_rows) for k in pair), job, fwd.take(of_rows), rev.take(of_rows)],
@@ -284,37 +287,38 @@ def _delays(probes: pa.Table, ok: np.ndarray, prober_host: Key, responder_host: 
     """The ``delays`` table: histograms of the responder delay (role ``responder``, at the responder host)
     and the prober delay (role ``prober``, at the prober host) of successful probes per slot.
 
-    Each role's rows are counted straight into (host, slot, bucket) (a dense count when that space is small
-    against the rows, else one sort), and only the present entries go through the group-by."""
+    The rows are counted straight into (host, role, slot, bucket), coded in the table's key order: a dense count
+    over every row (the rows without a delay counted into one spare entry) when that space is small against the
+    rows, else one sort of the rows with a delay; the present entries are the table, sorted by its keys."""
+    n = len(slot)
     parts = []
     for role, host_key, val_col in ((1, responder_host, "responder_delay_ns"), (0, prober_host, "prober_delay_ns")):
-        r = np.flatnonzero(ok & to_numpy(pc.is_valid(probes[val_col])))
-        parts.append((role, host_key.codes[r], slot[r], _bucket_rows(probes, val_col, r, buckets)))
-    every = np.concatenate([b for *_, b in parts])
-    lo = int(every.min()) if len(every) else 0
-    n_buckets = int(every.max()) - lo + 1 if len(every) else 1
-    n_slots = int(slot.max()) + 1 if len(slot) else 1
-    space = prober_host.card * n_slots * n_buckets
-    hosts, roles, slots, buckets, counts = [], [], [], [], []
-    for role, h, s, b in parts:
-        comp = (h * n_slots + s) * n_buckets + (b - lo)
-        if space <= 4 * len(comp) + 4096:
-            count = np.bincount(comp, minlength=space)
-            at = np.flatnonzero(count)
-            count = count[at]
+        v = ok & to_numpy(pc.is_valid(probes[val_col]))
+        if buckets is not None and val_col in buckets:
+            b = (buckets[val_col] >> 1).astype(np.int64)  # every row's; meaningless where ``v`` is False
         else:
-            at, count = np.unique(comp, return_counts=True)
-        hosts.append(at // (n_slots * n_buckets))
-        slots.append(at // n_buckets % n_slots)
-        buckets.append(at % n_buckets + lo)
-        roles.append(np.full(len(at), role, dtype=np.int64))
-        counts.append(count)
-    return sums(DELAY_KEYS + ["bucket"], [
-        Key(np.concatenate(hosts), prober_host.card, prober_host.values),
-        Key(np.concatenate(roles), 2, lambda c: _ROLES.take(pa.array(c, pa.int64()))),
-        key(pa.array(np.concatenate(slots), pa.int64())),
-        key(pa.array(np.concatenate(buckets), pa.int64())),
-    ], {"n": np.concatenate(counts)})
+            b = np.zeros(n, dtype=np.int64)
+            b[v] = _bucket_rows(probes, val_col, np.flatnonzero(v), None)
+        parts.append((role, host_key.codes, v, b))
+    # the bucket range over every row (a row without a delay has bucket 0 or its delay's): it holds the rows with one
+    lo = min((int(b.min()) for *_, b in parts if len(b)), default=0)
+    n_buckets = max((int(b.max()) for *_, b in parts if len(b)), default=lo) - lo + 1
+    n_slots = int(slot.max()) + 1 if n else 1
+    # one code per (host, role, slot, bucket), in the order of the table's keys (host codes rank the host names)
+    space = prober_host.card * 2 * n_slots * n_buckets
+    comps = [(((h * 2 + role) * n_slots + slot) * n_buckets + (b - lo), v) for role, h, v, b in parts]
+    if space <= 8 * n + 4096:
+        count = sum(np.bincount(np.where(v, comp, space), minlength=space + 1)[:space] for comp, v in comps)
+        at = np.flatnonzero(count)
+        count = count[at]
+    else:
+        at, count = np.unique(np.concatenate([comp[v] for comp, v in comps]), return_counts=True)
+    rest, bucket = np.divmod(at, n_buckets)
+    rest, slot_of = np.divmod(rest, n_slots)
+    host, role_of = np.divmod(rest, 2)
+    return pa.Table.from_arrays([prober_host.values(host), _ROLES.take(pa.array(role_of, pa.int64())),
+                                 pa.array(slot_of, pa.int64()), pa.array(bucket + lo, pa.int64()),
+                                 pa.array(np.asarray(count, dtype=np.int64))], names=[*DELAY_KEYS, "bucket", "n"])
 
 
 def _host_slots(prober_host: Key, responder_host: Key, slot: np.ndarray, timeout: np.ndarray) -> pa.Table:
@@ -327,11 +331,12 @@ def _host_slots(prober_host: Key, responder_host: Key, slot: np.ndarray, timeout
         return sums(["host", "slot"], [host, key(pa.array(np.concatenate([slot, slot])))],
                     {"n": None, "n_timeout": np.concatenate([timeout, timeout])})
     probes = np.zeros(space, dtype=np.int64)
-    timeouts = np.zeros(space, dtype=np.float64)
+    timeouts = np.zeros(space, dtype=np.int64)
+    timed_out = np.flatnonzero(timeout)
     for h in (prober_host, responder_host):
         hs = h.codes * n_slots + slot
         probes += np.bincount(hs, minlength=space)
-        timeouts += np.bincount(hs, weights=timeout, minlength=space)
+        timeouts += np.bincount(hs[timed_out], minlength=space)
     at = np.flatnonzero(probes)
     return sums(["host", "slot"], [Key(at // n_slots, prober_host.card, prober_host.values),
                                    key(pa.array(at % n_slots, pa.int64()))],

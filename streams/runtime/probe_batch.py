@@ -69,7 +69,7 @@ def process_probe_messages(
 
 def process_probe_step(
     messages: list[tuple[bytes, str | None, str, int, int]], known_rnics: set[str] | None = None,
-    encode: tuple[str, ...] = (*ENCODED, "agent_id"),
+    encode: tuple[str, ...] = ("agent_id", *ENCODED),
 ) -> StepRows:
     """Decode, validate and decompose the messages of one worker step (:func:`process_probe_message` each).
 
@@ -102,7 +102,7 @@ def process_probe_step(
         starts = np.concatenate([[0], np.cumsum(sizes)])
         step = pa.concat_tables(tables)
         msg_of = np.repeat(np.arange(len(tables), dtype=np.int32), sizes)  # the message of each row
-        encoded = dictionaries(step, encode)
+        encoded = dictionaries(step, encode, same={"prober_host": "agent_id"})  # one agent per host
         rule, texts = broken_rules(step, known_rnics, msg_of, encoded)
         good = rule == 0
         # one id per distinct source message (a message read twice in a step has one), in message order

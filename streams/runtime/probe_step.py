@@ -119,9 +119,10 @@ def split_by_batch(minute: pa.Table) -> dict[str, pa.Table]:
     if minute.num_rows == 0:
         return {}
     ids = minute["batch_id"].combine_chunks()
-    codes = ids.dictionary_encode().indices.to_numpy(zero_copy_only=False)
-    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
-    ends = np.r_[starts[1:], len(codes)]
+    n = len(ids)  # the rows of one batch are contiguous: a batch starts where the id differs from the row before
+    change = np.asarray(pc.not_equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(zero_copy_only=False), dtype=bool)
+    starts = np.flatnonzero(np.r_[True, change])
+    ends = np.r_[starts[1:], n]
     return {ids[int(s)].as_py(): minute.slice(int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)}
 
 
