@@ -11,6 +11,7 @@ the workers put the message on the dead-letter topic with that reason.
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from schemas.arrow_pa import SCHEMA_METADATA_KEY, arrow_schema
 from schemas.headers import SCHEMA_HEADER, headers_for, schema_key_from_headers
@@ -54,13 +55,20 @@ def encode_buffer(table: pa.Table | pa.RecordBatch) -> pa.Buffer:
     return sink.getvalue()
 
 
-def decode(payload: bytes, expected: str | None = None) -> tuple[str, pa.Table]:
+def decode(payload: bytes, expected: str | None = None, dictionary_strings: bool = False) -> tuple[str, pa.Table]:
     """Decode one message into ``(schema key, table)`` and check it against its schema.
+
+    A ``string`` column may arrive dictionary-encoded (Arrow dictionary of strings with signed integer
+    indices; the workers send ``probe_enriched.v1`` so, :mod:`streams.runtime.enriched_wire`): it comes back
+    as plain strings, or, with ``dictionary_strings``, every string column comes back as
+    ``dictionary<int32, string>`` (plain ones encoded), one type per column whatever the sender chose, so
+    the store writer can concatenate messages and insert dictionaries as they are.
 
     Args:
         payload: the Kafka message value.
         expected: the schema key from the Kafka header, if any; it must match the
             key in the Arrow metadata.
+        dictionary_strings: string columns as ``dictionary<int32, string>`` (else plain ``string``).
 
     Raises:
         TruncatedPayloadError: the bytes are not a complete IPC stream.
@@ -95,12 +103,42 @@ def decode(payload: bytes, expected: str | None = None) -> tuple[str, pa.Table]:
     wrong = [
         f"{f.name} is {table.schema.field(f.name).type}, expected {f.type}"
         for f in want
-        if table.schema.field(f.name).type != f.type
+        if table.schema.field(f.name).type != f.type and not _dictionary_of(table.schema.field(f.name).type, f.type)
     ]
     if wrong:
         raise SchemaMismatchError(f"{key}: " + "; ".join(wrong))
     # Arrow does not enforce nullability; the workers' validation does, row by row.
     try:
+        if dictionary_strings or any(pa.types.is_dictionary(table.schema.field(n).type) for n in want.names):
+            return key, _strings_as(table, want, dictionary_strings)
         return key, pa.Table.from_arrays(table.select(want.names).columns, schema=want)
     except (pa.ArrowException, ValueError) as err:
         raise SchemaMismatchError(f"{key}: {err}") from None
+
+
+WIRE_DICTIONARY = pa.dictionary(pa.int32(), pa.string())
+"""The type :func:`decode` gives string columns with ``dictionary_strings``."""
+
+
+def _dictionary_of(got: pa.DataType, want: pa.DataType) -> bool:
+    """``got`` is a dictionary encoding of ``want``: strings with signed integer indices."""
+    return (pa.types.is_string(want) and pa.types.is_dictionary(got) and pa.types.is_string(got.value_type)
+            and pa.types.is_signed_integer(got.index_type))
+
+
+def _strings_as(table: pa.Table, want: pa.Schema, dictionary: bool) -> pa.Table:
+    """``table``'s columns of ``want`` with every string column as :data:`WIRE_DICTIONARY` (``dictionary``)
+    or plain ``string``; the schema is ``want``'s with those types."""
+    fields, columns = [], []
+    for f in want:
+        col = table[f.name]
+        if pa.types.is_string(f.type):
+            is_dict = pa.types.is_dictionary(col.type)
+            if dictionary:
+                col = col.cast(WIRE_DICTIONARY) if is_dict else pc.dictionary_encode(col)
+                f = pa.field(f.name, WIRE_DICTIONARY, nullable=f.nullable)
+            elif is_dict:
+                col = col.cast(pa.string())
+        fields.append(f)
+        columns.append(col)
+    return pa.Table.from_arrays(columns, schema=pa.schema(fields, metadata=want.metadata))
