@@ -23,48 +23,78 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.codec import WIRE_DICTIONARIES
 
-def _index_type(size: int) -> pa.DataType:
-    """The narrowest signed index type for a dictionary of ``size`` values."""
-    if size <= np.iinfo(np.int8).max:
-        return pa.int8()
-    if size <= np.iinfo(np.int16).max:
-        return pa.int16()
-    return pa.int32()
+_INDEX_TYPES = ((127, pa.int8(), np.int8), (32767, pa.int16(), np.int16))
 
 
-def _string_columns(schema: pa.Schema) -> list[str]:
-    return [f.name for f in schema if pa.types.is_string(f.type)]
+def _index_type(size: int) -> tuple[pa.DataType, type]:
+    """The narrowest signed index type (Arrow's, numpy's) for a dictionary of ``size`` values."""
+    for most, arrow, numpy in _INDEX_TYPES:
+        if size <= most:
+            return arrow, numpy
+    return pa.int32(), np.int32
+
+
+COLUMNS = WIRE_DICTIONARIES["probe_enriched.v1"]
+"""The string columns sent dictionary-encoded: those the step encodes for its group-bys anyway. The others
+(IPs, status, job) stay plain: encoding them would cost the worker a hash per row, more than their bytes."""
 
 
 def _encode_alone(col: pa.Array | pa.ChunkedArray) -> pa.DictionaryArray:
     """One message's column dictionary-encoded on its own (values in order of first appearance)."""
     d = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
-    return d.cast(pa.dictionary(_index_type(len(d.dictionary)), pa.string()))
+    return d.cast(pa.dictionary(_index_type(len(d.dictionary))[0], pa.string()))
 
 
 def _renumbered(codes: pa.DictionaryArray, bounds: np.ndarray) -> list[pa.DictionaryArray]:
     """``codes`` (a step's column, dictionary-encoded over all its rows) cut at ``bounds`` (message i holds
-    rows ``bounds[i]:bounds[i+1]``), each piece with a dictionary of only the values it uses (in the step
-    dictionary's order). Integer work only: one presence count per (message, value), one gather per row."""
-    n_msgs, size = len(bounds) - 1, len(codes.dictionary)
+    rows ``bounds[i]:bounds[i+1]``), each piece with a dictionary of its own. Integer work only.
+
+    The step's codes number values in order of first appearance, so a message's values mostly span a short
+    run of codes (one agent, host and batch; the few RNICs of that host): the piece's dictionary is then that
+    run of the step's dictionary (a zero-copy slice; it may hold a few values the message does not use) and
+    its indices the codes minus the run's start. Where the run is long (a message's peers spread over the
+    step's), :func:`_compacted` keeps only the values used."""
+    x = np.asarray(codes.indices.to_numpy(zero_copy_only=False)) if codes.null_count == 0 else \
+        np.asarray(pc.fill_null(codes.indices, 0).to_numpy(zero_copy_only=False))
     valid = None if codes.null_count == 0 else np.asarray(codes.is_valid().to_numpy(zero_copy_only=False))
-    idx = np.asarray(pc.fill_null(codes.indices, 0).to_numpy(zero_copy_only=False), dtype=np.int64)
-    msg = np.repeat(np.arange(n_msgs, dtype=np.int64), np.diff(bounds))
-    cell = msg * max(size, 1) + idx
-    present = np.bincount(cell if valid is None else cell[valid], minlength=n_msgs * max(size, 1))
-    present = present.reshape(n_msgs, max(size, 1)) > 0
-    new_code = np.cumsum(present, axis=1) - 1  # a value's index in its message's dictionary
     out = []
-    for i in range(n_msgs):
-        lo, hi = int(bounds[i]), int(bounds[i + 1])
-        used = np.flatnonzero(present[i])
-        index_type = _index_type(len(used))
-        local = new_code[i][idx[lo:hi]].astype(index_type.to_pandas_dtype())
-        mask = None if valid is None else ~valid[lo:hi]
-        dictionary = codes.dictionary.take(pa.array(used)) if size else codes.dictionary
-        out.append(pa.DictionaryArray.from_arrays(pa.array(local, index_type, mask=mask), dictionary))
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
+        part, mask = x[lo:hi], None if valid is None else ~valid[lo:hi]
+        seen = part if mask is None else part[~mask]
+        if len(seen) == 0:  # no rows, or every row null: an empty dictionary
+            out.append(pa.DictionaryArray.from_arrays(pa.array(np.zeros(hi - lo, np.int8), mask=mask),
+                                                      codes.dictionary.slice(0, 0)))
+            continue
+        first, last = int(seen.min()), int(seen.max())
+        span = last - first + 1
+        if span <= max(RUN_VALUES, (hi - lo) // 4):
+            index_type, np_type = _index_type(span)
+            local = (part - first).astype(np_type)
+            if mask is not None:
+                local[mask] = 0
+            out.append(pa.DictionaryArray.from_arrays(pa.array(local, index_type, mask=mask),
+                                                      codes.dictionary.slice(first, span)))
+        else:
+            out.append(_compacted(part, mask, seen, codes.dictionary))
     return out
+
+
+RUN_VALUES = 256
+"""A message's dictionary may be a run of up to this many step values (or a quarter of its rows) as it is."""
+
+
+def _compacted(part: np.ndarray, mask: np.ndarray | None, seen: np.ndarray, dictionary: pa.Array
+               ) -> pa.DictionaryArray:
+    """One message's codes ``part`` (``mask``: null rows; ``seen``: its non-null codes) re-numbered over only
+    the values it uses, in the step dictionary's order."""
+    present = np.bincount(seen, minlength=len(dictionary)) > 0
+    used = np.flatnonzero(present)
+    index_type, np_type = _index_type(len(used))
+    new_code = (np.cumsum(present) - 1).astype(np_type)
+    local = new_code[part]
+    return pa.DictionaryArray.from_arrays(pa.array(local, index_type, mask=mask), dictionary.take(pa.array(used)))
 
 
 def _wire_table(table: pa.Table, columns: Mapping[str, pa.Array]) -> pa.Table:
@@ -99,15 +129,23 @@ def dictionary_tables(messages: Sequence[tuple[pa.Table | None, pa.Table | None]
     sizes = np.array([0 if e is None else e.num_rows for e, _ in messages], dtype=np.int64)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     # step codes are usable where they cover exactly the step's rows and a message stores all its rows
-    usable = {c: d for c, d in step_codes.items() if len(d) == bounds[-1]}
+    usable = {c: d for c, d in step_codes.items() if c in COLUMNS and len(d) == bounds[-1]}
+    complete = [e is not None and s is e for e, s in messages if s is not None]
+    if complete and all(complete) and bounds[-1]:
+        # every message stores all its rows (``full`` retention): a column the step had not encoded, once here
+        first = next(e for e, _ in messages if e is not None)
+        for name in COLUMNS:
+            if name not in usable:
+                col = pa.chunked_array([c for e, _ in messages if e is not None for c in e[name].chunks],
+                                       first.schema.field(name).type)
+                usable[name] = pc.dictionary_encode(col.combine_chunks())
     renumbered = {c: _renumbered(d, bounds) for c, d in usable.items()}
     for i, (enriched, stored) in enumerate(messages):
         if stored is None:
             continue
         whole = enriched is not None and stored is enriched
-        columns = {}
-        for name in _string_columns(stored.schema):
-            columns[name] = renumbered[name][i] if whole and name in renumbered else _encode_alone(stored[name])
+        columns = {name: renumbered[name][i] if whole and name in renumbered else _encode_alone(stored[name])
+                   for name in COLUMNS}
         out[i] = _wire_table(stored, columns)
     return out
 
