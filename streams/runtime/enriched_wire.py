@@ -1,18 +1,18 @@
-"""A step's store rows as they go to ``probes.enriched``: string columns dictionary-encoded per message.
+"""A step's store rows as they go to ``probes.enriched``: key string columns dictionary-encoded per message.
 
-A ``probe_enriched.v1`` row carries ~120 bytes of strings (agent, host and RNIC names, IPs, pinglist, clock
-source, status, batch id) among ~224 bytes; within one raw message they repeat (one agent and host, a few
-prober RNICs, the peers of its pinglists). Sent as Arrow dictionary arrays, one dictionary per message
-holding only the values that message uses, a row's strings become a few bytes of indices (int8 or int16),
-so the broker stores and serves less and the store writer reads and validates less; ClickHouse takes
-dictionary columns into its ``LowCardinality``/``String`` columns as they are (the same rows: tested in
+A ``probe_enriched.v1`` row carries ~120 bytes of strings among ~225 bytes; within one raw message they
+repeat (one agent, host and batch id; a few prober RNICs; the peers of its pinglists). The eight string
+columns the worker step dictionary-encodes anyway for its group-bys (:data:`COLUMNS`:
+:data:`schemas.codec.WIRE_DICTIONARIES`) go as Arrow dictionary arrays with int8/int16 indices, one
+dictionary per message: ~153 bytes per row on the wire instead of ~225 (the 6,000-row uploads of ``bench
+throughput``), so the broker stores and serves less, the store writer validates less text, and ClickHouse
+takes the dictionaries into its ``LowCardinality``/``String`` columns as they are (the same rows:
 ``tests/test_enriched_wire.py``). The receiving end is :func:`schemas.codec.decode` with
 ``dictionary_strings`` (the store writer) or without it (everyone else: plain strings again).
 
-The worker step already dictionary-encoded its key columns once over all the step's good rows (the
-step's group-bys use them, :func:`schemas.group_codes.dictionaries`): those codes are re-numbered per
-message here with integer work only (no string hashing); the other string columns are encoded per
-message. A message's table is exactly its rows, whichever way it was encoded.
+No string is hashed here: the step's codes (one dictionary over all its good rows, values in order of
+first appearance) are cut per message with integer work only. IPs, status and job id stay plain: the step
+does not encode them, and hashing them here cost the worker more than their bytes save it.
 """
 
 from __future__ import annotations
@@ -112,18 +112,21 @@ def _wire_table(table: pa.Table, columns: Mapping[str, pa.Array]) -> pa.Table:
 
 def dictionary_tables(messages: Sequence[tuple[pa.Table | None, pa.Table | None]],
                       step_codes: Mapping[str, pa.DictionaryArray]) -> list[pa.Table | None]:
-    """Each message's stored rows with every string column dictionary-encoded for that message alone.
+    """Each message's stored rows with the :data:`COLUMNS` dictionary-encoded for that message alone.
 
     Args:
         messages: per message of the step, in step order, ``(enriched, stored)``: its good rows (a slice of
             the step's good rows, in order; None when it has none) and the rows the store keeps (the same
             table under ``full`` retention, a subset otherwise; None: nothing to send).
         step_codes: key columns dictionary-encoded over the concatenation of every ``enriched`` (the step's
-            encodings, :attr:`streams.runtime.probe_step.StepOutput.encoded`); may be empty.
+            encodings, :attr:`streams.runtime.probe_step.StepOutput.encoded`); may be empty. A column they
+            lack is encoded here over the step (``full`` retention) or per message (a subset stored).
 
     Returns:
-        Per message, its ``stored`` table with dictionary<int8|int16|int32, string> string columns (other
-        columns untouched), or None where ``stored`` is None. The values equal ``stored``'s row for row.
+        Per message, its ``stored`` table with the :data:`COLUMNS` as dictionary<int8|int16|int32, string>
+        (every other column untouched), or None where ``stored`` is None. The values equal ``stored``'s row
+        for row; a message's dictionary may hold up to :data:`RUN_VALUES` (or a quarter of its rows) values
+        it does not use.
     """
     out: list[pa.Table | None] = [None] * len(messages)
     sizes = np.array([0 if e is None else e.num_rows for e, _ in messages], dtype=np.int64)
