@@ -348,8 +348,7 @@ class StoreWriter:
     def _entry(self, msg: Message) -> Entry:
         """Decode one message of a block topic; an undecodable one becomes a dead-letter row of the block."""
         try:
-            # probe rows keep their dictionary-encoded strings (as the workers send them) into the insert
-            key, data = decode(msg.value(), schema_key_from_headers(msg.headers()), dictionary_strings=True)
+            key, data = decode(msg.value(), schema_key_from_headers(msg.headers()))
             table = TABLE_OF_SCHEMA.get(key)
             if table is None:
                 raise CodecError(f"schema {key} does not belong on {msg.topic()}")

@@ -71,9 +71,6 @@ class StepOutput:
     partials: dict[int, bytes]
     marks: list[tuple[int, UploadMark]]
     ranges: dict[int, tuple[int, int]] = field(default_factory=dict)
-    encoded: dict[str, pa.DictionaryArray] = field(default_factory=dict)
-    """Key columns of the step's good rows (every message's ``enriched``, in order), dictionary-encoded once:
-    the sends re-use them (:mod:`streams.runtime.enriched_wire`)."""
 
 
 def reducer_step(out: StepOutput) -> Step | None:
@@ -224,4 +221,4 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
         encoded = buckets = None
     partials = batch_partials(step, paths, window_ns, encoded, buckets) if step is not None else {}
     marks = upload_marks([(m, r.enriched) for m, r in zip(messages, results, strict=True)], rows.encoded)
-    return StepOutput(outs, partials, marks, ranges, rows.encoded)
+    return StepOutput(outs, partials, marks, ranges)
