@@ -67,6 +67,21 @@ def test_missing_column_and_wrong_type_are_named():
         decode(encode(wrong))
 
 
+def test_encode_is_the_ipc_stream_whatever_the_room_its_schema_needs():
+    """``encode`` writes into one buffer sized from the batches; a schema message larger than the room left
+    for it (64 KiB) falls back to a growing stream. Both are the stream pyarrow's own writer makes."""
+    t = table_from_columns("probe.v1", columns(known_rows()[0]))
+    wide = pa.table({f"c{i}_{'x' * 60}": [i] for i in range(1500)}).replace_schema_metadata(
+        {SCHEMA_METADATA_KEY: b"probe.v1"})  # ~120 KB of field names
+    for table in (t, wide, t.slice(0, 0)):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as w:
+            for b in table.combine_chunks().to_batches() or [pa.RecordBatch.from_pylist([], schema=table.schema)]:
+                w.write_batch(b)  # an empty table: one empty batch, as ever
+        assert encode(table) == sink.getvalue().to_pybytes()
+    assert decode(encode(t))[1].equals(t)
+
+
 def test_nanoarrow_builder_rejects_nulls_in_required_fields_and_ragged_columns():
     cols = columns(known_rows()[0])
     cols["agent_id"][1] = None

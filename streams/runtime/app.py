@@ -88,6 +88,10 @@ app = App(
     consumer_auto_offset_reset="earliest",
     producer_max_request_size=T.MAX_MESSAGE_BYTES,
     consumer_max_fetch_size=T.MAX_MESSAGE_BYTES,
+    # No CRC32C of every fetched record batch in Python (~0.1 µs per probe row of the raw uploads,
+    # BENCHMARKS.md §4): the broker checks it when the batch is produced, TCP checksums the transfer, and
+    # decode validates every Arrow payload in full. librdkafka's default, which every other client here keeps.
+    broker_check_crcs=False,
     store="memory://",
     datadir=os.path.join(CONFIG.var_dir, "faust"),
     **faust_delivery(CONFIG.acks, CONFIG.replication),  # acks=all and Faust's own topics' replicas
