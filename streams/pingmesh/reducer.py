@@ -28,6 +28,7 @@ from streams.pingmesh.impact import JobThreshold
 from streams.pingmesh.links import PathIndex
 from streams.pingmesh.partial import from_bytes, summarize, to_bytes
 from streams.pingmesh.partial_fold import PartialFold
+from streams.pingmesh.qpn_history import QpnHistory
 from streams.pingmesh.step_message import (
     Step,
     StepFormatError,
@@ -129,6 +130,9 @@ class WindowReducer:
     closed_before: int = -(2**62)
     state: AnalyzerState = field(default_factory=AnalyzerState)
     registry: dict[str, int] = field(default_factory=dict)
+    """RNIC → newest QPN registered."""
+    qpns: QpnHistory = field(default_factory=QpnHistory)
+    """The registrations over event time: a window's stale QPNs are judged against its own time."""
     thresholds: dict[str, JobThreshold] = field(default_factory=dict)
     job_metrics: pa.Table | None = None
     pending: dict[int, PartialFold] = field(default_factory=dict)
@@ -149,7 +153,9 @@ class WindowReducer:
         """``registry.v1`` rows: the newest QPN per RNIC replaces the old one; their hosts are known."""
         if rows.num_rows:
             t = rows.sort_by([("upload_ns", "ascending")])
-            self.registry.update(zip(t["rnic"].to_pylist(), t["qpn"].to_pylist(), strict=True))
+            self.qpns.update(zip(t["rnic"].to_pylist(), t["qpn"].to_pylist(), t["upload_ns"].to_pylist(),
+                                 strict=True))
+            self.registry.update(self.qpns.latest)
             self.registered_hosts.update(h for h in t["host"].to_pylist() if h)
 
     def on_job_metrics(self, rows: pa.Table) -> None:
@@ -290,6 +296,11 @@ class WindowReducer:
                 if top - n <= self.trackers[p].liveness_ns]
         return min((w for w in live if w is not None), default=None)
 
+    def _registry_at(self, ws: int) -> dict[str, int]:
+        """The registry as of the window's end (event time); entries set directly on ``registry`` (tests,
+        recovery) count as registered from the beginning."""
+        return {**self.registry, **self.qpns.at(ws + self.config.window_ns)} if self.qpns.latest else self.registry
+
     def close_ready(self) -> list[tuple[int, WindowResult]]:
         """Analyze every window the watermark has passed, oldest first: ``[(window_start_ns, result)]``."""
         wm = self.watermark()
@@ -301,7 +312,7 @@ class WindowReducer:
             self.closed_before = max(self.closed_before, ws + self.config.window_ns)
             fold = self.pending.pop(ws, None)
             if fold is not None:
-                out.append((ws, analyze_window(fold.result(), registry=self.registry,
+                out.append((ws, analyze_window(fold.result(), registry=self._registry_at(ws),
                                                host_last_upload=self.host_last_upload(), state=self.state,
                                                job_metrics=self.job_metrics, thresholds=self.thresholds,
                                                config=self.config)))

@@ -54,6 +54,9 @@ class VoteConfig:
         support_scale: failures at which support reaches 1 − 1/e (2.0).
         ratio_scale: ratio at which the ratio term reaches 1 − 1/e (0.05); used only without a
             background rate (latency votes, where "failing" is "slow").
+        near_tie: score (votes x ratio), relative to the best link's, at which a competitor sharing at
+            least half of the best link's failures is tied with it (0.99): the claim's margin term would
+            be under 4 %, and such claims were wrong on fresh benchmark seeds.
         access_claim_ratio: failure ratio at which an access link the RNIC rule could not judge
             (fewer than two live ToR-mesh probers: its ToR peers are down or on its own host) is
             claimed as an ``rnic`` fault (0.9); below it the link stays ``undetermined``, as a busy
@@ -66,6 +69,7 @@ class VoteConfig:
     alpha: float = 1e-3
     support_scale: float = 2.0
     ratio_scale: float = 0.05
+    near_tie: float = 0.99
     access_claim_ratio: float = 0.9
 
 
@@ -81,7 +85,7 @@ class Suspect:
         crossing: probes crossing it in the window.
         ratio: ``failed / crossing``.
         confidence: calibrated probability that the link is faulty.
-        tied_with: links that explain exactly the same failures with the same ratio.
+        tied_with: links that explain the same failures as well, or nearly as well (``near_tie``).
     """
 
     link: str
@@ -178,6 +182,13 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         comp[i] = False
         for t in ties:
             comp[np.searchsorted(links, t)] = False
+        # near ties: a competitor within ``near_tie`` of the best score leaves a margin under 4 %; the
+        # evidence cannot tell the two apart (e.g. the failing probes of a dead uplink traced only up to
+        # its switch, whose candidate next hops then share the same failures), so neither is claimed
+        near = comp & (score >= cfg.near_tie * best)
+        if near.any():
+            ties = tuple(sorted({*ties, *(str(links[j]) for j in np.nonzero(near)[0])}))
+            comp &= ~near
         second = float(score[comp].max()) if comp.any() else 0.0
         evidence = (significance(float(log_p[i]), n_tests) if probes is not None
                     else 1.0 - math.exp(-float(ratio[i]) / cfg.ratio_scale))
