@@ -3,8 +3,9 @@
 Workers partitioned over the probe topic each see part of a window. Each turns
 its rows into a :class:`WindowPartial` (counts only: integer sums and maxima,
 plus the failing-path groups), and one reducer per window merges them with
-:func:`merge`. Because every field is a sum or a maximum of integers grouped by
-string keys, the merged partial — and so the verdict computed from it — does
+:func:`merge` (the reducer folds them as they arrive,
+:class:`streams.pingmesh.partial_fold.PartialFold`, to the same result). Because every field is a sum or a
+maximum of integers grouped by string keys, the merged partial — and so the verdict computed from it — does
 not depend on how rows were split across workers or batches, nor on their
 order (property-tested).
 
