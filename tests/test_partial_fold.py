@@ -127,3 +127,14 @@ def test_the_fold_gives_the_old_close_on_simulated_windows(monkeypatch, windows)
             _assert_equal(_fold(shuffled, min_rows), merged)
     assert sum(c[1].verdicts.num_rows for c in closes) > 0  # the faults gave verdicts to compare
     assert max(len(received[c[0].window_start_ns]) for c in closes) >= 3  # windows of several partials
+
+
+def test_the_result_can_be_taken_again_and_folding_goes_on_after_it():
+    index = PathIndex(_paths(INDEX_ROWS))
+    parts = [summarize(WS, _probes(PROBES[i:i + 2]), index) for i in range(0, len(PROBES), 2)]
+    f = PartialFold(WS, min_rows=1 << 40)
+    f.add(parts[0]), f.add(parts[1])
+    _assert_equal(f.result(), merge(parts[:2]))
+    _assert_equal(f.result(), merge(parts[:2]))
+    f.add(parts[2]), f.add(parts[0])
+    _assert_equal(f.result(), merge([*parts, parts[0]]))

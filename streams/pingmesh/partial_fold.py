@@ -80,6 +80,7 @@ class _TableFold:
     """zero-row slices of every table folded, concatenated: the schema merge's concatenation has"""
     books: list[_Codebook] = field(default_factory=list)
     ids: list[np.ndarray] = field(default_factory=list)
+    """codebook ids of the held rows, per key column (one row per key after a fold)"""
     sums: list[np.ndarray] = field(default_factory=list)
     waiting: list[pa.Table] = field(default_factory=list)
     raw: list[pa.Table] | None = None
@@ -107,10 +108,10 @@ class _TableFold:
         if t.num_rows:
             self.waiting.append(t)
 
-    def fold(self) -> None:
-        """Group the waiting tables' rows with the rows held, on the codebook ids."""
+    def _with_waiting(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """The held rows' ids and sums followed by the waiting tables' rows (coded now; not grouped yet)."""
         if not self.waiting:
-            return
+            return self.ids, self.sums
         t = pa.concat_tables(self.waiting) if len(self.waiting) > 1 else self.waiting[0]
         self.waiting = []
         ids = [b.ids(t[k]) for b, k in zip(self.books, self.keys, strict=True)]
@@ -118,6 +119,13 @@ class _TableFold:
         if self.ids:
             ids = [np.concatenate([a, b]) for a, b in zip(self.ids, ids, strict=True)]
             vals = [np.concatenate([a, b]) for a, b in zip(self.sums, vals, strict=True)]
+        return ids, vals
+
+    def fold(self) -> None:
+        """Group the waiting tables' rows with the rows held, on the codebook ids."""
+        if not self.waiting:
+            return
+        ids, vals = self._with_waiting()
         g = group([Key(i, max(len(b.values), 1), _no_values) for i, b in zip(ids, self.books, strict=True)])
         self.ids = g.codes
         self.sums = [np.bincount(g.gid, weights=v, minlength=g.n_groups).round().astype(np.int64) for v in vals]
@@ -133,11 +141,12 @@ class _TableFold:
         """What :func:`merge` makes of every table added: sums per key, sorted by the keys."""
         if self.raw is not None:
             return merge_table(name, self.raw)
-        self.fold()
-        if not self.held:  # no rows: merge's own empty result, of the concatenated schema
+        ids, vals = self._with_waiting()  # grouped with the held rows by the sort below, not by a fold first
+        self.ids, self.sums = ids, vals  # held as they are (a key may repeat: every reader sums per key)
+        if not ids or not len(ids[0]):  # no rows: merge's own empty result, of the concatenated schema
             return merge_table(name, [self.empty])
-        ranked = [b.ranked(i) for b, i in zip(self.books, self.ids, strict=True)]
-        g = sums(self.keys, ranked, {v: s for v, s in zip(self.vals, self.sums, strict=True)})
+        ranked = [b.ranked(i) for b, i in zip(self.books, ids, strict=True)]
+        g = sums(self.keys, ranked, {v: s for v, s in zip(self.vals, vals, strict=True)})
         promoted = self.empty.schema
         fs = [f.with_nullable(promoted.field(f.name).nullable) if f.name in self.keys else f for f in g.schema]
         return pa.Table.from_arrays(g.columns, schema=pa.schema(fs))
