@@ -35,7 +35,6 @@ def _fold(parts: list[WindowPartial], min_rows: int) -> WindowPartial:
     f = PartialFold(parts[0].window_start_ns, min_rows=min_rows)
     for p in parts:
         f.add(p)
-        f.settle()  # as the reducer does after each step
     return f.result()
 
 

@@ -161,8 +161,7 @@ class PartialFold:
     """The partials of one window, folded as they come (see the module docstring); :meth:`result` is their merge.
 
     Memory: the codebooks and one row per distinct key held (not every partial's rows), plus the partials
-    waiting for the next fold (a quarter of the rows held, or ``min_rows``, when :meth:`settle` is called;
-    at most twice that otherwise).
+    waiting for the next fold (at most a quarter of the rows held, or ``min_rows``).
 
     Attributes:
         window_start_ns: the window (ns since the epoch).
@@ -194,17 +193,7 @@ class PartialFold:
             t = getattr(p, n)
             tf.add(t)
             self.waiting_rows += t.num_rows
-        if self.waiting_rows >= 2 * self._due():  # a bound on what waits when no one calls settle()
-            self.settle()
-
-    def _due(self) -> int:
-        return max(self.min_rows, sum(tf.held for tf in self.tables.values()) // 4)
-
-    def settle(self) -> None:
-        """Fold the waiting partials if they are due (a quarter of the rows held, or ``min_rows``). The reducer
-        calls it after a step's marks, so a window the step closes is not folded first (its result groups
-        the waiting rows in the sort it does anyway)."""
-        if self.waiting_rows >= self._due():
+        if self.waiting_rows >= max(self.min_rows, sum(tf.held for tf in self.tables.values()) // 4):
             for tf in self.tables.values():
                 tf.fold()
             self.waiting_rows = 0

@@ -223,9 +223,6 @@ class WindowReducer:
         # (windows.WatermarkTracker.live_agents) and close a window before the laggard's rows came in.
         for p, m in sorted(step.marks, key=lambda pm: (pm[1].upload_ns, pm[0], pm[1].agent_id)):
             out += self.add(m, None, None, p)
-        for ws in step.partials:  # the windows still open fold what waits (a closed one was taken whole)
-            if (fold := self.pending.get(ws)) is not None:
-                fold.settle()
         return out
 
     def _input_at(self) -> float:
