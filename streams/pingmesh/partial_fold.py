@@ -2,7 +2,7 @@
 
 :func:`streams.pingmesh.partial.merge` concatenates every partial of a window at its close and groups the
 rows by their key columns, hashing each partial row's strings (the flows' hop strings above all: at 10,000
-RNICs x 45 probes/s a window brings ~1.4 M flow rows in ~750 k groups, and that merge was 1.5-2.9 CPU s of
+RNICs x 45 probes/s a window brings ~1.4 M flow rows in ~750 k groups, and that merge was 1.3-2.9 CPU s of
 the close). A :class:`PartialFold` instead gives every key column of the open window a codebook (its distinct
 values, each with a window-wide integer id, in order of first appearance) and keeps, per table, the sums
 grouped by those ids. An arriving partial only hashes its own rows; the codebooks are probed against its
