@@ -497,11 +497,12 @@ def profile_reducer(rnics: int = 1024, rate: float = 1.0, seed: int = 1, top: in
 
     The simulator's uploads go through the production worker and reducer functions
     (:class:`bench.sim_reducer.SimPipeline`, one worker) for two windows; only
-    :meth:`WindowReducer.close_ready` (merge of the partials, the analyzer) is profiled. Returns a
-    report: CPU (and wall) seconds per closed window, the reducer's CPU per ``window.partials``
-    message outside the closes (decode, partials kept, watermark), this process's peak RSS (simulator
-    and worker included: an upper bound) and the ``top`` functions by cumulative CPU time (the
-    process's, all threads: Acero's group-bys run on a thread pool).
+    :meth:`WindowReducer.close_ready` (the window's folded partials taken, the analyzer) is profiled. Returns a
+    report: CPU (and wall) seconds per closed window, and of the whole ``window.partials`` message that closed
+    it (its decode and fold too: what the verdict waits for), the reducer's CPU per message outside the
+    closes (decode, partials folded, watermark), this process's peak RSS (simulator and worker included: an
+    upper bound) and the ``top`` functions by cumulative CPU time (the process's, all threads: Acero's
+    group-bys run on a thread pool).
     """
     import cProfile
     import io
@@ -541,12 +542,15 @@ def profile_reducer(rnics: int = 1024, rate: float = 1.0, seed: int = 1, top: in
     red.close_ready = profiled  # type: ignore[method-assign]
     receive = red.receive
     messages = [0, 0.0]  # window.partials messages, their CPU s (closes included)
+    closing: list[float] = []  # CPU s of each message that closed windows (decode, fold, close)
 
     def counted(headers, value):  # noqa: ANN001, ANN202 - receive's own signature
         c0 = time.process_time()
         out = receive(headers, value)
         messages[0] += 1
         messages[1] += time.process_time() - c0
+        if out:
+            closing.append(time.process_time() - c0)
         return out
 
     red.receive = counted  # type: ignore[method-assign]
@@ -556,10 +560,11 @@ def profile_reducer(rnics: int = 1024, rate: float = 1.0, seed: int = 1, top: in
     pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(top)
     lines = [f"reducer on {len(sim.inv.rnics):,} RNICs x {rate * PAPER_PPS_PER_RNIC:g} probes/s, "
              "one process, no Kafka:"]
-    lines += [f"  close of {n} window(s): {cpu:.2f} CPU s, {wall:.2f} wall s" for n, cpu, wall in per_window]
+    lines += [f"  close of {n} window(s): {cpu:.2f} CPU s, {wall:.2f} wall s (the message that closed it: "
+              f"{msg:.2f} CPU s)" for (n, cpu, wall), msg in zip(per_window, closing, strict=False)]
     between = messages[1] - sum(cpu for _, cpu, _ in per_window)
     lines.append(f"  {messages[0]:,} window.partials messages ({marks[0]:,} upload marks): {between:.2f} CPU s "
-                 f"outside the closes (decode, partials kept, watermark: {between / max(marks[0], 1) * 1e6:,.0f} µs "
+                 f"outside the closes (decode, partials folded, watermark: {between / max(marks[0], 1) * 1e6:,.0f} µs "
                  "per mark)")
     lines.append(f"  peak RSS of this process (simulator and worker too): "
                  f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB")

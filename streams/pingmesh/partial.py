@@ -3,8 +3,9 @@
 Workers partitioned over the probe topic each see part of a window. Each turns
 its rows into a :class:`WindowPartial` (counts only: integer sums and maxima,
 plus the failing-path groups), and one reducer per window merges them with
-:func:`merge`. Because every field is a sum or a maximum of integers grouped by
-string keys, the merged partial — and so the verdict computed from it — does
+:func:`merge` (the reducer folds them as they arrive,
+:class:`streams.pingmesh.partial_fold.PartialFold`, to the same result). Because every field is a sum or a
+maximum of integers grouped by string keys, the merged partial — and so the verdict computed from it — does
 not depend on how rows were split across workers or batches, nor on their
 order (property-tested).
 
@@ -52,7 +53,7 @@ SLOT_NS = 5_000_000_000
 """Sub-window slot of the delay histograms and host timeout counts: one agent upload period (5 s,
 R-Pingmesh §5), so the analyzer can judge a host from the moment its failures start."""
 
-_SUM = {
+SUM_KEYS = {
     "pairs": (PAIR_KEYS, ["n", "n_timeout"]),
     "failing": (FAIL_KEYS, ["n"]),
     "crossing": (["link"], ["n"]),
@@ -61,6 +62,7 @@ _SUM = {
     "flows": ([*FLOW_KEYS, "bucket"], ["n"]),
     "service": (SERVICE_KEYS, ["n", "n_timeout"]),
 }
+"""Key columns and summed count columns of each table of a :class:`WindowPartial` but ``uploads``."""
 
 
 def bucket_of(ns: np.ndarray) -> np.ndarray:
@@ -423,19 +425,23 @@ def merge(partials: list[WindowPartial]) -> WindowPartial:
         raise ValueError(f"merge got partials of several windows: {sorted(starts)}")
     out: dict[str, object] = {"window_start_ns": starts.pop()}
     for f in fields(WindowPartial):
-        if f.name == "window_start_ns":
-            continue
-        tables = [getattr(p, f.name) for p in partials]
-        t = pa.concat_tables(tables, promote_options="permissive")
-        if f.name == "uploads":
-            if t.num_rows:
-                g = t.group_by(["host"]).aggregate([("upload_ns", "max")])
-                t = g.select(["host", "upload_ns_max"]).rename_columns(["host", "upload_ns"]).sort_by("host")
-            out[f.name] = t
-        else:
-            keys, vals = _SUM[f.name]
-            out[f.name] = _sum_by(t, keys, vals)
+        if f.name != "window_start_ns":
+            out[f.name] = merge_table(f.name, [getattr(p, f.name) for p in partials])
     return WindowPartial(**out)  # type: ignore[arg-type]
+
+
+def merge_table(name: str, tables: list[pa.Table]) -> pa.Table:
+    """One table of :func:`merge` (``name`` a :class:`WindowPartial` field other than ``window_start_ns``):
+    the tables concatenated (schemas promoted), counts summed per key and sorted by the keys; ``uploads``
+    the newest upload per host."""
+    t = pa.concat_tables(tables, promote_options="permissive")
+    if name == "uploads":
+        if t.num_rows:
+            g = t.group_by(["host"]).aggregate([("upload_ns", "max")])
+            t = g.select(["host", "upload_ns_max"]).rename_columns(["host", "upload_ns"]).sort_by("host")
+        return t
+    keys, vals = SUM_KEYS[name]
+    return _sum_by(t, keys, vals)
 
 
 def _sum_by(t: pa.Table, keys: list[str], vals: list[str]) -> pa.Table:

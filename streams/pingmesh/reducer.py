@@ -5,9 +5,11 @@ one :class:`~streams.pingmesh.step_message.Step` (its serialised
 :class:`~streams.pingmesh.partial.WindowPartial` per window, its upload marks and the raw
 offset ranges it covers). The one reducer keeps the global watermark from the marks, so a
 window closes only when every live agent has uploaded past its end (or the grace passed),
-then merges and runs :func:`streams.pingmesh.analyzer.analyze_window`. Merging partials is
-exact, so the verdict equals the one-worker verdict. A step whose raw offsets were already
-merged (a restarted worker's replay, a zombie's resend) is dropped by its ranges. No Kafka here.
+then runs :func:`streams.pingmesh.analyzer.analyze_window` on its merged partials (folded into
+integer-coded sums as they arrive, :class:`~streams.pingmesh.partial_fold.PartialFold`, so the close
+does not re-merge them). Merging partials is exact, so the verdict equals the one-worker verdict. A
+step whose raw offsets were already merged (a restarted worker's replay, a zombie's resend) is dropped
+by its ranges. No Kafka here.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ import pyarrow.compute as pc
 from streams.pingmesh.analyzer import AnalyzerConfig, AnalyzerState, WindowResult, analyze_window
 from streams.pingmesh.impact import JobThreshold
 from streams.pingmesh.links import PathIndex
-from streams.pingmesh.partial import WindowPartial, from_bytes, merge, summarize, to_bytes
+from streams.pingmesh.partial import from_bytes, summarize, to_bytes
+from streams.pingmesh.partial_fold import PartialFold
 from streams.pingmesh.qpn_history import QpnHistory
 from streams.pingmesh.step_message import (
     Step,
@@ -132,7 +135,8 @@ class WindowReducer:
     """The registrations over event time: a window's stale QPNs are judged against its own time."""
     thresholds: dict[str, JobThreshold] = field(default_factory=dict)
     job_metrics: pa.Table | None = None
-    pending: dict[int, list[WindowPartial]] = field(default_factory=dict)
+    pending: dict[int, PartialFold] = field(default_factory=dict)
+    """open window → its partials so far, folded as they arrive (the close only takes the result)."""
     late_partials: int = 0
     started: float | None = None
     first_upload_ns: int | None = None
@@ -238,7 +242,10 @@ class WindowReducer:
             if window_start_ns < self.closed_before:
                 self.late_partials += 1
             else:
-                self.pending.setdefault(window_start_ns, []).append(from_bytes(partial))
+                fold = self.pending.get(window_start_ns)
+                if fold is None:
+                    fold = self.pending[window_start_ns] = PartialFold(window_start_ns)
+                fold.add(from_bytes(partial))
                 self.open_windows.add(window_start_ns)
         if mark is None:
             return []
@@ -303,9 +310,9 @@ class WindowReducer:
         for ws in sorted(w for w in self.open_windows if w + self.config.window_ns <= wm):
             self.open_windows.discard(ws)
             self.closed_before = max(self.closed_before, ws + self.config.window_ns)
-            parts = self.pending.pop(ws, None)
-            if parts:
-                out.append((ws, analyze_window(merge(parts), registry=self._registry_at(ws),
+            fold = self.pending.pop(ws, None)
+            if fold is not None:
+                out.append((ws, analyze_window(fold.result(), registry=self._registry_at(ws),
                                                host_last_upload=self.host_last_upload(), state=self.state,
                                                job_metrics=self.job_metrics, thresholds=self.thresholds,
                                                config=self.config)))
