@@ -142,7 +142,7 @@ def test_kill_9_mid_window_gives_the_uninterrupted_verdicts(kafka_bootstrap, pip
     for name, kill, commit_first in (("uninterrupted", None, False), ("killed", kill_after, False),
                                      ("killed after commits", kill_after, True)):
         prefix = f"d{uuid.uuid4().hex[:6]}."
-        procs.env = {**env, "FABRICSCOPE_TOPIC_PREFIX": prefix, "FABRICSCOPE_PARTITION_IDLE_S": "5"}
+        procs.env = {**env, "FABRICSCOPE_TOPIC_PREFIX": prefix, "FABRICSCOPE_PARTITION_IDLE_S": "15"}
         procs.logdir = logs / name.replace(" ", "-")  # each run's worker logs kept apart
         procs.logdir.mkdir()
         try:
