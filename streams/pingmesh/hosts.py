@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pyarrow.compute as pc
 
 from streams.pingmesh.context import WindowContext, isin, log_poisson_tail, saturating, significance, sums_by
 from streams.pingmesh.triage import (
@@ -34,6 +33,7 @@ from streams.pingmesh.triage import (
     busy_host_veto,
     down_hosts,
     failure_onset,
+    tor_mesh_sums,
 )
 
 UPLOAD_NS = 5_000_000_000
@@ -173,12 +173,7 @@ def host_step(ctx: WindowContext, findings: list[RnicFinding], cfg: TriageConfig
 def _below_rule_sums(ctx: WindowContext, flagged: set[str], cfg: TriageConfig) -> dict[str, tuple[int, int]]:
     """RNIC → (timeouts, probes) of the RNICs whose ToR-mesh probes time out at half the RNIC rule's ratio
     or more, counted as the rule counts them: probes no earlier step took, from probers not flagged."""
-    pairs = ctx.partial.pairs
-    if pairs.num_rows == 0:
-        return {}
-    tm = pc.equal(pairs["pinglist"], "tor_mesh").to_numpy(zero_copy_only=False)
-    sums = sums_by(pairs, tm & ~ctx.taken_pairs() & ~isin(pairs, "prober_rnic", flagged), "responder_rnic")
-    return {r: (f, t) for r, (f, t) in sums.items() if t and f / t > cfg.rnic_loss_ratio / 2}
+    return {r: (f, t) for r, (f, t) in tor_mesh_sums(ctx, flagged).items() if t and f / t > cfg.rnic_loss_ratio / 2}
 
 
 def _hosts_with_timeouts(ctx: WindowContext, exclude: np.ndarray) -> set[str]:

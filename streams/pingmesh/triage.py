@@ -311,6 +311,20 @@ def busy_by_delay(delays: pa.Table, baseline: Mapping[tuple[str, str], float], e
     return out
 
 
+def tor_mesh_mask(pairs: pa.Table) -> np.ndarray:
+    """Which rows of ``pairs`` are ToR-mesh probes (bool per row)."""
+    return (pc.equal(pairs["pinglist"], "tor_mesh").to_numpy(zero_copy_only=False)
+            if pairs.num_rows else np.zeros(0, bool))
+
+
+def tor_mesh_sums(ctx: WindowContext, exclude: set[str]) -> dict[str, tuple[int, int]]:
+    """Responder RNIC → (timeouts, probes) of its ToR-mesh probes as the RNIC rule judges RNICs: probes no
+    earlier step took, from probers not in ``exclude`` (suspects of their own)."""
+    pairs = ctx.partial.pairs
+    return sums_by(pairs, tor_mesh_mask(pairs) & ~ctx.taken_pairs() & ~isin(pairs, "prober_rnic", exclude),
+                   "responder_rnic")
+
+
 def live_probers(pairs: pa.Table, mask: np.ndarray) -> dict[str, int]:
     """Responder RNIC → distinct prober RNICs with at least one probe to it among ``pairs[mask]``."""
     if pairs.num_rows == 0 or not mask.any():
@@ -360,8 +374,7 @@ def stale_qpn_step(ctx: WindowContext, registry: Mapping[str, int], background: 
 def rnic_findings(ctx: WindowContext, cfg: TriageConfig) -> list[RnicFinding]:
     """Step 3 (rule only): :func:`rnic_rule` over the ToR-mesh pairs no earlier step explained."""
     pairs = ctx.partial.pairs
-    tm = (pc.equal(pairs["pinglist"], "tor_mesh").to_numpy(zero_copy_only=False)
-          if pairs.num_rows else np.zeros(0, bool)) & ~ctx.taken_pairs()
+    tm = tor_mesh_mask(pairs) & ~ctx.taken_pairs()
     return rnic_rule(pairs.filter(pa.array(tm)), cfg)
 
 
@@ -380,9 +393,8 @@ def rnic_step(ctx: WindowContext, findings: list[RnicFinding], host_rnics: set[s
     suspects = {f.rnic for f in findings} | host_rnics
     # the host's other RNICs, judged as the rule judges RNICs: ToR-mesh probes from probers that are
     # not suspects themselves (inter-ToR probes also cross switch links, faulty or not)
-    tm = (pc.equal(pairs["pinglist"], "tor_mesh").to_numpy(zero_copy_only=False)
-          if pairs.num_rows else np.zeros(0, bool))
-    sums = sums_by(pairs, tm & ~ctx.taken_pairs() & ~isin(pairs, "prober_rnic", suspects), "responder_rnic")
+    tm = tor_mesh_mask(pairs)
+    sums = tor_mesh_sums(ctx, suspects)
     for f in findings:
         flagged.add(f.rnic)
         h = ctx.rnic_host.get(f.rnic)
