@@ -23,6 +23,12 @@ def test_from_env_reads_the_stream_tunables():
     assert (c.partition_idle_s, c.hostping_impact, c.hostping_bus_lookback_s) == (5.0, "P1", 60.0)
 
 
+def test_stream_buffer_holds_four_steps_not_fausts_4096_messages():
+    c = RuntimeConfig.from_env("k:9092", "", {}, "var", {"FABRICSCOPE_STEP_MESSAGES": "32"})
+    assert (c.step_messages, c.stream_buffer_messages) == (32, 128)
+    assert RuntimeConfig().stream_buffer_messages == 256
+
+
 def test_defaults_and_the_password_stays_out_of_repr():
     c = RuntimeConfig.from_env("b:9092", "", {"sasl.password": "s3cret"}, "var", {})
     got = (c.job_thresholds, c.partition_idle_s, c.hostping_impact, c.hostping_bus_lookback_s)

@@ -67,6 +67,7 @@ def test_faust_app_producers_are_idempotent_with_acks_all():
     from streams.runtime.app import app
 
     assert app.conf.producer_acks == -1 and app.conf.topic_replication_factor == 3
+    assert app.conf.stream_buffer_maxsize == 256  # four 64-message steps, not Faust's 4,096
     extra = app.producer._settings_extra()
     assert extra["acks"] == "all" and extra["enable_idempotence"] is True
 

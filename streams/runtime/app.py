@@ -92,6 +92,7 @@ app = App(
     # BENCHMARKS.md §4): the broker checks it when the batch is produced, TCP checksums the transfer, and
     # decode validates every Arrow payload in full. librdkafka's default, which every other client here keeps.
     broker_check_crcs=False,
+    stream_buffer_maxsize=CONFIG.stream_buffer_messages,  # bounds the backlog a catching-up worker holds
     store="memory://",
     datadir=os.path.join(CONFIG.var_dir, "faust"),
     **faust_delivery(CONFIG.acks, CONFIG.replication),  # acks=all and Faust's own topics' replicas

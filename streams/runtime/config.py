@@ -64,6 +64,14 @@ class RuntimeConfig:
     replication: int | None = None
     role: str = "all"
 
+    @property
+    def stream_buffer_messages(self) -> int:
+        """Messages a worker's stream may hold fetched but not yet stepped (Faust's ``stream_buffer_maxsize``):
+        four steps. Faust's default, 4,096, let a worker catching up a backlog of the paper's 6,000-row uploads
+        (~0.6 MB each) hold ~2.4 GB of them: 2.8-3.0 GiB peak RSS per worker at 4,096 RNICs, 1.3-1.4 GiB with
+        256, at the same rows/s and CPU per row (BENCHMARKS.md §4, "A worker catching up a backlog")."""
+        return 4 * self.step_messages
+
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"worker role {self.role!r}: expected one of {', '.join(ROLES)}")
