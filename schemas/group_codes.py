@@ -338,8 +338,17 @@ def sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]
     """``SELECT keys, sum(v) ... GROUP BY keys ORDER BY keys`` as an Arrow table: key columns in their
     original types, sums int64. ``values[name]`` None counts rows (sum of 1); else per-row integers
     (summed exactly up to 2**53)."""
+    return coded_sums(names, keys, values)[0]
+
+
+def coded_sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]
+               ) -> tuple[pa.Table, list[Key]]:
+    """:func:`sums`, and the keys of its output rows: per key, a :class:`Key` whose codes are the output rows'
+    codes in ``keys`` (same card and values), so a reader of the table can group by its key columns without
+    hashing them again (a dependent key's stay dependent)."""
     if len(keys[0].codes) == 0:
-        cols = [k.values(np.zeros(0, np.int64)) for k in keys]
+        codes = [np.zeros(0, np.int64) for _ in keys]
+        cols = [k.values(c) for k, c in zip(keys, codes, strict=True)]
         cols += [pa.array(np.zeros(0, np.int64)) for _ in values]
     elif (dense := _dense_sums(keys, values)) is not None:
         codes, totals = dense
@@ -347,9 +356,11 @@ def sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]
         cols += [pa.array(t.astype(np.int64)) for t in totals]
     else:
         g = group(keys)
+        codes = g.codes
         cols = [k.values(c) for k, c in zip(keys, g.codes, strict=True)]
         for v in values.values():
             s = np.bincount(g.gid, minlength=g.n_groups) if v is None else \
                 np.bincount(g.gid, weights=v, minlength=g.n_groups)
             cols.append(pa.array(s.astype(np.int64)))
-    return pa.Table.from_arrays(cols, names=[*names, *values])
+    out = [Key(c, k.card, k.values, k.dependent) for k, c in zip(keys, codes, strict=True)]
+    return pa.Table.from_arrays(cols, names=[*names, *values]), out

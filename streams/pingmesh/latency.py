@@ -17,13 +17,14 @@ pinglist's flows in the same window.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import group, key, to_numpy
+from schemas.group_codes import Key, group, key, to_numpy
 from streams.pingmesh.context import WindowContext
 from streams.pingmesh.partial import FLOW_KEYS, link_counts
 from streams.pingmesh.tomography import CoverResult, VoteConfig, greedy_cover
@@ -76,10 +77,9 @@ def _flow_key(cols: list[pa.Array]) -> pa.Array:
     return pc.binary_join_element_wise(*(pc.cast(c, pa.string()) for c in cols), "|")
 
 
-def _max_by_group(col: pa.Array | pa.ChunkedArray, gid: np.ndarray, n_groups: int) -> pa.Array:
-    """Largest value of ``col`` per group (nulls skipped, null when a group has none), as a group-by
-    ``max``: over order-preserving codes, not values."""
-    k = key(col)
+def _max_by_group(col: pa.Array | pa.ChunkedArray, k: Key, gid: np.ndarray, n_groups: int) -> pa.Array:
+    """Largest value of ``col`` (coded by ``k``) per group (nulls skipped, null when a group has none), as a
+    group-by ``max``: over order-preserving codes, not values."""
     codes = np.where(to_numpy(pc.is_null(col)).astype(bool), -1, k.codes) if col.null_count else k.codes
     top = np.full(n_groups, -1, dtype=np.int64)
     np.maximum.at(top, gid, codes)
@@ -87,12 +87,19 @@ def _max_by_group(col: pa.Array | pa.ChunkedArray, gid: np.ndarray, n_groups: in
     return pc.if_else(pa.array(top >= 0), vals, pa.scalar(None, vals.type)) if (top < 0).any() else vals
 
 
-def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.Table:
+def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig(),
+                   keys: Mapping[str, Key] | None = None) -> pa.Table:
     """Window P99 network RTT per flow from the merged histograms.
 
     A flow is (pinglist, prober RNIC, responder RNIC, source port); its rows (one per path pair,
     timestamp source and bucket) are grouped on integer codes (:mod:`schemas.group_codes`) and its
     histogram read in bucket order; the flow key string is built once per flow, not per row.
+
+    Args:
+        flows: :attr:`~streams.pingmesh.partial.WindowPartial.flows`.
+        cfg: the quantile and its minimum tail.
+        keys: codes of ``flows``' key columns known already (column → :class:`Key` of its rows, the reducer's
+            fold: :class:`~streams.pingmesh.partial.PartialKeys`); the columns not named are coded here.
 
     Returns:
         Table of ``flow`` (key ``pinglist|prober|responder|src_port``), the flow
@@ -103,7 +110,8 @@ def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.
         return pa.table({"flow": pa.array([], pa.string()), "pinglist": pa.array([], pa.string()),
                          "fwd_hops": pa.array([], pa.string()), "rev_hops": pa.array([], pa.string()),
                          "n": pa.array([], pa.int64()), "p99_ns": pa.array([], pa.float64())})
-    ids = [key(flows[c]) for c in FLOW_KEYS[:4]]
+    known = keys or {}
+    ids = [known.get(c) or key(flows[c]) for c in FLOW_KEYS[:4]]
     g = group(ids)
     id_cols = [k.values(c) for k, c in zip(ids, g.codes, strict=True)]
     flow = _flow_key(id_cols)
@@ -116,7 +124,7 @@ def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.
     take = pa.array(by_name)
     cols = {"flow": flow.take(take)}
     cols |= {c: a.take(take) for c, a in zip(FLOW_KEYS[:4], id_cols, strict=True)}
-    cols |= {c: _max_by_group(flows[c], r, g.n_groups) for c in FLOW_KEYS[4:]}
+    cols |= {c: _max_by_group(flows[c], known.get(c) or key(flows[c]), r, g.n_groups) for c in FLOW_KEYS[4:]}
     cols["n"] = pa.array(np.bincount(r, weights=n, minlength=g.n_groups).round().astype(np.int64))
     cols["p99_ns"] = pa.array(q, pa.float64())
     return pa.table(cols)
@@ -211,7 +219,7 @@ def latency_step(ctx: WindowContext, cfg: LatencyConfig, vote: VoteConfig) -> No
 
     Confidence: the vote's (support × ratio of slow flows × margin); ties make no claim.
     """
-    fq = flow_quantiles(ctx.partial.flows, cfg)
+    fq = flow_quantiles(ctx.partial.flows, cfg, ctx.keys.get("flows"))
     marked = slow_flows(fq, ctx.state.flow_baseline, cfg)
     if marked.num_rows:
         lat = latency_cover(marked, vote, cfg)

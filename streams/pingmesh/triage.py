@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import group, key, to_numpy
+from schemas.group_codes import Key, group, key, to_numpy
 from streams.pingmesh.context import WindowContext, isin, log_poisson_tail, saturating, significance, sums_by
 from streams.pingmesh.partial import bucket_value
 
@@ -101,7 +101,7 @@ class RnicFinding:
     probers: tuple[str, ...]
 
 
-def rnic_rule(tor_mesh: pa.Table, cfg: TriageConfig) -> list[RnicFinding]:
+def rnic_rule(tor_mesh: pa.Table, cfg: TriageConfig, keys: tuple[Key, Key] | None = None) -> list[RnicFinding]:
     """Step 3: RNICs with more than ``rnic_loss_ratio`` of their ToR-mesh probes timed out.
 
     Peels suspects one at a time: the responder seen failing by the most distinct
@@ -112,35 +112,39 @@ def rnic_rule(tor_mesh: pa.Table, cfg: TriageConfig) -> list[RnicFinding]:
     Args:
         tor_mesh: per-pair counts with ``prober_rnic``, ``responder_rnic``, ``n``, ``n_timeout``
             (stale-QPN and host-down rows already removed).
+        keys: codes of its ``prober_rnic`` and ``responder_rnic`` (:func:`schemas.group_codes.key`, e.g. the
+            reducer fold's), or None to code them here. The rounds run over (prober, responder) groups of
+            integer codes; names are looked up for the flagged RNICs only.
 
     Returns:
         Findings in flagging order.
     """
     if tor_mesh.num_rows == 0:
         return []
-    g = tor_mesh.group_by(["prober_rnic", "responder_rnic"]).aggregate([("n", "sum"), ("n_timeout", "sum")])
-    p = np.array(g["prober_rnic"].to_pylist(), dtype=object)
-    r = np.array(g["responder_rnic"].to_pylist(), dtype=object)
-    n = g["n_sum"].to_numpy().astype(np.int64)
-    f = g["n_timeout_sum"].to_numpy().astype(np.int64)
-    names, r_idx = np.unique(r, return_inverse=True)
+    pk, rk = keys if keys is not None else (key(tor_mesh["prober_rnic"]), key(tor_mesh["responder_rnic"]))
+    g = group([pk, rk])
+    p, r = g.codes  # per (prober, responder) group; responder codes are ranks: their order is the names'
+    n = np.bincount(g.gid, weights=to_numpy(tor_mesh["n"]), minlength=g.n_groups).round().astype(np.int64)
+    f = np.bincount(g.gid, weights=to_numpy(tor_mesh["n_timeout"]), minlength=g.n_groups).round().astype(np.int64)
+    names = rk.values(np.arange(rk.card, dtype=np.int64))
+    prober_names = pk.values(np.arange(pk.card, dtype=np.int64))
+    as_prober = to_numpy(pc.fill_null(pc.index_in(names, value_set=prober_names), -1)).astype(np.int64)
     active = np.ones(len(p), dtype=bool)
     found: list[RnicFinding] = []
     while True:
-        tot = np.bincount(r_idx, weights=n * active, minlength=len(names))
-        bad = np.bincount(r_idx, weights=f * active, minlength=len(names))
-        seen = np.bincount(r_idx, weights=(f > 0) & active, minlength=len(names))
+        tot = np.bincount(r, weights=n * active, minlength=rk.card)
+        bad = np.bincount(r, weights=f * active, minlength=rk.card)
+        seen = np.bincount(r, weights=(f > 0) & active, minlength=rk.card)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(tot > 0, bad / tot, 0.0)
-        cand = (ratio > cfg.rnic_loss_ratio) & (seen >= cfg.rnic_min_probers)
-        if not cand.any():
+        cand = np.flatnonzero((ratio > cfg.rnic_loss_ratio) & (seen >= cfg.rnic_min_probers))
+        if not len(cand):
             return found
-        order = sorted(np.nonzero(cand)[0], key=lambda i: (-seen[i], -ratio[i], names[i]))
-        i = order[0]
-        rn = names[i]
-        sel = active & (r == rn) & (f > 0)
-        found.append(RnicFinding(str(rn), int(bad[i]), int(tot[i]), tuple(sorted(map(str, p[sel])))))
-        active &= (p != rn) & (r != rn)
+        i = cand[np.lexsort((cand, -ratio[cand], -seen[cand]))[0]]  # most probers, highest ratio, first name
+        sel = active & (r == i) & (f > 0)
+        probers = tuple(sorted(map(str, prober_names.take(pa.array(p[sel], pa.int64())).to_pylist())))
+        found.append(RnicFinding(str(names[int(i)].as_py()), int(bad[i]), int(tot[i]), probers))
+        active &= (p != as_prober[i]) & (r != i)
 
 
 def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None) -> dict[tuple[str, str], float]:
@@ -325,13 +329,18 @@ def tor_mesh_sums(ctx: WindowContext, exclude: set[str]) -> dict[str, tuple[int,
                    "responder_rnic")
 
 
-def live_probers(pairs: pa.Table, mask: np.ndarray) -> dict[str, int]:
-    """Responder RNIC → distinct prober RNICs with at least one probe to it among ``pairs[mask]``."""
+def live_probers(pairs: pa.Table, mask: np.ndarray, keys: tuple[Key, Key] | None = None) -> dict[str, int]:
+    """Responder RNIC → distinct prober RNICs with at least one probe to it among ``pairs[mask]``.
+
+    ``keys``: codes of ``pairs``' ``responder_rnic`` and ``prober_rnic`` (all its rows), or None to code them."""
     if pairs.num_rows == 0 or not mask.any():
         return {}
-    g = pairs.filter(pa.array(mask)).group_by(["responder_rnic", "prober_rnic"]).aggregate([])
-    names, counts = np.unique(np.asarray(g["responder_rnic"].to_pylist(), dtype=object), return_counts=True)
-    return dict(zip(names.tolist(), counts.tolist(), strict=True))
+    rk, pk = keys if keys is not None else (key(pairs["responder_rnic"]), key(pairs["prober_rnic"]))
+    rows = np.flatnonzero(mask)
+    g = group([rk.take(rows), pk.take(rows)])
+    counts = np.bincount(g.codes[0], minlength=rk.card)
+    present = np.flatnonzero(counts)
+    return dict(zip(rk.values(present).to_pylist(), counts[present].tolist(), strict=True))
 
 
 def rnic_hosts(pairs: pa.Table) -> dict[str, str]:
@@ -375,7 +384,9 @@ def rnic_findings(ctx: WindowContext, cfg: TriageConfig) -> list[RnicFinding]:
     """Step 3 (rule only): :func:`rnic_rule` over the ToR-mesh pairs no earlier step explained."""
     pairs = ctx.partial.pairs
     tm = tor_mesh_mask(pairs) & ~ctx.taken_pairs()
-    return rnic_rule(pairs.filter(pa.array(tm)), cfg)
+    rows = np.flatnonzero(tm)
+    return rnic_rule(pairs.filter(pa.array(tm)), cfg,
+                     (ctx.key("pairs", "prober_rnic").take(rows), ctx.key("pairs", "responder_rnic").take(rows)))
 
 
 def rnic_step(ctx: WindowContext, findings: list[RnicFinding], host_rnics: set[str], cfg: TriageConfig,
@@ -412,7 +423,8 @@ def rnic_step(ctx: WindowContext, findings: list[RnicFinding], host_rnics: set[s
     # a charged RNIC keeps its timeouts out of the vote only while the rule can still judge it: with fewer
     # than two live ToR-mesh probers left (its ToR peers down), the vote's access-link claim is what
     # names it again, or leaves it undetermined
-    judged = live_probers(pairs, tm & ~ctx.taken_pairs())
+    judged = live_probers(pairs, tm & ~ctx.taken_pairs(),
+                          (ctx.key("pairs", "responder_rnic"), ctx.key("pairs", "prober_rnic")))
     charged = {r for r, until in ctx.state.charged.items()
                if until >= ctx.ws and judged.get(r, 0) >= cfg.rnic_min_probers}
     ctx.state.charged = {r: u for r, u in ctx.state.charged.items() if u >= ctx.we}
