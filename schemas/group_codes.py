@@ -175,13 +175,13 @@ def _row_bits(n: int) -> int:
     return max(n - 1, 1).bit_length()
 
 
-def factorize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(group of each value, numbered in ascending value order; the distinct values ascending).
+def sort_order(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(an order that sorts ``x`` ascending, equal values in row order; ``x`` sorted).
 
     One sort of ``(value - min) << b | row`` (``b`` bits hold a row number) when the values' range
     leaves room for it: numpy's ``sort`` of plain int64 is several times faster than ``argsort``
     (measured here: 8 against 52 ns per row on 240,000 rows), and the row numbers it carries give
-    the order. Else ``argsort``.
+    the order. Else a stable ``argsort``.
     """
     n = len(x)
     bits = _row_bits(n)
@@ -189,11 +189,15 @@ def factorize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if n and x.dtype.kind in "iu" and 0 <= int(x.max()) - lo < (1 << (63 - bits)) and int(x.max()) < 1 << 63:
         packed = ((x.astype(np.int64) - lo) << bits) | np.arange(n, dtype=np.int64)
         packed.sort()
-        order = packed & ((1 << bits) - 1)
-        s = ((packed >> bits) + lo).astype(x.dtype, copy=False)
-    else:
-        order = np.argsort(x)
-        s = x[order]
+        return packed & ((1 << bits) - 1), ((packed >> bits) + lo).astype(x.dtype, copy=False)
+    order = np.argsort(x, kind="stable")
+    return order, x[order]
+
+
+def factorize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each value, numbered in ascending value order; the distinct values ascending), by one
+    :func:`sort_order`."""
+    order, s = sort_order(x)
     new = np.empty(len(s), dtype=bool)
     new[:1] = True
     np.not_equal(s[1:], s[:-1], out=new[1:])

@@ -140,14 +140,15 @@ def slow_flows(fq: pa.Table, baseline: pa.Table | None, cfg: LatencyConfig = Lat
     if fq.num_rows == 0:
         return fq.append_column("baseline_ns", pa.array([], pa.float64())).append_column(
             "slow", pa.array([], pa.bool_()))
+    t = fq
     if baseline is not None and baseline.num_rows:
         known = baseline.filter(pc.greater_equal(baseline["windows"], cfg.min_baseline_windows))
-        t = fq.join(known.select(["flow", "baseline_ns"]), "flow", join_type="left outer").sort_by("flow")
+        # one flow per row on both sides: a lookup keeps fq's rows and order (a join would re-sort them by flow)
+        base = known["baseline_ns"].take(pc.index_in(fq["flow"], value_set=known["flow"]))
     else:
-        t = fq.append_column("baseline_ns", pa.nulls(fq.num_rows, pa.float64()))
-    has_base = pc.is_valid(t["baseline_ns"]).to_numpy(zero_copy_only=False)
-    b = np.asarray(pc.fill_null(t["baseline_ns"], np.inf).to_numpy(zero_copy_only=False), dtype=np.float64)
-    t = t.drop(["baseline_ns"])
+        base = pa.nulls(fq.num_rows, pa.float64())
+    has_base = pc.is_valid(base).to_numpy(zero_copy_only=False)
+    b = np.asarray(pc.fill_null(base, np.inf).to_numpy(zero_copy_only=False), dtype=np.float64)
     p99 = t["p99_ns"].to_numpy()
     enough = t["n"].to_numpy() >= cfg.min_samples
     software = np.asarray(pc.equal(t["ts_source"], "software").to_numpy(zero_copy_only=False), dtype=bool)

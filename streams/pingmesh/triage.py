@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import Key, group, key, to_numpy
+from schemas.group_codes import Key, group, key, sort_order, to_numpy
 from streams.pingmesh.context import WindowContext, isin, log_poisson_tail, saturating, significance, sums_by
 from streams.pingmesh.partial import bucket_value
 
@@ -206,7 +206,7 @@ def coded_quantile(gid: np.ndarray, n_groups: int, bucket: np.ndarray, n: np.nda
     present, ascending; values in ns)."""
     bucket, n = np.asarray(bucket, np.int64), np.asarray(n, np.int64)
     lo, width = int(bucket.min()), int(bucket.max() - bucket.min()) + 1
-    srt = np.argsort(gid * width + (bucket - lo)) if n_groups * width < 2**62 else np.lexsort((bucket, gid))
+    srt = sort_order(gid * width + (bucket - lo))[0] if n_groups * width < 2**62 else np.lexsort((bucket, gid))
     return group_quantile(gid[srt], bucket[srt], n[srt], q, min_tail)
 
 
@@ -218,9 +218,11 @@ def group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
     highest quantile that still has ``min_tail`` samples above it (the P99 of 15 samples is
     their maximum, i.e. one outlier).
     """
-    uniq, start = np.unique(key, return_index=True)
-    order = np.argsort(start)
-    uniq, start = uniq[order], start[order]
+    new = np.empty(len(key), dtype=bool)  # the rows are sorted by key: each group is one run, no sort needed
+    new[:1] = True
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    start = np.flatnonzero(new)
+    uniq = key[start]
     end = np.append(start[1:], len(key))
     cum = np.cumsum(n)
     base = np.where(start > 0, cum[start - 1], 0)
