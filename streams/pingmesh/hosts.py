@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyarrow.compute as pc
 
 from streams.pingmesh.context import WindowContext, isin, log_poisson_tail, saturating, significance, sums_by
 from streams.pingmesh.triage import (
@@ -61,7 +62,7 @@ def host_down_step(ctx: WindowContext, cfg: TriageConfig, background: float) -> 
     significance of the timeouts to its RNICs against the background loss.
     """
     pairs = ctx.partial.pairs
-    targets = set(pairs["responder_host"].to_pylist())
+    targets = set(pc.unique(pairs["responder_host"]).to_pylist())
     down = down_hosts(ctx.we, ctx.uploads, targets, cfg)
     quiet: dict[str, int] = {}
     due = ctx.we + UPLOAD_NS

@@ -75,18 +75,20 @@ def down_hosts(window_end_ns: int, host_last_upload: Mapping[str, int], targets:
     return {h for h in targets if window_end_ns - host_last_upload.get(h, -(2**62)) > cfg.host_down_ns}
 
 
-def stale_mask(t: pa.Table, registry: Mapping[str, int]) -> np.ndarray:
+def stale_mask(t: pa.Table, registry: Mapping[str, int], responder: Key | None = None) -> np.ndarray:
     """Step 2: rows whose ``qpn`` differs from the registry's current QPN of ``responder_rnic``.
 
-    RNICs missing from the registry are not judged stale (no evidence).
+    RNICs missing from the registry are not judged stale (no evidence). ``responder``: codes of ``t``'s
+    ``responder_rnic`` (:func:`schemas.group_codes.key`), or None to code them here; the registry is looked up
+    once per distinct RNIC, not per row.
     """
     if t.num_rows == 0 or not registry:
         return np.zeros(t.num_rows, dtype=bool)
-    reg = pa.table({"responder_rnic": pa.array(list(registry), pa.string()),
-                    "_cur": pa.array(list(registry.values()), pa.int64())})
-    k = pa.table({"responder_rnic": t["responder_rnic"], "_row": pa.array(np.arange(t.num_rows))})
-    j = k.join(reg, "responder_rnic", join_type="left outer").sort_by("_row")
-    cur = j["_cur"].to_numpy(zero_copy_only=False)
+    rk = responder if responder is not None else key(t["responder_rnic"])
+    names = rk.values(np.arange(rk.card, dtype=np.int64))
+    at = pc.index_in(names, value_set=pa.array(list(registry), pa.string()))
+    cur_of = pc.take(pa.array(list(registry.values()), pa.int64()), at).to_numpy(zero_copy_only=False)
+    cur = np.asarray(cur_of, dtype=np.float64)[rk.codes]  # NaN: not registered
     qpn = np.asarray(t["qpn"].to_numpy(zero_copy_only=False), dtype=np.float64)
     return ~np.isnan(cur) & (cur != qpn)
 
@@ -366,7 +368,7 @@ def stale_qpn_step(ctx: WindowContext, registry: Mapping[str, int], background: 
     times the share of the RNIC's timeouts that carried a stale QPN (the rest need another cause).
     """
     pairs, failing = ctx.partial.pairs, ctx.partial.failing
-    p_stale = stale_mask(pairs, registry) & ~ctx.taken_pairs("host_down")
+    p_stale = stale_mask(pairs, registry, ctx.key("pairs", "responder_rnic")) & ~ctx.taken_pairs("host_down")
     ctx.take("stale_qpn", p_stale, stale_mask(failing, registry) & ~ctx.taken_failing("host_down"))
     stale_sums = sums_by(pairs, p_stale, "responder_rnic")
     if not stale_sums:
