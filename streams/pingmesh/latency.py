@@ -198,16 +198,29 @@ def update_baseline(baseline: pa.Table | None, marked: pa.Table, cfg: LatencyCon
                          "last_ns": pa.array(np.full(first.num_rows, stamp.as_py(), np.int64))}).sort_by("flow")
     if "last_ns" not in baseline.column_names:  # a baseline built before flows carried when they were probed
         baseline = baseline.append_column("last_ns", pa.array(np.full(baseline.num_rows, stamp.as_py(), np.int64)))
-    new = pa.table({"flow": marked["flow"], "_new": pc.if_else(ok, marked["p99_ns"], pa.scalar(None, pa.float64())),
-                    "_probed": pa.array(np.ones(marked.num_rows, bool))})
-    j = baseline.join(new, "flow", join_type="full outer")
-    old = j["baseline_ns"]
-    upd = pc.coalesce(
-        pc.add(pc.multiply(old, 1 - cfg.ewma), pc.multiply(j["_new"], cfg.ewma)), old, j["_new"]
-    )
-    n = pc.add(pc.fill_null(j["windows"], 0), pc.cast(pc.is_valid(j["_new"]), pa.int64()))
-    last = pc.if_else(pc.is_valid(j["_probed"]), stamp, j["last_ns"])
-    out = pa.table({"flow": j["flow"], "baseline_ns": upd, "windows": n, "last_ns": last})
+    new = pc.if_else(ok, marked["p99_ns"], pa.scalar(None, pa.float64()))
+    # a full outer join on flow, by one lookup (one flow per row on both sides): the baseline's rows, each with
+    # its flow's new value if probed, then the flows probed for the first time
+    at = pc.index_in(baseline["flow"], value_set=marked["flow"])
+    hit = np.zeros(marked.num_rows, dtype=bool)
+    hit[to_numpy(pc.drop_null(at)).astype(np.int64)] = True
+    fresh = pa.array(~hit)
+    k = marked.num_rows - int(hit.sum())
+
+    def both(a: pa.ChunkedArray | pa.Array, b: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray:
+        b = b.cast(a.type)
+        return pa.chunked_array([*(a.chunks if isinstance(a, pa.ChunkedArray) else [a]),
+                                 *(b.chunks if isinstance(b, pa.ChunkedArray) else [b])], a.type)
+
+    flow = both(baseline["flow"], marked["flow"].filter(fresh))
+    old = both(baseline["baseline_ns"], pa.nulls(k, pa.float64()))
+    new_j = both(new.take(at), new.filter(fresh))
+    probed = both(pc.is_valid(at), pa.array(np.ones(k, bool)))
+    upd = pc.coalesce(pc.add(pc.multiply(old, 1 - cfg.ewma), pc.multiply(new_j, cfg.ewma)), old, new_j)
+    n = pc.add(pc.fill_null(both(baseline["windows"], pa.nulls(k, pa.int64())), 0),
+               pc.cast(pc.is_valid(new_j), pa.int64()))
+    last = pc.if_else(probed, stamp, both(baseline["last_ns"], pa.nulls(k, pa.int64())))
+    out = pa.table({"flow": flow, "baseline_ns": upd, "windows": n, "last_ns": last})
     keep = pc.is_valid(upd)  # a flow probed only while slow has no baseline yet
     if now_ns is not None:
         keep = pc.and_(keep, pc.greater_equal(last, now_ns - cfg.baseline_idle_ns))
