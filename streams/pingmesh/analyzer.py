@@ -146,7 +146,8 @@ def analyze_window(
     latency_step(ctx, cfg.latency, cfg.vote)                                   # 5
 
     # host delay baselines: EWMA of p50 over hosts not judged busy
-    for (h, role), v in host_delay_p50(partial.delays).items():
+    delay_keys = (ctx.key("delays", "host"), ctx.key("delays", "role")) if partial.delays.num_rows else None
+    for (h, role), v in host_delay_p50(partial.delays, keys=delay_keys).items():
         if h in busy_hosts:
             continue
         old = state.host_baseline.get((h, role))

@@ -149,7 +149,8 @@ def rnic_rule(tor_mesh: pa.Table, cfg: TriageConfig, keys: tuple[Key, Key] | Non
         active &= (p != as_prober[i]) & (r != i)
 
 
-def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None) -> dict[tuple[str, str], float]:
+def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None,
+                   keys: tuple[Key, Key] | None = None) -> dict[tuple[str, str], float]:
     """Median responder / prober delay (ns) per (host, role) from the window's histograms.
 
     Args:
@@ -157,18 +158,21 @@ def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None)
         from_slot: per host, the first 5 s slot to count (the slot its failures started in):
             a host busy for the last half of a window has its median over that half, not
             over the window (whose median has not moved yet). Hosts not named count from 0.
+        keys: codes of ``delays``' ``host`` and ``role`` (:func:`schemas.group_codes.key`, e.g. the reducer
+            fold's), or None to code them here.
     """
     if delays.num_rows == 0:
         return {}
-    if from_slot:
-        hosts = pa.array(list(from_slot), pa.string())
-        first = pa.array(list(from_slot.values()), pa.int64())
-        j = delays.join(pa.table({"host": hosts, "_from": first}), "host", join_type="left outer")
-        delays = j.filter(pc.greater_equal(j["slot"], pc.fill_null(j["_from"], 0)))
-        if delays.num_rows == 0:
+    host, role = keys if keys is not None else (key(delays["host"]), key(delays["role"]))
+    if from_slot:  # each host's first slot, looked up once per distinct host
+        names = host.values(np.arange(host.card, dtype=np.int64))
+        at = pc.index_in(names, value_set=pa.array(list(from_slot), pa.string()))
+        first = pc.fill_null(pc.take(pa.array(list(from_slot.values()), pa.int64()), at), 0)
+        keep = to_numpy(delays["slot"]).astype(np.int64) >= to_numpy(first).astype(np.int64)[host.codes]
+        if not keep.any():
             return {}
+        delays, host, role = delays.filter(pa.array(keep)), host.take(keep), role.take(keep)
     # (host, role) groups on integer codes, each group's histogram read in bucket order (one int64 sort)
-    host, role = key(delays["host"]), key(delays["role"])
     g = group([host, role])
     gids, p50 = coded_quantile(g.gid, g.n_groups, to_numpy(delays["bucket"]), to_numpy(delays["n"]), 0.5)
     hosts, roles = host.values(g.codes[0]).to_pylist(), role.values(g.codes[1]).to_pylist()
@@ -249,7 +253,7 @@ class BusyHost:
 
 def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], delays: pa.Table,
                    baseline: Mapping[tuple[str, str], float], cfg: TriageConfig,
-                   onset: Mapping[str, int] | None = None) -> list[BusyHost]:
+                   onset: Mapping[str, int] | None = None, keys: tuple[Key, Key] | None = None) -> list[BusyHost]:
     """The busy-host veto inside step 3: which flagged RNICs are really one busy host.
 
     A host qualifies when at least ``min(busy_min_rnics, its RNIC count)`` of its
@@ -258,18 +262,19 @@ def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], de
     ``busy_min_delay_ns``. The baseline of a (host, role) is the given one when
     known, else the fleet median of that role in the window. Timed-out probes
     carry no t4−t3, so only successful probes count. With ``onset`` (host → first slot of
-    its failures, :func:`failure_onset`) a host's median counts from its onset.
+    its failures, :func:`failure_onset`) a host's median counts from its onset. ``keys``: as
+    :func:`host_delay_p50`'s.
     """
     if not cfg.busy_host_veto or not findings:
         return []
-    p50 = host_delay_p50(delays)
+    p50 = host_delay_p50(delays, keys=keys)
     fleet: dict[str, float] = {}
     for role in ("responder", "prober"):
         vals = [v for (h, r), v in p50.items() if r == role]
         if vals:
             fleet[role] = float(np.median(vals))
     if onset:
-        p50.update(host_delay_p50(delays, onset))
+        p50.update(host_delay_p50(delays, onset, keys))
     n_rnics: dict[str, int] = {}
     for h in rnic_host.values():
         n_rnics[h] = n_rnics.get(h, 0) + 1
@@ -294,21 +299,22 @@ def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], de
 
 
 def busy_by_delay(delays: pa.Table, baseline: Mapping[tuple[str, str], float], exclude: set[str],
-                  cfg: TriageConfig, onset: Mapping[str, int] | None = None) -> list[BusyHost]:
+                  cfg: TriageConfig, onset: Mapping[str, int] | None = None,
+                  keys: tuple[Key, Key] | None = None) -> list[BusyHost]:
     """Hosts whose successful probes show responder or prober delay p50 above ``busy_delay_factor`` ×
     baseline, even though none of their RNICs passed the RNIC rule.
 
     The analyzer charges such a host's timeouts to it (``busy_host``) instead of voting
     them onto its access links: host delay is a host problem, never a network one. ``onset``
-    as in :func:`busy_host_veto`.
+    and ``keys`` as in :func:`busy_host_veto`.
     """
     if not cfg.busy_host_veto:
         return []
-    p50 = host_delay_p50(delays)
+    p50 = host_delay_p50(delays, keys=keys)
     fleet = {role: float(np.median([v for (h, r), v in p50.items() if r == role]))
              for role in ("responder", "prober") if any(r == role for (_, r) in p50)}
     if onset:
-        p50.update(host_delay_p50(delays, onset))
+        p50.update(host_delay_p50(delays, onset, keys))
     out = []
     for (h, role), d in sorted(p50.items()):
         b = baseline.get((h, role), fleet.get(role))
