@@ -201,11 +201,13 @@ def update_baseline(baseline: pa.Table | None, marked: pa.Table, cfg: LatencyCon
     new = pc.if_else(ok, marked["p99_ns"], pa.scalar(None, pa.float64()))
     # a full outer join on flow, by one lookup (one flow per row on both sides): the baseline's rows, each with
     # its flow's new value if probed, then the flows probed for the first time
-    at = pc.index_in(baseline["flow"], value_set=marked["flow"])
-    hit = np.zeros(marked.num_rows, dtype=bool)
-    hit[to_numpy(pc.drop_null(at)).astype(np.int64)] = True
+    at = pc.index_in(marked["flow"], value_set=baseline["flow"])  # hashes the baseline's flows, the fewer
+    hit = to_numpy(pc.is_valid(at)).astype(bool)
+    of_base = np.full(baseline.num_rows, -1, dtype=np.int64)  # baseline row -> its flow's row in marked
+    of_base[to_numpy(pc.drop_null(at)).astype(np.int64)] = np.flatnonzero(hit)
     fresh = pa.array(~hit)
     k = marked.num_rows - int(hit.sum())
+    take = pa.array(of_base, mask=of_base < 0)
 
     def both(a: pa.ChunkedArray | pa.Array, b: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray:
         b = b.cast(a.type)
@@ -214,8 +216,8 @@ def update_baseline(baseline: pa.Table | None, marked: pa.Table, cfg: LatencyCon
 
     flow = both(baseline["flow"], marked["flow"].filter(fresh))
     old = both(baseline["baseline_ns"], pa.nulls(k, pa.float64()))
-    new_j = both(new.take(at), new.filter(fresh))
-    probed = both(pc.is_valid(at), pa.array(np.ones(k, bool)))
+    new_j = both(new.take(take), new.filter(fresh))
+    probed = both(pa.array(of_base >= 0), pa.array(np.ones(k, bool)))
     upd = pc.coalesce(pc.add(pc.multiply(old, 1 - cfg.ewma), pc.multiply(new_j, cfg.ewma)), old, new_j)
     n = pc.add(pc.fill_null(both(baseline["windows"], pa.nulls(k, pa.int64())), 0),
                pc.cast(pc.is_valid(new_j), pa.int64()))
