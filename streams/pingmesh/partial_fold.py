@@ -11,6 +11,9 @@ rows held, or at the result), so the integer group-by over the rows held runs a 
 once per worker step. :meth:`PartialFold.result` ranks each codebook in Arrow's sort order and emits the
 tables sorted by their keys: table for table the partial :func:`~streams.pingmesh.partial.merge` returns
 (sums are exact and grouping is associative; tested on simulated windows with random chunking).
+:meth:`PartialFold.coded_result` also hands on those ranks as the keys of the tables' rows
+(:data:`~streams.pingmesh.partial.PartialKeys`), so the analyzer groups the merged tables without hashing their
+strings again (the flows' hop strings were ~0.8 CPU s of a 10,000-RNIC close).
 """
 
 from __future__ import annotations
