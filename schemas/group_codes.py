@@ -175,13 +175,13 @@ def _row_bits(n: int) -> int:
     return max(n - 1, 1).bit_length()
 
 
-def factorize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(group of each value, numbered in ascending value order; the distinct values ascending).
+def sort_order(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(an order that sorts ``x`` ascending; ``x`` sorted).
 
     One sort of ``(value - min) << b | row`` (``b`` bits hold a row number) when the values' range
     leaves room for it: numpy's ``sort`` of plain int64 is several times faster than ``argsort``
     (measured here: 8 against 52 ns per row on 240,000 rows), and the row numbers it carries give
-    the order. Else ``argsort``.
+    the order (equal values stay in row order). Else ``argsort``.
     """
     n = len(x)
     bits = _row_bits(n)
@@ -189,11 +189,15 @@ def factorize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if n and x.dtype.kind in "iu" and 0 <= int(x.max()) - lo < (1 << (63 - bits)) and int(x.max()) < 1 << 63:
         packed = ((x.astype(np.int64) - lo) << bits) | np.arange(n, dtype=np.int64)
         packed.sort()
-        order = packed & ((1 << bits) - 1)
-        s = ((packed >> bits) + lo).astype(x.dtype, copy=False)
-    else:
-        order = np.argsort(x)
-        s = x[order]
+        return packed & ((1 << bits) - 1), ((packed >> bits) + lo).astype(x.dtype, copy=False)
+    order = np.argsort(x)
+    return order, x[order]
+
+
+def factorize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(group of each value, numbered in ascending value order; the distinct values ascending), by one
+    :func:`sort_order`."""
+    order, s = sort_order(x)
     new = np.empty(len(s), dtype=bool)
     new[:1] = True
     np.not_equal(s[1:], s[:-1], out=new[1:])
@@ -338,8 +342,17 @@ def sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]
     """``SELECT keys, sum(v) ... GROUP BY keys ORDER BY keys`` as an Arrow table: key columns in their
     original types, sums int64. ``values[name]`` None counts rows (sum of 1); else per-row integers
     (summed exactly up to 2**53)."""
+    return coded_sums(names, keys, values)[0]
+
+
+def coded_sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]
+               ) -> tuple[pa.Table, list[Key]]:
+    """:func:`sums`, and the keys of its output rows: per key, a :class:`Key` whose codes are the output rows'
+    codes in ``keys`` (same card and values), so a reader of the table can group by its key columns without
+    hashing them again (a dependent key's stay dependent)."""
     if len(keys[0].codes) == 0:
-        cols = [k.values(np.zeros(0, np.int64)) for k in keys]
+        codes = [np.zeros(0, np.int64) for _ in keys]
+        cols = [k.values(c) for k, c in zip(keys, codes, strict=True)]
         cols += [pa.array(np.zeros(0, np.int64)) for _ in values]
     elif (dense := _dense_sums(keys, values)) is not None:
         codes, totals = dense
@@ -347,9 +360,11 @@ def sums(names: list[str], keys: list[Key], values: dict[str, np.ndarray | None]
         cols += [pa.array(t.astype(np.int64)) for t in totals]
     else:
         g = group(keys)
+        codes = g.codes
         cols = [k.values(c) for k, c in zip(keys, g.codes, strict=True)]
         for v in values.values():
             s = np.bincount(g.gid, minlength=g.n_groups) if v is None else \
                 np.bincount(g.gid, weights=v, minlength=g.n_groups)
             cols.append(pa.array(s.astype(np.int64)))
-    return pa.Table.from_arrays(cols, names=[*names, *values])
+    out = [Key(c, k.card, k.values, k.dependent) for k, c in zip(keys, codes, strict=True)]
+    return pa.Table.from_arrays(cols, names=[*names, *values]), out

@@ -12,20 +12,22 @@ from __future__ import annotations
 import copy
 import random
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 sim = pytest.importorskip("producers.sim")
-from analyzer_sim import run  # noqa: E402
+from analyzer_sim import T0, S, run  # noqa: E402
 from test_partial_by_hand import INDEX_ROWS, PROBES, WS, _paths, _probes  # noqa: E402
 
 import streams.pingmesh.reducer as reducer  # noqa: E402
 from bench.scale import build_simulator  # noqa: E402
 from bench.sim_reducer import SimPipeline  # noqa: E402
 from producers.sim.fabrics import random_clos  # noqa: E402
+from schemas.group_codes import key  # noqa: E402
 from streams.pingmesh.analyzer import analyze_window  # noqa: E402
 from streams.pingmesh.links import PathIndex  # noqa: E402
-from streams.pingmesh.partial import SUM_KEYS, WindowPartial, merge, summarize  # noqa: E402
+from streams.pingmesh.partial import SUM_KEYS, PartialKeys, WindowPartial, merge, summarize  # noqa: E402
 from streams.pingmesh.partial_fold import PartialFold  # noqa: E402
 
 TABLES = [*SUM_KEYS, "uploads"]
@@ -45,6 +47,23 @@ def _assert_equal(a: WindowPartial, b: WindowPartial) -> None:
         assert x.equals(y, check_metadata=True), (name, x.schema, y.schema, x.slice(0, 3), y.slice(0, 3))
 
 
+def _assert_keys(p: WindowPartial, keys: PartialKeys) -> None:
+    """Each key the fold gives codes its table's column as :func:`key` does: the same values, the same order and
+    equality (the codes need not be dense)."""
+    for name, cols in keys.items():
+        t = getattr(p, name)
+        assert set(cols) == set(SUM_KEYS[name][0])
+        for c, k in cols.items():
+            assert len(k.codes) == t.num_rows and (k.codes < k.card).all()
+            assert k.values(k.codes).equals(t[c].combine_chunks()), (name, c)
+            assert np.array_equal(_dense(k.codes), _dense(key(t[c]).codes)), (name, c)
+
+
+def _dense(codes: np.ndarray) -> np.ndarray:
+    """Codes renumbered 0, 1, ... in their order."""
+    return np.unique(codes, return_inverse=True)[1].reshape(-1)
+
+
 def test_two_partials_fold_to_the_counts_worked_out_by_hand():
     index = PathIndex(_paths(INDEX_ROWS))
     first = summarize(WS, _probes(PROBES[:3]), index)  # A1->B2: ok, ok, timeout
@@ -60,6 +79,12 @@ def test_two_partials_fold_to_the_counts_worked_out_by_hand():
         assert p.service.to_pylist()[0]["job_id"] == "job1" and p.service["n"].to_pylist() == [1]
         assert p.failing["n"].to_pylist() == [1, 1]  # one timeout per failing group (B2 traced, D1 untraced)
         _assert_equal(p, merge([first, second]))
+        f = PartialFold(WS, min_rows=min_rows)
+        f.add(first), f.add(second)
+        coded, keys = f.coded_result()
+        _assert_equal(coded, p)
+        _assert_keys(coded, keys)
+        assert set(keys) == set(SUM_KEYS)  # every table had rows
 
 
 def test_a_table_whose_schema_changes_is_merged_as_before():
@@ -68,6 +93,12 @@ def test_a_table_whose_schema_changes_is_merged_as_before():
     b.pairs = b.pairs.cast(b.pairs.schema.set(b.pairs.schema.get_field_index("qpn"), pa.field("qpn", pa.int64())))
     for min_rows in (1, 1 << 40):
         _assert_equal(_fold([a, b, a], min_rows), merge([a, b, a]))
+        f = PartialFold(WS, min_rows=min_rows)
+        for p in (a, b, a):
+            f.add(p)
+        coded, keys = f.coded_result()
+        assert "pairs" not in keys and "flows" in keys  # a table merged raw has no codes; the others keep theirs
+        _assert_keys(coded, keys)
 
 
 def test_a_partial_of_another_window_and_an_empty_fold_are_refused():
@@ -86,12 +117,23 @@ def _random_clos_windows() -> None:
               sim.LatencyLink(a=tors[2], b="S3")], seconds=40)
 
 
+def _rnic_windows() -> None:
+    """Faults the RNIC rule and the host steps judge: two dead RNICs under one ToR, a host restarting (stale QPNs)."""
+    inv = random_clos(3, n_tors=4, n_spines=2, hosts_per_tor=3, rnics_per_host=2)
+    tors = list(inv.tors)
+    under = inv.rnics_under_tor(tors[0])
+    restart = inv.rnics[inv.rnics_under_tor(tors[2])[0]].host
+    run(inv, [sim.RnicDown(rnic=under[0]), sim.RnicDown(rnic=under[-1]),
+              sim.HostRestart(host=restart, start_ns=T0 + 25 * S)], seconds=60)
+
+
 def _bench_scale_windows() -> None:
     pipe = SimPipeline(build_simulator(128, 0.2), workers=2)  # two steps (partitions) per round
     pipe.run(1_796_061_300_000_000_000, 40)
 
 
-@pytest.mark.parametrize("windows", [_random_clos_windows, _bench_scale_windows], ids=["random_clos", "bench_scale"])
+@pytest.mark.parametrize("windows", [_random_clos_windows, _rnic_windows, _bench_scale_windows],
+                         ids=["random_clos", "rnic_faults", "bench_scale"])
 def test_the_fold_gives_the_old_close_on_simulated_windows(monkeypatch, windows):
     received: dict[int, list[WindowPartial]] = {}
     decode = reducer.from_bytes
@@ -105,9 +147,12 @@ def test_the_fold_gives_the_old_close_on_simulated_windows(monkeypatch, windows)
     analyze = reducer.analyze_window
 
     def both(partial: WindowPartial, **kw: object):  # noqa: ANN202 - analyze_window's result
-        before = copy.deepcopy(kw)  # the old close on the same state
+        keys = kw.pop("keys")
+        assert keys and set(keys["flows"]) == set(SUM_KEYS["flows"][0])  # the fold's codes are handed on
+        _assert_keys(partial, keys)
+        before = copy.deepcopy(kw)  # the old close on the same state: merged, every key column hashed
         old = analyze_window(merge(received[partial.window_start_ns]), **before)
-        new = analyze(partial, **kw)
+        new = analyze(partial, keys=keys, **kw)
         closes.append((partial, old, new))
         return new
 

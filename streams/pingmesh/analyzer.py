@@ -48,7 +48,7 @@ from streams.pingmesh.impact import (
     grade,
 )
 from streams.pingmesh.latency import LatencyConfig, latency_step
-from streams.pingmesh.partial import WindowPartial
+from streams.pingmesh.partial import PartialKeys, WindowPartial
 from streams.pingmesh.tomography import VoteConfig, vote_step
 from streams.pingmesh.triage import (
     TriageConfig,
@@ -106,6 +106,7 @@ def analyze_window(
     job_metrics: pa.Table | None = None,
     thresholds: Mapping[str, JobThreshold] | None = None,
     config: AnalyzerConfig = AnalyzerConfig(),
+    keys: PartialKeys | None = None,
 ) -> WindowResult:
     """Explain every timeout and tail of one closed window; update ``state``.
 
@@ -119,6 +120,9 @@ def analyze_window(
         job_metrics: ``job_id``, ``sample_ns``, ``value`` rows covering the window, or None.
         thresholds: per-job threshold of the metric (P0 vs P1).
         config: thresholds of every step.
+        keys: codes of ``partial``'s key columns already known (the reducer's fold of the partials,
+            :meth:`streams.pingmesh.partial_fold.PartialFold.coded_result`): the steps group by them instead of
+            hashing those columns again. The result does not depend on them.
 
     Returns:
         :class:`WindowResult` with ``verdict.v1`` rows sorted by (kind, location, job, revision_of).
@@ -128,7 +132,7 @@ def analyze_window(
     for h, u in zip(partial.uploads["host"].to_pylist(), partial.uploads["upload_ns"].to_pylist(), strict=True):
         uploads[h] = max(uploads.get(h, u), u)
     state.rnic_host.update(rnic_hosts(partial.pairs))
-    ctx = WindowContext(partial, cfg.window_ns, uploads, state.rnic_host, state)
+    ctx = WindowContext(partial, cfg.window_ns, uploads, state.rnic_host, state, keys=keys or {})
     # healthy loss a probe may meet (a floor, not this window's estimate: on a small fabric a busy
     # host and a dead link touch half the RNICs, and claims would be judged against the fault itself)
     background = cfg.triage.background_floor
@@ -142,7 +146,8 @@ def analyze_window(
     latency_step(ctx, cfg.latency, cfg.vote)                                   # 5
 
     # host delay baselines: EWMA of p50 over hosts not judged busy
-    for (h, role), v in host_delay_p50(partial.delays).items():
+    delay_keys = (ctx.key("delays", "host"), ctx.key("delays", "role")) if partial.delays.num_rows else None
+    for (h, role), v in host_delay_p50(partial.delays, keys=delay_keys).items():
         if h in busy_hosts:
             continue
         old = state.host_baseline.get((h, role))

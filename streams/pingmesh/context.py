@@ -21,8 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.group_codes import Key, key
 from schemas.verdicts import verdict_id
-from streams.pingmesh.partial import WindowPartial
+from streams.pingmesh.partial import PartialKeys, WindowPartial
 
 __all__ = ["AnalyzerState", "Claim", "WindowContext", "verdict_id"]
 
@@ -128,6 +129,8 @@ class WindowContext:
         p_taken / f_taken: step name → rows of ``partial.pairs`` / ``partial.failing`` that step
             explained (later steps leave them alone).
         vote_crossing: probes crossing each link less those earlier steps took (set by the vote).
+        keys: codes of the partial's key columns known without hashing them (the reducer's fold,
+            :class:`~streams.pingmesh.partial.PartialKeys`); :meth:`key` codes the others.
     """
 
     partial: WindowPartial
@@ -139,6 +142,16 @@ class WindowContext:
     p_taken: dict[str, np.ndarray] = field(default_factory=dict)
     f_taken: dict[str, np.ndarray] = field(default_factory=dict)
     vote_crossing: pa.Table | None = None
+    keys: PartialKeys = field(default_factory=dict)
+    _keyed: dict[tuple[str, str], Key] = field(default_factory=dict, repr=False)
+
+    def key(self, table: str, column: str) -> Key:
+        """Order-preserving codes (:func:`schemas.group_codes.key`) of column ``column`` of ``partial.<table>``,
+        one per row: from :attr:`keys` when the fold gave them, else coded once per window and kept."""
+        k = self.keys.get(table, {}).get(column) or self._keyed.get((table, column))
+        if k is None:
+            k = self._keyed[(table, column)] = key(getattr(self.partial, table)[column])
+        return k
 
     @property
     def ws(self) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyarrow.compute as pc
 
 from streams.pingmesh.context import WindowContext, isin, log_poisson_tail, saturating, significance, sums_by
 from streams.pingmesh.triage import (
@@ -61,7 +62,7 @@ def host_down_step(ctx: WindowContext, cfg: TriageConfig, background: float) -> 
     significance of the timeouts to its RNICs against the background loss.
     """
     pairs = ctx.partial.pairs
-    targets = set(pairs["responder_host"].to_pylist())
+    targets = set(pc.unique(pairs["responder_host"]).to_pylist())
     down = down_hosts(ctx.we, ctx.uploads, targets, cfg)
     quiet: dict[str, int] = {}
     due = ctx.we + UPLOAD_NS
@@ -119,7 +120,8 @@ def host_step(ctx: WindowContext, findings: list[RnicFinding], cfg: TriageConfig
         if h is not None:
             by_host.setdefault(h, []).append(f)
     onset = failure_onset(p.slots, set(by_host) | _hosts_with_timeouts(ctx, f_before))
-    busy = busy_host_veto(findings, ctx.rnic_host, p.delays, ctx.state.host_baseline, cfg, onset)
+    delay_keys = (ctx.key("delays", "host"), ctx.key("delays", "role")) if p.delays.num_rows else None
+    busy = busy_host_veto(findings, ctx.rnic_host, p.delays, ctx.state.host_baseline, cfg, onset, delay_keys)
     out_rnics: set[str] = set()
     by_rnic = {f.rnic: f for f in findings}
     n_hosts = max(len({h for h in ctx.rnic_host.values()}), 1)
@@ -129,7 +131,7 @@ def host_step(ctx: WindowContext, findings: list[RnicFinding], cfg: TriageConfig
         _emit_busy(ctx, b, failed, total, background, n_hosts, onset.get(b.host, 0), {})
         # every timeout at a busy host is the host's, flagged RNIC or not (none may reach the vote)
         out_rnics |= set(ctx.rnics_of(b.host))
-    for b in busy_by_delay(p.delays, ctx.state.host_baseline, {b.host for b in busy}, cfg, onset):
+    for b in busy_by_delay(p.delays, ctx.state.host_baseline, {b.host for b in busy}, cfg, onset, delay_keys):
         rn = set(ctx.rnics_of(b.host))
         hit = (isin(failing, "responder_rnic", rn) | isin(failing, "prober_rnic", rn)) & ~f_before
         failed = int(failing["n"].to_numpy()[hit].sum()) if failing.num_rows else 0

@@ -17,13 +17,14 @@ pinglist's flows in the same window.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import group, key, to_numpy
+from schemas.group_codes import Key, group, key, to_numpy
 from streams.pingmesh.context import WindowContext
 from streams.pingmesh.partial import FLOW_KEYS, link_counts
 from streams.pingmesh.tomography import CoverResult, VoteConfig, greedy_cover
@@ -76,10 +77,9 @@ def _flow_key(cols: list[pa.Array]) -> pa.Array:
     return pc.binary_join_element_wise(*(pc.cast(c, pa.string()) for c in cols), "|")
 
 
-def _max_by_group(col: pa.Array | pa.ChunkedArray, gid: np.ndarray, n_groups: int) -> pa.Array:
-    """Largest value of ``col`` per group (nulls skipped, null when a group has none), as a group-by
-    ``max``: over order-preserving codes, not values."""
-    k = key(col)
+def _max_by_group(col: pa.Array | pa.ChunkedArray, k: Key, gid: np.ndarray, n_groups: int) -> pa.Array:
+    """Largest value of ``col`` (coded by ``k``) per group (nulls skipped, null when a group has none), as a
+    group-by ``max``: over order-preserving codes, not values."""
     codes = np.where(to_numpy(pc.is_null(col)).astype(bool), -1, k.codes) if col.null_count else k.codes
     top = np.full(n_groups, -1, dtype=np.int64)
     np.maximum.at(top, gid, codes)
@@ -87,12 +87,19 @@ def _max_by_group(col: pa.Array | pa.ChunkedArray, gid: np.ndarray, n_groups: in
     return pc.if_else(pa.array(top >= 0), vals, pa.scalar(None, vals.type)) if (top < 0).any() else vals
 
 
-def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.Table:
+def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig(),
+                   keys: Mapping[str, Key] | None = None) -> pa.Table:
     """Window P99 network RTT per flow from the merged histograms.
 
     A flow is (pinglist, prober RNIC, responder RNIC, source port); its rows (one per path pair,
     timestamp source and bucket) are grouped on integer codes (:mod:`schemas.group_codes`) and its
     histogram read in bucket order; the flow key string is built once per flow, not per row.
+
+    Args:
+        flows: :attr:`~streams.pingmesh.partial.WindowPartial.flows`.
+        cfg: the quantile and its minimum tail.
+        keys: codes of ``flows``' key columns known already (column → :class:`Key` of its rows, the reducer's
+            fold: :class:`~streams.pingmesh.partial.PartialKeys`); the columns not named are coded here.
 
     Returns:
         Table of ``flow`` (key ``pinglist|prober|responder|src_port``), the flow
@@ -103,7 +110,8 @@ def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.
         return pa.table({"flow": pa.array([], pa.string()), "pinglist": pa.array([], pa.string()),
                          "fwd_hops": pa.array([], pa.string()), "rev_hops": pa.array([], pa.string()),
                          "n": pa.array([], pa.int64()), "p99_ns": pa.array([], pa.float64())})
-    ids = [key(flows[c]) for c in FLOW_KEYS[:4]]
+    known = keys or {}
+    ids = [known.get(c) or key(flows[c]) for c in FLOW_KEYS[:4]]
     g = group(ids)
     id_cols = [k.values(c) for k, c in zip(ids, g.codes, strict=True)]
     flow = _flow_key(id_cols)
@@ -116,7 +124,7 @@ def flow_quantiles(flows: pa.Table, cfg: LatencyConfig = LatencyConfig()) -> pa.
     take = pa.array(by_name)
     cols = {"flow": flow.take(take)}
     cols |= {c: a.take(take) for c, a in zip(FLOW_KEYS[:4], id_cols, strict=True)}
-    cols |= {c: _max_by_group(flows[c], r, g.n_groups) for c in FLOW_KEYS[4:]}
+    cols |= {c: _max_by_group(flows[c], known.get(c) or key(flows[c]), r, g.n_groups) for c in FLOW_KEYS[4:]}
     cols["n"] = pa.array(np.bincount(r, weights=n, minlength=g.n_groups).round().astype(np.int64))
     cols["p99_ns"] = pa.array(q, pa.float64())
     return pa.table(cols)
@@ -132,14 +140,15 @@ def slow_flows(fq: pa.Table, baseline: pa.Table | None, cfg: LatencyConfig = Lat
     if fq.num_rows == 0:
         return fq.append_column("baseline_ns", pa.array([], pa.float64())).append_column(
             "slow", pa.array([], pa.bool_()))
+    t = fq
     if baseline is not None and baseline.num_rows:
         known = baseline.filter(pc.greater_equal(baseline["windows"], cfg.min_baseline_windows))
-        t = fq.join(known.select(["flow", "baseline_ns"]), "flow", join_type="left outer").sort_by("flow")
+        # one flow per row on both sides: a lookup keeps fq's rows and order (a join would re-sort them by flow)
+        base = known["baseline_ns"].take(pc.index_in(fq["flow"], value_set=known["flow"]))
     else:
-        t = fq.append_column("baseline_ns", pa.nulls(fq.num_rows, pa.float64()))
-    has_base = pc.is_valid(t["baseline_ns"]).to_numpy(zero_copy_only=False)
-    b = np.asarray(pc.fill_null(t["baseline_ns"], np.inf).to_numpy(zero_copy_only=False), dtype=np.float64)
-    t = t.drop(["baseline_ns"])
+        base = pa.nulls(fq.num_rows, pa.float64())
+    has_base = pc.is_valid(base).to_numpy(zero_copy_only=False)
+    b = np.asarray(pc.fill_null(base, np.inf).to_numpy(zero_copy_only=False), dtype=np.float64)
     p99 = t["p99_ns"].to_numpy()
     enough = t["n"].to_numpy() >= cfg.min_samples
     software = np.asarray(pc.equal(t["ts_source"], "software").to_numpy(zero_copy_only=False), dtype=bool)
@@ -189,16 +198,31 @@ def update_baseline(baseline: pa.Table | None, marked: pa.Table, cfg: LatencyCon
                          "last_ns": pa.array(np.full(first.num_rows, stamp.as_py(), np.int64))}).sort_by("flow")
     if "last_ns" not in baseline.column_names:  # a baseline built before flows carried when they were probed
         baseline = baseline.append_column("last_ns", pa.array(np.full(baseline.num_rows, stamp.as_py(), np.int64)))
-    new = pa.table({"flow": marked["flow"], "_new": pc.if_else(ok, marked["p99_ns"], pa.scalar(None, pa.float64())),
-                    "_probed": pa.array(np.ones(marked.num_rows, bool))})
-    j = baseline.join(new, "flow", join_type="full outer")
-    old = j["baseline_ns"]
-    upd = pc.coalesce(
-        pc.add(pc.multiply(old, 1 - cfg.ewma), pc.multiply(j["_new"], cfg.ewma)), old, j["_new"]
-    )
-    n = pc.add(pc.fill_null(j["windows"], 0), pc.cast(pc.is_valid(j["_new"]), pa.int64()))
-    last = pc.if_else(pc.is_valid(j["_probed"]), stamp, j["last_ns"])
-    out = pa.table({"flow": j["flow"], "baseline_ns": upd, "windows": n, "last_ns": last})
+    new = pc.if_else(ok, marked["p99_ns"], pa.scalar(None, pa.float64()))
+    # a full outer join on flow, by one lookup (one flow per row on both sides): the baseline's rows, each with
+    # its flow's new value if probed, then the flows probed for the first time
+    at = pc.index_in(marked["flow"], value_set=baseline["flow"])  # hashes the baseline's flows, the fewer
+    hit = to_numpy(pc.is_valid(at)).astype(bool)
+    of_base = np.full(baseline.num_rows, -1, dtype=np.int64)  # baseline row -> its flow's row in marked
+    of_base[to_numpy(pc.drop_null(at)).astype(np.int64)] = np.flatnonzero(hit)
+    fresh = pa.array(~hit)
+    k = marked.num_rows - int(hit.sum())
+    take = pa.array(of_base, mask=of_base < 0)
+
+    def both(a: pa.ChunkedArray | pa.Array, b: pa.ChunkedArray | pa.Array) -> pa.ChunkedArray:
+        b = b.cast(a.type)
+        return pa.chunked_array([*(a.chunks if isinstance(a, pa.ChunkedArray) else [a]),
+                                 *(b.chunks if isinstance(b, pa.ChunkedArray) else [b])], a.type)
+
+    flow = both(baseline["flow"], marked["flow"].filter(fresh))
+    old = both(baseline["baseline_ns"], pa.nulls(k, pa.float64()))
+    new_j = both(new.take(take), new.filter(fresh))
+    probed = both(pa.array(of_base >= 0), pa.array(np.ones(k, bool)))
+    upd = pc.coalesce(pc.add(pc.multiply(old, 1 - cfg.ewma), pc.multiply(new_j, cfg.ewma)), old, new_j)
+    n = pc.add(pc.fill_null(both(baseline["windows"], pa.nulls(k, pa.int64())), 0),
+               pc.cast(pc.is_valid(new_j), pa.int64()))
+    last = pc.if_else(probed, stamp, both(baseline["last_ns"], pa.nulls(k, pa.int64())))
+    out = pa.table({"flow": flow, "baseline_ns": upd, "windows": n, "last_ns": last})
     keep = pc.is_valid(upd)  # a flow probed only while slow has no baseline yet
     if now_ns is not None:
         keep = pc.and_(keep, pc.greater_equal(last, now_ns - cfg.baseline_idle_ns))
@@ -211,7 +235,7 @@ def latency_step(ctx: WindowContext, cfg: LatencyConfig, vote: VoteConfig) -> No
 
     Confidence: the vote's (support × ratio of slow flows × margin); ties make no claim.
     """
-    fq = flow_quantiles(ctx.partial.flows, cfg)
+    fq = flow_quantiles(ctx.partial.flows, cfg, ctx.keys.get("flows"))
     marked = slow_flows(fq, ctx.state.flow_baseline, cfg)
     if marked.num_rows:
         lat = latency_cover(marked, vote, cfg)

@@ -64,6 +64,13 @@ SUM_KEYS = {
 }
 """Key columns and summed count columns of each table of a :class:`WindowPartial` but ``uploads``."""
 
+PartialKeys = Mapping[str, Mapping[str, Key]]
+"""Keys of a merged :class:`WindowPartial`'s rows, known without hashing its columns: table name → key column →
+:class:`~schemas.group_codes.Key` whose ``codes[i]`` codes row ``i`` of that table as
+:func:`schemas.group_codes.key` would (order-preserving, equal exactly where the values are; the codes need not
+be dense). :meth:`streams.pingmesh.partial_fold.PartialFold.coded_result` gives them; a table or column not
+named is keyed from its values."""
+
 
 def bucket_of(ns: np.ndarray) -> np.ndarray:
     """Histogram bucket (int64) of latencies in ns: ``floor(HIST_PER_OCTAVE * log2(ns))``."""

@@ -312,10 +312,11 @@ class WindowReducer:
             self.closed_before = max(self.closed_before, ws + self.config.window_ns)
             fold = self.pending.pop(ws, None)
             if fold is not None:
-                out.append((ws, analyze_window(fold.result(), registry=self._registry_at(ws),
+                merged, keys = fold.coded_result()  # the fold's codes: the analyzer does not hash the keys again
+                out.append((ws, analyze_window(merged, registry=self._registry_at(ws),
                                                host_last_upload=self.host_last_upload(), state=self.state,
                                                job_metrics=self.job_metrics, thresholds=self.thresholds,
-                                               config=self.config)))
+                                               config=self.config, keys=keys)))
         if self.job_metrics is not None and out:
             self.job_metrics = self.job_metrics.filter(
                 pc.greater_equal(self.job_metrics["sample_ns"], self.closed_before))

@@ -219,12 +219,19 @@ def _expand_dark(pl: pa.Table, crossing: pa.Table) -> pa.Table:
         return pl
     up: dict[str, list[str]] = {}
     down: dict[str, list[str]] = {}
-    for lk in {*crossing["link"].to_pylist(), *links}:
-        if lk.endswith(suffix):
-            continue
-        lo, hi = lk.split(LINK_SEP, 1)
-        up.setdefault(lo, []).append(lk)
-        down.setdefault(hi, []).append(lk)
+    # the known links at a node a trace stopped after: found by Arrow over every link (the crossing counts
+    # name tens of thousands), then only the few at those nodes go through Python
+    nodes = pa.array(sorted({lk[: -len(suffix)] for lk in links if lk.endswith(suffix)}), pa.string())
+    every = pc.unique(pa.chunked_array([*crossing["link"].cast(pa.string()).chunks,
+                                        *pl["link"].cast(pa.string()).chunks], pa.string()))
+    every = every.filter(pc.invert(pc.ends_with(every, suffix)))
+    ends = pc.split_pattern(every, LINK_SEP, max_splits=1)
+    lo, hi = pc.list_element(ends, 0), pc.list_element(ends, 1)
+    at = pc.or_(pc.is_in(lo, value_set=nodes), pc.is_in(hi, value_set=nodes))
+    for lk, a, b in zip(every.filter(at).to_pylist(), lo.filter(at).to_pylist(), hi.filter(at).to_pylist(),
+                        strict=True):
+        up.setdefault(a, []).append(lk)
+        down.setdefault(b, []).append(lk)
     access = dict(zip(links, pl["access_rnic"].to_pylist(), strict=True))
     out_row, out_link, out_acc, out_w = [], [], [], []
     for r, lk in zip(pl["row"].to_pylist(), links, strict=True):

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import group, key, to_numpy
+from schemas.group_codes import Key, group, key, sort_order, to_numpy
 from streams.pingmesh.context import WindowContext, isin, log_poisson_tail, saturating, significance, sums_by
 from streams.pingmesh.partial import bucket_value
 
@@ -75,18 +75,20 @@ def down_hosts(window_end_ns: int, host_last_upload: Mapping[str, int], targets:
     return {h for h in targets if window_end_ns - host_last_upload.get(h, -(2**62)) > cfg.host_down_ns}
 
 
-def stale_mask(t: pa.Table, registry: Mapping[str, int]) -> np.ndarray:
+def stale_mask(t: pa.Table, registry: Mapping[str, int], responder: Key | None = None) -> np.ndarray:
     """Step 2: rows whose ``qpn`` differs from the registry's current QPN of ``responder_rnic``.
 
-    RNICs missing from the registry are not judged stale (no evidence).
+    RNICs missing from the registry are not judged stale (no evidence). ``responder``: codes of ``t``'s
+    ``responder_rnic`` (:func:`schemas.group_codes.key`), or None to code them here; the registry is looked up
+    once per distinct RNIC, not per row.
     """
     if t.num_rows == 0 or not registry:
         return np.zeros(t.num_rows, dtype=bool)
-    reg = pa.table({"responder_rnic": pa.array(list(registry), pa.string()),
-                    "_cur": pa.array(list(registry.values()), pa.int64())})
-    k = pa.table({"responder_rnic": t["responder_rnic"], "_row": pa.array(np.arange(t.num_rows))})
-    j = k.join(reg, "responder_rnic", join_type="left outer").sort_by("_row")
-    cur = j["_cur"].to_numpy(zero_copy_only=False)
+    rk = responder if responder is not None else key(t["responder_rnic"])
+    names = rk.values(np.arange(rk.card, dtype=np.int64))
+    at = pc.index_in(names, value_set=pa.array(list(registry), pa.string()))
+    cur_of = pc.take(pa.array(list(registry.values()), pa.int64()), at).to_numpy(zero_copy_only=False)
+    cur = np.asarray(cur_of, dtype=np.float64)[rk.codes]  # NaN: not registered
     qpn = np.asarray(t["qpn"].to_numpy(zero_copy_only=False), dtype=np.float64)
     return ~np.isnan(cur) & (cur != qpn)
 
@@ -101,7 +103,7 @@ class RnicFinding:
     probers: tuple[str, ...]
 
 
-def rnic_rule(tor_mesh: pa.Table, cfg: TriageConfig) -> list[RnicFinding]:
+def rnic_rule(tor_mesh: pa.Table, cfg: TriageConfig, keys: tuple[Key, Key] | None = None) -> list[RnicFinding]:
     """Step 3: RNICs with more than ``rnic_loss_ratio`` of their ToR-mesh probes timed out.
 
     Peels suspects one at a time: the responder seen failing by the most distinct
@@ -112,38 +114,43 @@ def rnic_rule(tor_mesh: pa.Table, cfg: TriageConfig) -> list[RnicFinding]:
     Args:
         tor_mesh: per-pair counts with ``prober_rnic``, ``responder_rnic``, ``n``, ``n_timeout``
             (stale-QPN and host-down rows already removed).
+        keys: codes of its ``prober_rnic`` and ``responder_rnic`` (:func:`schemas.group_codes.key`, e.g. the
+            reducer fold's), or None to code them here. The rounds run over (prober, responder) groups of
+            integer codes; names are looked up for the flagged RNICs only.
 
     Returns:
         Findings in flagging order.
     """
     if tor_mesh.num_rows == 0:
         return []
-    g = tor_mesh.group_by(["prober_rnic", "responder_rnic"]).aggregate([("n", "sum"), ("n_timeout", "sum")])
-    p = np.array(g["prober_rnic"].to_pylist(), dtype=object)
-    r = np.array(g["responder_rnic"].to_pylist(), dtype=object)
-    n = g["n_sum"].to_numpy().astype(np.int64)
-    f = g["n_timeout_sum"].to_numpy().astype(np.int64)
-    names, r_idx = np.unique(r, return_inverse=True)
+    pk, rk = keys if keys is not None else (key(tor_mesh["prober_rnic"]), key(tor_mesh["responder_rnic"]))
+    g = group([pk, rk])
+    p, r = g.codes  # per (prober, responder) group; responder codes are ranks: their order is the names'
+    n = np.bincount(g.gid, weights=to_numpy(tor_mesh["n"]), minlength=g.n_groups).round().astype(np.int64)
+    f = np.bincount(g.gid, weights=to_numpy(tor_mesh["n_timeout"]), minlength=g.n_groups).round().astype(np.int64)
+    names = rk.values(np.arange(rk.card, dtype=np.int64))
+    prober_names = pk.values(np.arange(pk.card, dtype=np.int64))
+    as_prober = to_numpy(pc.fill_null(pc.index_in(names, value_set=prober_names), -1)).astype(np.int64)
     active = np.ones(len(p), dtype=bool)
     found: list[RnicFinding] = []
     while True:
-        tot = np.bincount(r_idx, weights=n * active, minlength=len(names))
-        bad = np.bincount(r_idx, weights=f * active, minlength=len(names))
-        seen = np.bincount(r_idx, weights=(f > 0) & active, minlength=len(names))
+        tot = np.bincount(r, weights=n * active, minlength=rk.card)
+        bad = np.bincount(r, weights=f * active, minlength=rk.card)
+        seen = np.bincount(r, weights=(f > 0) & active, minlength=rk.card)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = np.where(tot > 0, bad / tot, 0.0)
-        cand = (ratio > cfg.rnic_loss_ratio) & (seen >= cfg.rnic_min_probers)
-        if not cand.any():
+        cand = np.flatnonzero((ratio > cfg.rnic_loss_ratio) & (seen >= cfg.rnic_min_probers))
+        if not len(cand):
             return found
-        order = sorted(np.nonzero(cand)[0], key=lambda i: (-seen[i], -ratio[i], names[i]))
-        i = order[0]
-        rn = names[i]
-        sel = active & (r == rn) & (f > 0)
-        found.append(RnicFinding(str(rn), int(bad[i]), int(tot[i]), tuple(sorted(map(str, p[sel])))))
-        active &= (p != rn) & (r != rn)
+        i = cand[np.lexsort((cand, -ratio[cand], -seen[cand]))[0]]  # most probers, highest ratio, first name
+        sel = active & (r == i) & (f > 0)
+        probers = tuple(sorted(map(str, prober_names.take(pa.array(p[sel], pa.int64())).to_pylist())))
+        found.append(RnicFinding(str(names[int(i)].as_py()), int(bad[i]), int(tot[i]), probers))
+        active &= (p != as_prober[i]) & (r != i)
 
 
-def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None) -> dict[tuple[str, str], float]:
+def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None,
+                   keys: tuple[Key, Key] | None = None) -> dict[tuple[str, str], float]:
     """Median responder / prober delay (ns) per (host, role) from the window's histograms.
 
     Args:
@@ -151,18 +158,21 @@ def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None)
         from_slot: per host, the first 5 s slot to count (the slot its failures started in):
             a host busy for the last half of a window has its median over that half, not
             over the window (whose median has not moved yet). Hosts not named count from 0.
+        keys: codes of ``delays``' ``host`` and ``role`` (:func:`schemas.group_codes.key`, e.g. the reducer
+            fold's), or None to code them here.
     """
     if delays.num_rows == 0:
         return {}
-    if from_slot:
-        hosts = pa.array(list(from_slot), pa.string())
-        first = pa.array(list(from_slot.values()), pa.int64())
-        j = delays.join(pa.table({"host": hosts, "_from": first}), "host", join_type="left outer")
-        delays = j.filter(pc.greater_equal(j["slot"], pc.fill_null(j["_from"], 0)))
-        if delays.num_rows == 0:
+    host, role = keys if keys is not None else (key(delays["host"]), key(delays["role"]))
+    if from_slot:  # each host's first slot, looked up once per distinct host
+        names = host.values(np.arange(host.card, dtype=np.int64))
+        at = pc.index_in(names, value_set=pa.array(list(from_slot), pa.string()))
+        first = pc.fill_null(pc.take(pa.array(list(from_slot.values()), pa.int64()), at), 0)
+        keep = to_numpy(delays["slot"]).astype(np.int64) >= to_numpy(first).astype(np.int64)[host.codes]
+        if not keep.any():
             return {}
+        delays, host, role = delays.filter(pa.array(keep)), host.take(keep), role.take(keep)
     # (host, role) groups on integer codes, each group's histogram read in bucket order (one int64 sort)
-    host, role = key(delays["host"]), key(delays["role"])
     g = group([host, role])
     gids, p50 = coded_quantile(g.gid, g.n_groups, to_numpy(delays["bucket"]), to_numpy(delays["n"]), 0.5)
     hosts, roles = host.values(g.codes[0]).to_pylist(), role.values(g.codes[1]).to_pylist()
@@ -202,7 +212,7 @@ def coded_quantile(gid: np.ndarray, n_groups: int, bucket: np.ndarray, n: np.nda
     present, ascending; values in ns)."""
     bucket, n = np.asarray(bucket, np.int64), np.asarray(n, np.int64)
     lo, width = int(bucket.min()), int(bucket.max() - bucket.min()) + 1
-    srt = np.argsort(gid * width + (bucket - lo)) if n_groups * width < 2**62 else np.lexsort((bucket, gid))
+    srt = sort_order(gid * width + (bucket - lo))[0] if n_groups * width < 2**62 else np.lexsort((bucket, gid))
     return group_quantile(gid[srt], bucket[srt], n[srt], q, min_tail)
 
 
@@ -214,9 +224,11 @@ def group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
     highest quantile that still has ``min_tail`` samples above it (the P99 of 15 samples is
     their maximum, i.e. one outlier).
     """
-    uniq, start = np.unique(key, return_index=True)
-    order = np.argsort(start)
-    uniq, start = uniq[order], start[order]
+    new = np.empty(len(key), dtype=bool)  # the rows are sorted by key: each group is one run, no sort needed
+    new[:1] = True
+    np.not_equal(key[1:], key[:-1], out=new[1:])
+    start = np.flatnonzero(new)
+    uniq = key[start]
     end = np.append(start[1:], len(key))
     cum = np.cumsum(n)
     base = np.where(start > 0, cum[start - 1], 0)
@@ -241,7 +253,7 @@ class BusyHost:
 
 def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], delays: pa.Table,
                    baseline: Mapping[tuple[str, str], float], cfg: TriageConfig,
-                   onset: Mapping[str, int] | None = None) -> list[BusyHost]:
+                   onset: Mapping[str, int] | None = None, keys: tuple[Key, Key] | None = None) -> list[BusyHost]:
     """The busy-host veto inside step 3: which flagged RNICs are really one busy host.
 
     A host qualifies when at least ``min(busy_min_rnics, its RNIC count)`` of its
@@ -250,18 +262,19 @@ def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], de
     ``busy_min_delay_ns``. The baseline of a (host, role) is the given one when
     known, else the fleet median of that role in the window. Timed-out probes
     carry no t4−t3, so only successful probes count. With ``onset`` (host → first slot of
-    its failures, :func:`failure_onset`) a host's median counts from its onset.
+    its failures, :func:`failure_onset`) a host's median counts from its onset. ``keys``: as
+    :func:`host_delay_p50`'s.
     """
     if not cfg.busy_host_veto or not findings:
         return []
-    p50 = host_delay_p50(delays)
+    p50 = host_delay_p50(delays, keys=keys)
     fleet: dict[str, float] = {}
     for role in ("responder", "prober"):
         vals = [v for (h, r), v in p50.items() if r == role]
         if vals:
             fleet[role] = float(np.median(vals))
     if onset:
-        p50.update(host_delay_p50(delays, onset))
+        p50.update(host_delay_p50(delays, onset, keys))
     n_rnics: dict[str, int] = {}
     for h in rnic_host.values():
         n_rnics[h] = n_rnics.get(h, 0) + 1
@@ -286,21 +299,22 @@ def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], de
 
 
 def busy_by_delay(delays: pa.Table, baseline: Mapping[tuple[str, str], float], exclude: set[str],
-                  cfg: TriageConfig, onset: Mapping[str, int] | None = None) -> list[BusyHost]:
+                  cfg: TriageConfig, onset: Mapping[str, int] | None = None,
+                  keys: tuple[Key, Key] | None = None) -> list[BusyHost]:
     """Hosts whose successful probes show responder or prober delay p50 above ``busy_delay_factor`` ×
     baseline, even though none of their RNICs passed the RNIC rule.
 
     The analyzer charges such a host's timeouts to it (``busy_host``) instead of voting
     them onto its access links: host delay is a host problem, never a network one. ``onset``
-    as in :func:`busy_host_veto`.
+    and ``keys`` as in :func:`busy_host_veto`.
     """
     if not cfg.busy_host_veto:
         return []
-    p50 = host_delay_p50(delays)
+    p50 = host_delay_p50(delays, keys=keys)
     fleet = {role: float(np.median([v for (h, r), v in p50.items() if r == role]))
              for role in ("responder", "prober") if any(r == role for (_, r) in p50)}
     if onset:
-        p50.update(host_delay_p50(delays, onset))
+        p50.update(host_delay_p50(delays, onset, keys))
     out = []
     for (h, role), d in sorted(p50.items()):
         b = baseline.get((h, role), fleet.get(role))
@@ -325,13 +339,18 @@ def tor_mesh_sums(ctx: WindowContext, exclude: set[str]) -> dict[str, tuple[int,
                    "responder_rnic")
 
 
-def live_probers(pairs: pa.Table, mask: np.ndarray) -> dict[str, int]:
-    """Responder RNIC → distinct prober RNICs with at least one probe to it among ``pairs[mask]``."""
+def live_probers(pairs: pa.Table, mask: np.ndarray, keys: tuple[Key, Key] | None = None) -> dict[str, int]:
+    """Responder RNIC → distinct prober RNICs with at least one probe to it among ``pairs[mask]``.
+
+    ``keys``: codes of ``pairs``' ``responder_rnic`` and ``prober_rnic`` (all its rows), or None to code them."""
     if pairs.num_rows == 0 or not mask.any():
         return {}
-    g = pairs.filter(pa.array(mask)).group_by(["responder_rnic", "prober_rnic"]).aggregate([])
-    names, counts = np.unique(np.asarray(g["responder_rnic"].to_pylist(), dtype=object), return_counts=True)
-    return dict(zip(names.tolist(), counts.tolist(), strict=True))
+    rk, pk = keys if keys is not None else (key(pairs["responder_rnic"]), key(pairs["prober_rnic"]))
+    rows = np.flatnonzero(mask)
+    g = group([rk.take(rows), pk.take(rows)])
+    counts = np.bincount(g.codes[0], minlength=rk.card)
+    present = np.flatnonzero(counts)
+    return dict(zip(rk.values(present).to_pylist(), counts[present].tolist(), strict=True))
 
 
 def rnic_hosts(pairs: pa.Table) -> dict[str, str]:
@@ -355,7 +374,7 @@ def stale_qpn_step(ctx: WindowContext, registry: Mapping[str, int], background: 
     times the share of the RNIC's timeouts that carried a stale QPN (the rest need another cause).
     """
     pairs, failing = ctx.partial.pairs, ctx.partial.failing
-    p_stale = stale_mask(pairs, registry) & ~ctx.taken_pairs("host_down")
+    p_stale = stale_mask(pairs, registry, ctx.key("pairs", "responder_rnic")) & ~ctx.taken_pairs("host_down")
     ctx.take("stale_qpn", p_stale, stale_mask(failing, registry) & ~ctx.taken_failing("host_down"))
     stale_sums = sums_by(pairs, p_stale, "responder_rnic")
     if not stale_sums:
@@ -375,7 +394,9 @@ def rnic_findings(ctx: WindowContext, cfg: TriageConfig) -> list[RnicFinding]:
     """Step 3 (rule only): :func:`rnic_rule` over the ToR-mesh pairs no earlier step explained."""
     pairs = ctx.partial.pairs
     tm = tor_mesh_mask(pairs) & ~ctx.taken_pairs()
-    return rnic_rule(pairs.filter(pa.array(tm)), cfg)
+    rows = np.flatnonzero(tm)
+    return rnic_rule(pairs.filter(pa.array(tm)), cfg,
+                     (ctx.key("pairs", "prober_rnic").take(rows), ctx.key("pairs", "responder_rnic").take(rows)))
 
 
 def rnic_step(ctx: WindowContext, findings: list[RnicFinding], host_rnics: set[str], cfg: TriageConfig,
@@ -412,7 +433,8 @@ def rnic_step(ctx: WindowContext, findings: list[RnicFinding], host_rnics: set[s
     # a charged RNIC keeps its timeouts out of the vote only while the rule can still judge it: with fewer
     # than two live ToR-mesh probers left (its ToR peers down), the vote's access-link claim is what
     # names it again, or leaves it undetermined
-    judged = live_probers(pairs, tm & ~ctx.taken_pairs())
+    judged = live_probers(pairs, tm & ~ctx.taken_pairs(),
+                          (ctx.key("pairs", "responder_rnic"), ctx.key("pairs", "prober_rnic")))
     charged = {r for r, until in ctx.state.charged.items()
                if until >= ctx.ws and judged.get(r, 0) >= cfg.rnic_min_probers}
     ctx.state.charged = {r: u for r, u in ctx.state.charged.items() if u >= ctx.we}
