@@ -265,29 +265,9 @@ def _sorted_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int, pa.
     return codes, max(len(order), 1), d.dictionary.take(pa.array(order))
 
 
-# The most (group, bucket) cells :func:`_sum_maps_dense` counts in (8 bytes each, twice).
-DENSE_MAX_CELLS = 1 << 20
-
-
-def _sum_maps_dense(cell: np.ndarray, n_groups: int, span: int, lo: int, counts: np.ndarray) -> pa.Array:
-    """The maps of :func:`_sum_maps_sorted` by counting into one cell per (group, bucket): ``cell`` is each map
-    entry's ``group * span + bucket - lo``, ``counts`` its count (their products bounded by 2**53, so the
-    float64 sums are exact). No sort: summing a block's ~64,000 minute rows into its few thousand hourly ToR
-    rows took 28-40 ms by the sort, ~5 by this (BENCHMARKS.md section 4, "Store writer CPU per row, session 7").
-    An entry of count 0 is kept, as the sort keeps it."""
-    n_cells = n_groups * span
-    present = np.flatnonzero(np.bincount(cell, minlength=n_cells))
-    total = np.bincount(cell, weights=counts, minlength=n_cells)[present]
-    out_offsets = np.zeros(n_groups + 1, dtype=np.int32)
-    np.cumsum(np.bincount(present // span, minlength=n_groups), out=out_offsets[1:])
-    return pa.MapArray.from_arrays(pa.array(out_offsets), pa.array((present % span + lo).astype(np.uint16)),
-                                   pa.array(total.astype(np.uint64)), type=_MAP)
-
-
 def _sum_maps_sorted(gid: np.ndarray, n_groups: int, maps: pa.ChunkedArray | pa.Array) -> pa.Array:
     """:func:`_sum_maps` with one sort and ``np.add.reduceat`` (no inverse index, no ``np.add.at``, which is
-    slow on large arrays): the same maps, keys ascending. Few groups over a narrow range of keys (the hourly ToR
-    tier of a block: thousands of ToR pairs, a few hundred buckets) are summed by :func:`_sum_maps_dense`."""
+    slow on large arrays): the same maps, keys ascending."""
     chunks = maps.chunks if isinstance(maps, pa.ChunkedArray) else [maps]
     maps = pa.concat_arrays(chunks)
     offsets = maps.offsets.to_numpy()
@@ -297,12 +277,7 @@ def _sum_maps_sorted(gid: np.ndarray, n_groups: int, maps: pa.ChunkedArray | pa.
     if len(keys) == 0:
         return pa.MapArray.from_arrays(pa.array(out_offsets), pa.array([], pa.uint16()), pa.array([], pa.uint64()),
                                        type=_MAP)
-    owner = np.repeat(gid, np.diff(offsets))
-    lo = int(keys.min())
-    span = int(keys.max()) - lo + 1
-    if n_groups * span <= DENSE_MAX_CELLS and int(counts.max()) * len(counts) < 1 << 53:
-        return _sum_maps_dense(owner * span + (keys - lo), n_groups, span, lo, counts)
-    pair = owner * 65536 + keys
+    pair = np.repeat(gid, np.diff(offsets)) * 65536 + keys
     order = np.argsort(pair)
     pair = pair[order]
     starts = np.flatnonzero(np.concatenate(([True], pair[1:] != pair[:-1])))

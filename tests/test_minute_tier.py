@@ -163,28 +163,3 @@ def test_the_writers_merge_equals_the_workers_merge(rows):
     got = sorted(merged.to_pylist(), key=lambda r: [r[k] for k in key])
     assert got == want
     assert sum(r["probes"] for r in got) == sum(r[4] + len(r[5]) for r in rows)
-
-
-@settings(max_examples=80, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 5), st.lists(st.tuples(st.integers(0, 65535), st.integers(0, 2**40)),
-                                                        max_size=5)), min_size=1, max_size=40),
-       st.booleans())
-def test_summing_maps_by_cells_equals_summing_them_by_a_sort(rows, narrow):
-    """Few groups over a narrow range of buckets are summed by counting into cells (the hourly ToR tier); the
-    maps come out as the sort gives them, keys ascending, counts exact, a count of 0 kept."""
-    from schemas import minute_tier as mt
-
-    m = pa.map_(pa.uint16(), pa.uint64())
-    maps = pa.array([sorted(dict((k % 300 + 100 if narrow else k, c) for k, c in entries).items())
-                     for _, entries in rows], m)
-    gid = np.array([g for g, _ in rows], dtype=np.int64)
-    n_groups = int(gid.max()) + 1
-    dense = mt._sum_maps_sorted(gid, n_groups, maps)
-    saved = mt.DENSE_MAX_CELLS
-    try:
-        mt.DENSE_MAX_CELLS = 0
-        by_sort = mt._sum_maps_sorted(gid, n_groups, maps)
-    finally:
-        mt.DENSE_MAX_CELLS = saved
-    assert dense.to_pylist() == by_sort.to_pylist()
-    assert dense.type == by_sort.type
