@@ -32,7 +32,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from schemas.migrations import LEDGER_DDL, migrations
-from sinks.readonly_sql import QueryLimits, ReadonlyGuard, sql_string
+from sinks.readonly_sql import QueryLimits, ReadonlyGuard
 from sinks.store_errors import StoreError
 
 __all__ = ["ChdbStore", "QueryLimits", "ServerStore", "Store", "StoreError", "migrate", "open_store",
@@ -41,12 +41,6 @@ __all__ = ["ChdbStore", "QueryLimits", "ServerStore", "Store", "StoreError", "mi
 _TOKEN_OK = re.compile(r"^[A-Za-z0-9_.:/\-]{1,200}$")
 _SETTING_NAME = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
 INSERT_SETTINGS = {"deduplicate_blocks_in_dependent_materialized_views": 1}
-# Start-up settings of the embedded engine (chdb passes a connection string's parameters to it as server
-# settings). Its memory worker re-reads the process's memory every 100 ms by default to correct the memory
-# tracker: ~2-4 ms of CPU per second whether or not anything is inserted, in the store writer's process
-# (BENCHMARKS.md section 4, "Store writer CPU per row, session 7"). Once a second is enough for a tracker
-# whose limits are the process's RSS.
-CHDB_SERVER_SETTINGS = {"memory_worker_period_ms": 1000}
 
 
 class Store(Protocol):
@@ -88,18 +82,6 @@ def private_dir(path: str | Path) -> Path:
     return p
 
 
-def _connection_string(path: Path) -> str:
-    """chdb's connection string for the store at ``path`` with :data:`CHDB_SERVER_SETTINGS`.
-
-    Raises:
-        StoreError: ``path`` holds ``?`` or ``&``, which the connection string would take for parameters.
-    """
-    text = str(path)
-    if "?" in text or "&" in text:
-        raise StoreError(f"the store path {text!r} holds '?' or '&': use another directory")
-    return text + "?" + "&".join(f"{k}={v}" for k, v in CHDB_SERVER_SETTINGS.items())
-
-
 def _check_token(token: str) -> str:
     if not _TOKEN_OK.match(token):
         raise StoreError(f"dedup token {token!r} has characters outside [A-Za-z0-9_.:/-]")
@@ -120,7 +102,7 @@ class ChdbStore:
         self.path = private_dir(path)
         self.limits = limits or QueryLimits()
         try:
-            self._session = session.Session(_connection_string(self.path))
+            self._session = session.Session(str(self.path))
         except Exception as err:  # chdb raises a bare RuntimeError on a locked store
             raise StoreError(
                 f"cannot open the embedded store {self.path}: {err}. Another process (the pipeline's sink) "
@@ -134,13 +116,12 @@ class ChdbStore:
         for _ in range(readers):
             self._readers.put(None)  # opened on first use
         self._all_readers: list[Any] = []
-        self._plain: dict[str, frozenset[str]] = {}  # table -> columns a VALUES literal fills like Arrow does
         self.guard = ReadonlyGuard(self._reader_text)
 
     def _open_reader(self) -> Any:
         from chdb import session
 
-        s = session.Session(_connection_string(self.path))
+        s = session.Session(str(self.path))
         # Limits first: once readonly = 1 is set, no setting of this session can change again.
         s.query("SET " + ", ".join(f"{k} = {_setting_literal(v)}" for k, v in self.limits.settings().items()
                                    if k != "readonly"))
@@ -193,24 +174,8 @@ class ChdbStore:
         if dedup_token:
             opts["insert_deduplication_token"] = f"'{_check_token(dedup_token)}'"
         setting_sql = ", ".join(f"{k} = {v}" for k, v in opts.items())
-        values = None
-        if data.num_rows <= VALUES_MAX_ROWS and set(data.column_names) <= self._plain_columns(table):
-            values = _values_literal(data)
-        if values is not None:  # a few plain rows: half the fixed CPU of reading them through Python()
-            self.command(f"INSERT INTO {table} ({cols}) SETTINGS {setting_sql} VALUES {values}")
-            return
         arrow_data = data  # noqa: F841 - chdb's Python() table function finds it by name in this frame
         self.command(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM Python(arrow_data) SETTINGS {setting_sql}")
-
-    def _plain_columns(self, table: str) -> frozenset[str]:
-        """Columns of ``table`` whose type takes a literal as an Arrow value would go in (integers, strings):
-        read once per table and process (migrations run before any insert)."""
-        if table not in self._plain:
-            t = self.query_arrow("SELECT name, type FROM system.columns WHERE database = currentDatabase() "
-                                 f"AND table = {sql_string(table)}")
-            self._plain[table] = frozenset(n for n, ty in zip(t["name"].to_pylist(), t["type"].to_pylist(),
-                                                              strict=True) if _PLAIN_TYPE.match(ty))
-        return self._plain[table]
 
     def close(self) -> None:
         with self._lock:
@@ -284,28 +249,6 @@ def _insert_settings(extra: Mapping[str, int] | None) -> dict[str, object]:
             raise StoreError(f"insert setting {k!r} is not a setting name")
         out[k] = int(v)
     return out
-
-
-# At most this many rows go in as a VALUES literal (:func:`_values_literal`), and only into columns of these
-# types: an integer literal means what an Arrow integer means there (not so for dates, times, enums, decimals).
-VALUES_MAX_ROWS = 64
-_PLAIN_TYPE = re.compile(r"^(LowCardinality\()?(String|U?Int(8|16|32|64))\)?$")
-
-
-def _values_literal(data: pa.Table) -> str | None:
-    """``(v, ...), ...`` of a small table whose columns are all non-null integers or strings, else None.
-
-    chdb's ``INSERT ... SELECT FROM Python()`` costs ~12 ms of CPU whatever the rows (it plans a query over a
-    Python object); ``INSERT ... VALUES`` of the same few rows ~6 ms (chdb, BENCHMARKS.md section 4, "Store
-    writer CPU per row, session 7"). The store writer makes one such small insert per block (its state rows,
-    :mod:`sinks.blocks`). Strings are quoted as the engine's literals (backslash and quote escaped)."""
-    if data.num_rows > VALUES_MAX_ROWS:
-        return None
-    for col in data.columns:
-        if col.null_count or not (pa.types.is_integer(col.type) or pa.types.is_string(col.type)):
-            return None
-    columns = [[sql_string(v) if isinstance(v, str) else str(int(v)) for v in col.to_pylist()] for col in data.columns]
-    return ", ".join("(" + ", ".join(row) + ")" for row in zip(*columns, strict=True))
 
 
 def _setting_literal(v: object) -> str:
