@@ -194,13 +194,19 @@ def sort_order(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order, x[order]
 
 
+def run_starts(s: np.ndarray) -> np.ndarray:
+    """Mask (bool, one per row) of the rows of a sorted array that start a run of equal values."""
+    new = np.empty(len(s), dtype=bool)
+    new[:1] = True
+    np.not_equal(s[1:], s[:-1], out=new[1:])
+    return new
+
+
 def factorize(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(group of each value, numbered in ascending value order; the distinct values ascending), by one
     :func:`sort_order`."""
     order, s = sort_order(x)
-    new = np.empty(len(s), dtype=bool)
-    new[:1] = True
-    np.not_equal(s[1:], s[:-1], out=new[1:])
+    new = run_starts(s)
     gid = np.empty(len(s), dtype=np.int64)
     gid[order] = np.cumsum(new) - 1
     return gid, s[new]

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.group_codes import Key, group, key, sort_order, to_numpy
+from schemas.group_codes import Key, group, key, run_starts, sort_order, to_numpy
 from streams.pingmesh.context import WindowContext, isin, log_poisson_tail, saturating, significance, sums_by
 from streams.pingmesh.partial import bucket_value
 
@@ -75,6 +75,13 @@ def down_hosts(window_end_ns: int, host_last_upload: Mapping[str, int], targets:
     return {h for h in targets if window_end_ns - host_last_upload.get(h, -(2**62)) > cfg.host_down_ns}
 
 
+def _lookup_per_code(k: Key, mapping: Mapping[str, int]) -> pa.Array:
+    """``mapping``'s value (int64) for each distinct value of ``k``, indexed by code (null where the name is not
+    in ``mapping``): one lookup per distinct name, not per row."""
+    at = pc.index_in(k.values(np.arange(k.card, dtype=np.int64)), value_set=pa.array(list(mapping), pa.string()))
+    return pc.take(pa.array(list(mapping.values()), pa.int64()), at)
+
+
 def stale_mask(t: pa.Table, registry: Mapping[str, int], responder: Key | None = None) -> np.ndarray:
     """Step 2: rows whose ``qpn`` differs from the registry's current QPN of ``responder_rnic``.
 
@@ -85,9 +92,7 @@ def stale_mask(t: pa.Table, registry: Mapping[str, int], responder: Key | None =
     if t.num_rows == 0 or not registry:
         return np.zeros(t.num_rows, dtype=bool)
     rk = responder if responder is not None else key(t["responder_rnic"])
-    names = rk.values(np.arange(rk.card, dtype=np.int64))
-    at = pc.index_in(names, value_set=pa.array(list(registry), pa.string()))
-    cur_of = pc.take(pa.array(list(registry.values()), pa.int64()), at).to_numpy(zero_copy_only=False)
+    cur_of = _lookup_per_code(rk, registry).to_numpy(zero_copy_only=False)
     cur = np.asarray(cur_of, dtype=np.float64)[rk.codes]  # NaN: not registered
     qpn = np.asarray(t["qpn"].to_numpy(zero_copy_only=False), dtype=np.float64)
     return ~np.isnan(cur) & (cur != qpn)
@@ -165,9 +170,7 @@ def host_delay_p50(delays: pa.Table, from_slot: Mapping[str, int] | None = None,
         return {}
     host, role = keys if keys is not None else (key(delays["host"]), key(delays["role"]))
     if from_slot:  # each host's first slot, looked up once per distinct host
-        names = host.values(np.arange(host.card, dtype=np.int64))
-        at = pc.index_in(names, value_set=pa.array(list(from_slot), pa.string()))
-        first = pc.fill_null(pc.take(pa.array(list(from_slot.values()), pa.int64()), at), 0)
+        first = pc.fill_null(_lookup_per_code(host, from_slot), 0)
         keep = to_numpy(delays["slot"]).astype(np.int64) >= to_numpy(first).astype(np.int64)[host.codes]
         if not keep.any():
             return {}
@@ -224,10 +227,7 @@ def group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
     highest quantile that still has ``min_tail`` samples above it (the P99 of 15 samples is
     their maximum, i.e. one outlier).
     """
-    new = np.empty(len(key), dtype=bool)  # the rows are sorted by key: each group is one run, no sort needed
-    new[:1] = True
-    np.not_equal(key[1:], key[:-1], out=new[1:])
-    start = np.flatnonzero(new)
+    start = np.flatnonzero(run_starts(key))  # the rows are sorted by key: each group is one run, no sort needed
     uniq = key[start]
     end = np.append(start[1:], len(key))
     cum = np.cumsum(n)
