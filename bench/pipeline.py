@@ -61,7 +61,7 @@ class PipelineProcs:
         quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, "cwd": self.var_dir}
         self.procs["sink"] = subprocess.Popen([*exe, "sink"], env=env, **quiet)
         self.metrics_ports = [free_port() for _ in range(self.workers)]
-        from fabricscope.supervise import die_with_parent
+        from fabricscope.supervise import child_env
         from fabricscope.up import STREAM_WORKER_NICE
 
         role = ["--role", "stream", "--nice", str(STREAM_WORKER_NICE)] if self.own_reducer else ["--role", "all"]
@@ -72,8 +72,8 @@ class PipelineProcs:
         if self.own_reducer:
             # a session of its own, as `fabricscope up` starts it (a CPU share of its own under autogroup
             # scheduling); out of the benchmark's process group, so it dies with the benchmark by itself
-            self.procs["reducer"] = subprocess.Popen([*exe, "worker", "--role", "reducer"], env=env,
-                                                     start_new_session=True, preexec_fn=die_with_parent, **quiet)
+            self.procs["reducer"] = subprocess.Popen([*exe, "worker", "--role", "reducer"], env=child_env(env),
+                                                     start_new_session=True, **quiet)
         return self
 
     def restart_worker(self, name: str) -> None:

@@ -20,9 +20,12 @@ from rich.console import Console
 
 from fabricscope.choices import DemoScenario, DemoSource, check_scenario, value
 from fabricscope.settings import Settings, load
-from fabricscope.stopping import interrupt_on_terminate
+from fabricscope.stopping import Cleanup, interrupt_on_terminate
 
 EXIT_FAILED = 1
+EXIT_STOPPED = 130  # stopped by SIGINT/SIGTERM before its windows closed (128 + SIGINT, as shells report it)
+CLEANUP_S = 9.0
+"""The most the demo's clean-up may take before it exits anyway and names what it left."""
 
 commands = typer.Typer()
 """The top-level commands of this module (`fabricscope <command>`)."""
@@ -60,7 +63,7 @@ def demo(
     keep_kafka: bool = typer.Option(False, "--keep-kafka", help="leave a broker this demo started running"),
 ) -> None:
     """Inject a fault, run Kafka + Faust + ClickHouse over it, print the verdicts of each window.
-    Exit 0 when the windows closed, 1 when the pipeline failed."""
+    Exit 0 when the windows closed, 1 when the pipeline failed, 130 when stopped (SIGINT/SIGTERM) first."""
     from fabricscope.cmd_pipeline import kafka_script, lab_available
     from fabricscope.demo import run_demo
     from fabricscope.up import kafka_answers
@@ -83,11 +86,6 @@ def demo(
         except Busy as b:
             err.print(f"fabricscope demo: {b}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_FAILED) from None
-    started_kafka = False
-    if s.kafka_bootstrap.startswith("127.0.0.1") and not kafka_answers(s.kafka_bootstrap):
-        if kafka_script("start", s, to_stderr=True) != 0:
-            raise typer.Exit(EXIT_FAILED)
-        started_kafka = True
 
     def show(v: dict) -> None:
         if as_json:
@@ -97,11 +95,17 @@ def demo(
                             f"(impact {v['impact']}, confidence {v['confidence']:.2f})")
 
     code = 0
-    restore_signals = interrupt_on_terminate()  # kill PID stops like Ctrl-C: the lab and a broker we started go
+    started_kafka = False
+    # kill PID stops like Ctrl-C, in every phase: the lab, the children and a broker we started go
+    restore_signals = interrupt_on_terminate()
     try:
+        if s.kafka_bootstrap.startswith("127.0.0.1") and not kafka_answers(s.kafka_bootstrap):
+            started_kafka = True  # a stop during the start stops the half-started broker too
+            if kafka_script("start", s, to_stderr=True) != 0:
+                raise RuntimeError(f"the local Kafka broker on {s.kafka_bootstrap} did not start")
         with err.status(f"{scen} on {src}: waiting for {windows} complete window(s)…"):
             r = run_demo(s, src, scen, seed, windows, workers, on_verdict=show,
-                         var=None if main_store else s.fabricscope_var)
+                         var=None if main_store else s.fabricscope_var, cleanup_s=CLEANUP_S)
         err.print(f"injected: {json.dumps(r.truth)}")
         err.print(f"windows closed after the fault: {len(r.complete_windows())}, verdicts: {len(r.verdicts)}")
         if main_store:
@@ -112,16 +116,22 @@ def demo(
         else:
             err.print(f"verdicts stored in {s.store_path} (no pipeline was running); "
                       "`fabricscope query top_suspects --since 1h` shows them")
+    except KeyboardInterrupt:
+        err.print("fabricscope demo: stopped before its windows closed")
+        code = EXIT_STOPPED
     except Exception as e:  # the pipeline failed: one line, where to look, exit 1
         err.print(f"[red]fabricscope demo: {type(e).__name__}: {e}[/red]", highlight=False, soft_wrap=True)
         code = EXIT_FAILED
     finally:
+        with Cleanup("fabricscope demo", CLEANUP_S) as cleanup:
+            if lock is not None:
+                lock.release()
+            if started_kafka and not keep_kafka:
+                cleanup.owe("kafka", f"the Kafka broker on {s.kafka_bootstrap} (`fabricscope kafka stop`)")
+                kafka_script("stop", s, to_stderr=True)
+                cleanup.done("kafka")
+            elif started_kafka:
+                err.print(f"left running: the Kafka broker on {s.kafka_bootstrap} (--keep-kafka); "
+                          "`fabricscope kafka stop` stops it")
         restore_signals()
-        if lock is not None:
-            lock.release()
-        if started_kafka and not keep_kafka:
-            kafka_script("stop", s, to_stderr=True)
-        elif started_kafka:
-            err.print(f"left running: the Kafka broker on {s.kafka_bootstrap} (--keep-kafka); "
-                      "`fabricscope kafka stop` stops it")
     raise typer.Exit(code)

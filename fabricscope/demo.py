@@ -9,8 +9,10 @@ tests and by people who want to see the product work.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +24,9 @@ from pathlib import Path
 from confluent_kafka import Consumer
 
 from fabricscope.settings import Settings
+from fabricscope.stopping import Cleanup, call_abandonable
+from fabricscope.supervise import child_env
+from infra.process_group import kill_group, signal_group
 from schemas.codec import decode
 from schemas.verdicts import WINDOW_NS
 
@@ -65,7 +70,8 @@ class _Collector:
                 result.verdicts.extend(decode(m.value(), "verdict.v1")[1].to_pylist())
 
     def close(self) -> None:
-        self.c.close()
+        # librdkafka's close() takes no timeout and no signal interrupts it: past 5 s it is abandoned
+        call_abandonable(self.c.close, 5.0)
 
 
 def _children(s: Settings, prefix: str, var: Path, workers: int, thresholds: dict | None = None
@@ -75,35 +81,37 @@ def _children(s: Settings, prefix: str, var: Path, workers: int, thresholds: dic
            "FABRICSCOPE_JOB_THRESHOLDS": json.dumps(thresholds or {})}
     exe = [sys.executable, "-m", "fabricscope"]
     var.mkdir(parents=True, exist_ok=True)
-    procs = [subprocess.Popen([*exe, "sink"], env=env, stdout=open(var / "sink.log", "w"),  # noqa: SIM115
-                              stderr=subprocess.STDOUT)]
-    for i in range(workers):
-        procs.append(subprocess.Popen([*exe, "worker"], env=env, stdout=open(var / f"worker{i}.log", "w"),  # noqa: SIM115
-                                      stderr=subprocess.STDOUT))
+    names = ["sink", *(f"worker{i}" for i in range(workers))]
+    procs = []
+    for name in names:
+        with open(var / f"{name}.log", "w") as log:
+            # a group of its own (a terminal's Ctrl-C reaches the demo only), dying with the demo
+            procs.append(subprocess.Popen([*exe, name.rstrip("0123456789")], env=child_env(env), stdout=log,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, process_group=0))
     return procs
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
+def _stop(procs: list[subprocess.Popen], timeout_s: float = 5.0) -> None:
     for p in procs:
-        if p.poll() is None:
-            p.terminate()
+        signal_group(p, signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
     for p in procs:
-        try:
-            p.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            p.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        kill_group(p)
 
 
 def run_demo(s: Settings, source: str, scenario: str, seed: int = 1, windows: int = 1, workers: int = 1,
              var: Path | None = None, prefix: str | None = None, timeout_s: float = 240.0,
              start_ns: int | None = None, on_verdict=None, warmup_s: float = 6.0,  # noqa: ANN001
-             job: tuple[float, float] | None = None) -> DemoResult:
+             job: tuple[float, float] | None = None, cleanup_s: float | None = None) -> DemoResult:
     """Run ``scenario`` on ``source`` (``sim`` or ``lab``) until ``windows`` complete windows after the
     fault have closed (or ``timeout_s``); returns what the pipeline said.
 
     ``job`` = (metric value, threshold): on the sim, the digest's job H1+H3 (``job-h1h3``: A2→B2 via
     S3, A1→B1 via S1) runs on the ``service`` pinglist and reports that metric each upload; below the
-    threshold its problems are P0, else P1.
+    threshold its problems are P0, else P1. ``cleanup_s`` bounds the clean-up after a stop (the
+    command passes it; see :class:`fabricscope.stopping.Cleanup`); a second signal during it exits.
 
     Raises:
         ValueError: unknown source or scenario.
@@ -121,7 +129,6 @@ def run_demo(s: Settings, source: str, scenario: str, seed: int = 1, windows: in
     thresholds = {JOB_ID: {"value": job[1]}} if job else None
     procs = _children(s, prefix, var, workers, thresholds)
     collector = _Collector(s.kafka_bootstrap, prefix, s.kafka_client_config())
-    lab = None
     try:
         if source == "sim":
             result = _feed_sim(s, prefix, scenario, seed, windows, start_ns, job[0] if job else None)
@@ -152,13 +159,22 @@ def run_demo(s: Settings, source: str, scenario: str, seed: int = 1, windows: in
         _wait_stored(var / "clickhouse", len({v["verdict_id"] for v in result.verdicts}), deadline)
         return result
     finally:
-        collector.close()
-        if lab is not None:
-            lab.stop()
-        _stop(procs)
-        delete_topics(s.kafka_bootstrap, prefix, s.kafka_client_config())
-        if tmp:
-            tmp.cleanup()
+        with Cleanup("fabricscope demo", cleanup_s, on_abort=lambda: [kill_group(p) for p in procs]) as cleanup:
+            for p in procs:
+                signal_group(p, signal.SIGTERM)
+            if source == "lab":
+                cleanup.owe("lab", f"the demo's lab in {var / 'lab'} (`fabricscope lab down --dir {var / 'lab'}`)")
+                from infra.lab.netns import down_if_ours
+
+                down_if_ours(var / "lab")  # also a lab half-built when the stop came
+                cleanup.done("lab")
+            collector.close()
+            _stop(procs)
+            cleanup.owe("topics", f"the demo's topics {prefix}* (`fabricscope topics` lists them)")
+            delete_topics(s.kafka_bootstrap, prefix, s.kafka_client_config())
+            cleanup.done("topics")
+            if tmp:
+                tmp.cleanup()
 
 
 def _wait_stored(store_path: Path, n_verdicts: int, deadline: float) -> None:

@@ -6,7 +6,13 @@ seconds (default 5 in 5 min, systemd's ``StartLimitBurst``/``StartLimitIntervalS
 idea) has *failed for good*: the supervisor reports it and the caller stops and exits
 non-zero. Each child gets ``PR_SET_PDEATHSIG`` = SIGTERM (prctl(2)), so if the parent is
 SIGKILLed or OOM-killed its children stop too instead of holding the store and the
-consumer groups of the next run.
+consumer groups of the next run. The child sets it itself at start-up
+(:func:`die_with_parent_from_env`, called by ``python -m fabricscope``): Python code in a
+``preexec_fn`` runs in a fork of a multi-threaded process, which is never safe.
+
+Every child runs in a process group (or session) of its own, so a terminal's Ctrl-C reaches
+``up`` only; :meth:`Supervisor.stop` ends each group with ``killpg``, so a child's own helpers
+go with it.
 """
 
 from __future__ import annotations
@@ -22,18 +28,43 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from infra.process_group import kill_group, signal_group
+
 log = logging.getLogger("fabricscope.up")
 
 _PR_SET_PDEATHSIG = 1
+PARENT_ENV = "FABRICSCOPE_DIE_WITH_PARENT"
+"""Environment variable naming the pid whose death ends this process (set by :meth:`Supervisor.add`)."""
 
 
 def die_with_parent() -> None:
-    """``preexec_fn``: ask the kernel to SIGTERM this process when its parent thread exits (Linux)."""
+    """Ask the kernel to SIGTERM this process when its parent thread exits (Linux ``PR_SET_PDEATHSIG``).
+
+    Raises:
+        OSError: prctl(2) refused.
+    """
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
-    if os.getppid() == 1:  # the parent died between fork and prctl
+
+
+def die_with_parent_from_env() -> None:
+    """At a child's start: if :data:`PARENT_ENV` names a pid, die with it (and exit now if it is gone).
+
+    The variable is removed from the environment, so this process's own children are not bound to a
+    grandparent they never had.
+    """
+    want = os.environ.pop(PARENT_ENV, "")
+    if not want.isdigit():
+        return
+    die_with_parent()
+    if os.getppid() != int(want):  # the parent died before prctl took effect
         os._exit(1)
+
+
+def child_env(env: dict[str, str] | None) -> dict[str, str]:
+    """``env`` (default this process's) plus :data:`PARENT_ENV` naming this process."""
+    return {**(os.environ if env is None else env), PARENT_ENV: str(os.getpid())}
 
 
 @dataclass
@@ -97,7 +128,7 @@ class Supervisor:
             # Ctrl-C reaches the parent only (a process group, or a session, of the child's own): it stops them in order
             group = {"start_new_session": True} if c.own_session else {"process_group": 0}
             c.proc = subprocess.Popen(c.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                      env=c.env, preexec_fn=die_with_parent, **group)
+                                      env=child_env(c.env), **group)
         c.started_at = self.clock()
 
     def poll(self) -> list[Child]:
@@ -136,11 +167,19 @@ class Supervisor:
         """Children whose process runs now."""
         return [c for c in self.children if c.proc is not None and c.proc.poll() is None]
 
-    def stop(self, timeout_s: float = 20.0) -> None:
-        """SIGTERM every child (last started first), SIGKILL those still running after ``timeout_s``."""
+    def terminate(self) -> None:
+        """SIGTERM every child's group at once (:meth:`stop` waits for them; call :meth:`poll` no more)."""
         for c in reversed(self.children):
-            if c.proc is not None and c.proc.poll() is None:
-                c.proc.send_signal(signal.SIGTERM)
+            c.due = None
+            if c.proc is not None:
+                signal_group(c.proc, signal.SIGTERM)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM every child's group at once, SIGKILL the groups still running after ``timeout_s``.
+
+        At once rather than one by one, so the whole stop takes the slowest child's time, not the sum.
+        """
+        self.terminate()
         deadline = time.monotonic() + timeout_s
         for c in self.children:
             if c.proc is None:
@@ -149,5 +188,12 @@ class Supervisor:
                 c.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 log.warning("%s did not stop within %.0f s; killed", c.name, timeout_s)
-                c.proc.kill()
-                c.proc.wait()
+            kill_group(c.proc)
+
+    def kill(self) -> list[str]:
+        """SIGKILL every child's group now (a second Ctrl-C); returns the names of those that were running."""
+        names = [c.name for c in self.running()]
+        for c in self.children:
+            if c.proc is not None:
+                kill_group(c.proc)
+        return names

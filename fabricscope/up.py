@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import socket
 import sys
 import time
@@ -27,8 +26,9 @@ from typing import Any
 from rich.console import Console
 
 from fabricscope.settings import Settings
-from fabricscope.stopping import interrupt_on_terminate
+from fabricscope.stopping import Cleanup, interrupt_on_terminate
 from fabricscope.supervise import Supervisor
+from fabricscope.up_recovery import UpRecord, clear_record, take_over
 from infra.runlock import Busy, RunLock
 
 log = logging.getLogger("fabricscope.up")
@@ -160,9 +160,14 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
            keep_kafka: bool = False) -> int:
     """Start everything, show progress, stop on Ctrl-C, after ``duration`` s, or when a child failed for good.
 
+    SIGINT or SIGTERM in any phase (broker start, topics, lab build, running) ends the run; the clean-up
+    that follows takes at most :data:`CLEANUP_S`, and a second signal or an overrun exits at once, naming
+    what was left behind. After a crash of the previous run on this ``FABRICSCOPE_VAR`` (its lock holder
+    is dead) it takes over what that run left (:mod:`fabricscope.up_recovery`).
+
     Returns:
-        0 after Ctrl-C or ``duration``; 1 when a child failed for good, or another ``up`` holds this
-        ``FABRICSCOPE_VAR`` or the lab.
+        0 after Ctrl-C or ``duration``; 1 when a child failed for good, a start step failed, or another
+        ``up`` holds this ``FABRICSCOPE_VAR`` or the lab.
     """
     from fabricscope.cmd_pipeline import kafka_script, lab_available
     from fabricscope.kafka_admin import create_topics
@@ -182,26 +187,44 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
     # started are cleaned up. SIGINT is reinstalled too: a shell without job control starts `up &` with
     # SIGINT ignored, and then `kill -INT PID` would do nothing.
     restore_signals = interrupt_on_terminate()
-    if source == "auto":
-        source = "lab" if lab_available() else "sim"
-    started_kafka = False
-    started_am = False
+    record = UpRecord(os.getpid())
+    started_kafka = started_am = False
     lab = None
+    lab_path: Path | None = None
     sup = Supervisor()
     code = EXIT_OK
     exe = [sys.executable, "-m", "fabricscope"]
     logs = var / "logs"
     try:
+        dead, found = take_over(var, lock.previous_pid) if lock.previous_pid else (None, [])
+        if found:
+            console.print(f"fabricscope up: the previous run (pid {lock.previous_pid}) ended without cleaning up:",
+                          highlight=False, soft_wrap=True)
+            for line in found:
+                console.print(f"  {line}", highlight=False, soft_wrap=True)
+        if dead is not None and dead.lab_dir:
+            _remove_lab(Path(dead.lab_dir))
+        if source == "auto":
+            source = "lab" if lab_available() else "sim"
         if source == "lab":
             from infra.lab.netns import check_not_foreign, lab_dir
             from infra.lab.topology import LabSpec
 
             check_not_foreign(LabSpec().prefix, lab_dir(var / "lab"))  # before Kafka: refuse early
         # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.
-        if s.kafka_bootstrap.startswith("127.0.0.1") and not kafka_answers(s.kafka_bootstrap):
+        local = s.kafka_bootstrap.startswith("127.0.0.1")
+        adopt = dead is not None and dead.kafka_bootstrap == s.kafka_bootstrap
+        if local and adopt and kafka_answers(s.kafka_bootstrap):
+            started_kafka = True  # the dead run's broker: ours to stop now
+        elif local and not kafka_answers(s.kafka_bootstrap):
+            started_kafka = True  # from here on, a stop mid-start stops the half-started broker too
+            record.kafka_bootstrap = s.kafka_bootstrap
+            record.save(var)
             if kafka_script("start", s, to_stderr=True) != 0:
                 return EXIT_FAILED
-            started_kafka = True
+        if started_kafka:
+            record.kafka_bootstrap = s.kafka_bootstrap
+            record.save(var)
         create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
                       replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
         env = dict(os.environ, FABRICSCOPE_VAR=str(var))
@@ -209,9 +232,12 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
             from fabricscope.cmd_lab import start_lab_source
             from schemas.inventory_yaml import load as load_inventory
 
-            inv_path = var / "lab" / "inventory.yaml"
+            lab_path = var / "lab"
+            record.lab_dir = str(lab_path.resolve())
+            record.save(var)
+            inv_path = lab_path / "inventory.yaml"
             with console.status("building the netns lab and starting its agents…"):
-                lab = start_lab_source(s.kafka_bootstrap, s.fabricscope_topic_prefix, directory=var / "lab",
+                lab = start_lab_source(s.kafka_bootstrap, s.fabricscope_topic_prefix, directory=lab_path,
                                        kafka_config=s.kafka_client_config() or None)
                 lab.refresh_pinglists(connections=lab_job_connections(load_inventory(inv_path)))
             env["FABRICSCOPE_INVENTORY"] = str(inv_path.resolve())  # the store writer loads the ToR names
@@ -224,36 +250,61 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
         # session of its own, so where the kernel groups CPU shares by session (autogroup) its share is its own
         sup.add("reducer", [*exe, "worker", "--role", "reducer"], logs / "reducer.log", env, own_session=True)
         if alerts:
+            started_am = True
             if _kafka_like_call([*exe, "alertmanager", "start"], env) != 0:
                 return EXIT_FAILED
-            started_am = True
             sup.add("alerts", [*exe, "alerts"], logs / "alerts.log", env)
         if source != "lab":
             sup.add(f"source-{source}", [*exe, "source", source], logs / f"source-{source}.log", env)
         # Hostping on this host: inventory, topology and the 1 s monitor; loopback only where there is an RNIC.
         sup.add("hostping", [*exe, "hostping", "agent"], logs / "hostping.log", env)
+        _record_children(record, sup, var)
         console.print(f"[green]fabricscope up[/green] (pid {os.getpid()}): source={source}, workers={workers}, "
                       f"logs in {logs}/; Ctrl-C stops"
                       + (f"; job {JOB_ID} on the service pinglist; inject faults with `fabricscope lab fault ...`"
                          if lab else ""), highlight=False, soft_wrap=True)
-        code = _watch(s, sup, duration)
+        code = _watch(s, sup, duration, lambda: _record_children(record, sup, var))
     except KeyboardInterrupt:
         pass
     except Exception as err:  # a start step failed: say which, clean up below, exit 1
         console.print(f"[red]fabricscope up: {type(err).__name__}: {err}[/red]", highlight=False, soft_wrap=True)
         code = EXIT_FAILED
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            if lab is not None:
-                lab.stop()
-        finally:
+        with Cleanup("fabricscope up", CLEANUP_S, on_abort=sup.kill) as cleanup:
+            console.print("stopping…", highlight=False)
+            sup.terminate()
+            if lab_path is not None:
+                cleanup.owe("lab", f"the lab in {lab_path} (`fabricscope lab down --dir {lab_path}`)")
+                _remove_lab(lab_path)
+                cleanup.done("lab")
             sup.stop()
+            if started_kafka and not keep_kafka:
+                cleanup.owe("kafka", f"the Kafka broker on {s.kafka_bootstrap} (`fabricscope kafka stop`)")
             _stop_services(s, started_kafka, keep_kafka, started_am, exe)
+            cleanup.done("kafka")
+            clear_record(var)
             lock.release()
             restore_signals()
     return code
+
+
+CLEANUP_S = 9.0
+"""The most `up`'s clean-up may take before it exits anyway and names what it left (the issue's 10 s bound)."""
+
+
+def _remove_lab(path: Path) -> None:
+    from infra.lab.netns import down_if_ours
+
+    if down_if_ours(path) is None:
+        console.print(f"fabricscope up: the lab of {path} is run by another process now; left alone",
+                      highlight=False, soft_wrap=True)
+
+
+def _record_children(record: UpRecord, sup: Supervisor, var: Path) -> None:
+    now = {c.name: {"pid": c.proc.pid, "argv": c.argv} for c in sup.children if c.proc is not None}
+    if now != record.children:
+        record.children = now
+        record.save(var)
 
 
 def _kafka_like_call(argv: list[str], env: dict[str, str]) -> int:
@@ -262,11 +313,13 @@ def _kafka_like_call(argv: list[str], env: dict[str, str]) -> int:
     return subprocess.call(argv, env=env, stdout=sys.stderr)
 
 
-def _watch(s: Settings, sup: Supervisor, duration: float) -> int:
+def _watch(s: Settings, sup: Supervisor, duration: float, after_poll: Any = None) -> int:
     t0 = time.monotonic()
     with Progress() as progress:
         while not duration or time.monotonic() - t0 < duration:
             failed = sup.poll()
+            if after_poll is not None:
+                after_poll()
             if failed:
                 progress.say(f"[red]{', '.join(c.name for c in failed)} failed for good; stopping (exit 1)[/red]")
                 return EXIT_FAILED

@@ -31,6 +31,8 @@ class RunLock:
     def __init__(self, path: Path, what: str, note: str = "", hint: str = "stop it first") -> None:
         self.path, self.what, self.note, self.hint = Path(path), what, note, hint
         self._f: IO[str] | None = None
+        self.previous_pid = 0
+        """After :meth:`acquire`: the pid a previous holder left in the file (it died holding the lock), else 0."""
 
     def acquire(self) -> RunLock:
         """Take the lock and write this pid into the file."""
@@ -43,6 +45,9 @@ class RunLock:
             text = f.readline().strip()
             f.close()
             raise Busy(self.path, int(text) if text.isdigit() else 0, self.what, self.hint) from None
+        f.seek(0)
+        text = f.readline().strip()
+        self.previous_pid = int(text) if text.isdigit() and int(text) != os.getpid() else 0
         f.seek(0)
         f.truncate()
         f.write(f"{os.getpid()}\n{self.note}\n")

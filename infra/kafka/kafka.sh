@@ -126,7 +126,12 @@ stop() {
   local pid
   if pid=$(running_pid); then
     kill "$pid"
-    for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+    # a broker shuts down in 1-3 s here; past 6 s it is killed (KRaft recovers its log on the next start),
+    # so `up`'s whole clean-up stays within its 10 s bound
+    for _ in $(seq 1 60); do
+      case "$(ps -o stat= -p "$pid" 2>/dev/null)" in Z*|"") break ;; esac  # gone, or a zombie nobody reaps yet
+      sleep 0.1
+    done
     kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
     echo "kafka: stopped"
   fi

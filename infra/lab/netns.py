@@ -4,16 +4,9 @@ Every namespace is named ``<prefix><node>`` and listed in a state file
 (``<lab_dir>/state.json``) before it is created, so :func:`down` removes
 everything, also after a crash; it also sweeps any namespace with the prefix.
 
-Kernel settings (measured on this kind of machine):
-
-- routers: ``fib_multipath_hash_policy=3`` with ``fib_multipath_hash_fields=0x37``
-  (src/dst IP, protocol, src/dst port: the L4 5-tuple; policy 1 scatters one
-  5-tuple), a per-ToR ``fib_multipath_hash_seed`` (else forward and reverse paths
-  always take the same spine), ``fib_multipath_use_neigh=1`` and
-  ``ignore_routes_with_linkdown=1`` (a dead next hop leaves the multipath set);
-- everyone: ``icmp_errors_use_inbound_ifaddr=1`` and ``icmp_ratelimit=0`` so
-  TTL-limited probes name every hop; hosts accept packets from their own other
-  NIC (``accept_local=1``) and route each source address out of its own NIC.
+Building runs in a process of its own (:mod:`infra.lab.build`): pyroute2's namespace helpers
+fork their caller, and this process may hold threads, a broker and signal handlers. Tear-down
+(``ip netns`` removal, killing the namespaces' processes) forks nothing.
 """
 
 from __future__ import annotations
@@ -21,42 +14,22 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pyroute2 import IPRoute, netns
+from pyroute2 import netns
 
 from infra.lab import procs
 from infra.lab.topology import Fabric, LabSpec, plan
+from infra.process_group import kill_group
 from infra.runlock import Busy, RunLock, holder, note
 
 DEFAULT_LAB_DIR = Path("var/lab")
 STATE_FILE = "state.json"
-
-_COMMON_SYSCTLS = {
-    "net.ipv4.icmp_ratelimit": "0",
-    "net.ipv4.icmp_msgs_per_sec": "100000",
-    "net.ipv4.icmp_msgs_burst": "100000",
-    "net.ipv4.icmp_errors_use_inbound_ifaddr": "1",
-    "net.ipv4.conf.all.rp_filter": "0",
-    "net.ipv4.conf.default.rp_filter": "0",
-    "net.ipv4.conf.all.ignore_routes_with_linkdown": "1",
-    "net.ipv4.conf.default.ignore_routes_with_linkdown": "1",
-}
-_ROUTER_SYSCTLS = {
-    "net.ipv4.ip_forward": "1",
-    "net.ipv4.fib_multipath_hash_policy": "3",
-    "net.ipv4.fib_multipath_hash_fields": "0x37",
-    "net.ipv4.fib_multipath_use_neigh": "1",
-}
-_HOST_SYSCTLS = {
-    "net.ipv4.conf.all.accept_local": "1",
-    "net.ipv4.conf.default.accept_local": "1",
-}
-
 
 class LabError(RuntimeError):
     """The lab cannot be built or reached; the message says what to do."""
@@ -178,16 +151,6 @@ def ns_exec(ns: str, argv: list[str], *, input: str | None = None, check: bool =
     return p.stdout
 
 
-def set_sysctls(ns: str, values: dict[str, str]) -> None:
-    """Write sysctls inside ``ns`` (one ``sysctl`` call)."""
-    ns_exec(ns, ["sysctl", "-q", "-w", *[f"{k}={v}" for k, v in values.items()]])
-
-
-def _router_seed(spec: LabSpec, index: int) -> str:
-    # Distinct, non-zero 32-bit seeds per router (0 means "random" in the kernel).
-    return str((spec.seed * 2654435761 + (index + 1) * 40503) % (2**32 - 1) + 1)
-
-
 def up(spec: LabSpec | None = None, directory: str | os.PathLike[str] | None = None) -> Fabric:
     """Build the lab fabric described by ``spec``; returns the :class:`Fabric` plan.
 
@@ -212,10 +175,12 @@ def up(spec: LabSpec | None = None, directory: str | os.PathLike[str] | None = N
     }
     write_state(d, state)
     try:
-        _build(fab)
-    except Exception as e:
+        _build_in_child(d)
+    except BaseException as e:
         down(d)
-        raise LabError(f"building the lab failed and was torn down: {e}") from e
+        if isinstance(e, Exception):
+            raise LabError(f"building the lab failed and was torn down: {e}") from e
+        raise
     state["address_names"] = fab.address_names()
     (d / "inventory.yaml").write_text(yaml.safe_dump(fab.inventory_dict(), sort_keys=False))
     state["inventory"] = str(d / "inventory.yaml")
@@ -224,48 +189,31 @@ def up(spec: LabSpec | None = None, directory: str | os.PathLike[str] | None = N
     return fab
 
 
-def _build(fab: Fabric) -> None:
-    spec = fab.spec
-    for node in fab.nodes:
-        netns.create(fab.netns(node))
-    for i, node in enumerate(fab.nodes):
-        values = dict(_COMMON_SYSCTLS)
-        if fab.role(node) == "host":
-            values.update(_HOST_SYSCTLS)
-        else:
-            values.update(_ROUTER_SYSCTLS)
-            values["net.ipv4.fib_multipath_hash_seed"] = _router_seed(spec, i)
-        set_sysctls(fab.netns(node), values)
-    handles = {n: IPRoute(netns=fab.netns(n)) for n in fab.nodes}
+BUILD_TIMEOUT_S = 120.0
+"""The longest a lab build may take (Panel 1 takes about 2 s; a 64-host lab about 20 s)."""
+
+
+def _build_in_child(directory: Path) -> None:
+    """Run :mod:`infra.lab.build` on ``directory``'s state in a process group of its own and wait.
+
+    Interrupted (KeyboardInterrupt from SIGINT/SIGTERM) or timed out, the whole group is killed
+    before the exception goes on, so no helper of it outlives the build.
+
+    Raises:
+        LabError: the build failed (its one-line error) or overran :data:`BUILD_TIMEOUT_S`.
+    """
+    p = subprocess.Popen([sys.executable, "-m", "infra.lab.build", str(directory)], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, process_group=0)
     try:
-        for ln in fab.links:
-            handles[ln.a].link(
-                "add", ifname=ln.a_if, kind="veth", peer={"ifname": ln.b_if, "net_ns_fd": fab.netns(ln.b)}
-            )
-        for ipr in handles.values():
-            for link in ipr.get_links():
-                ipr.link("set", index=link["index"], state="up")
-        for ln in fab.links:
-            for node, ifname, ip in ((ln.a, ln.a_if, ln.a_ip), (ln.b, ln.b_if, ln.b_ip)):
-                ipr = handles[node]
-                idx = ipr.link_lookup(ifname=ifname)[0]
-                ipr.addr("add", index=idx, address=ip, prefixlen=ln.prefixlen)
-        for host in fab.hosts:
-            ipr = handles[host]
-            for i, r in enumerate(fab.host_rnics(host)):
-                ipr.rule("add", src=r.ip, src_len=32, iifname="lo", table=r.table, priority=100 + i)
-            # Local delivery after the per-source rules, so A1 -> A2 on one host leaves by A1's cable.
-            ipr.rule("add", table=255, priority=1000)
-            ipr.rule("del", table=255, priority=0)
-        for rt in fab.routes:
-            ipr = handles[rt.node]
-            if len(rt.gateways) == 1:
-                ipr.route("add", dst=rt.dst, gateway=rt.gateways[0], table=rt.table)
-            else:
-                ipr.route("add", dst=rt.dst, table=rt.table, multipath=[{"gateway": g} for g in rt.gateways])
-    finally:
-        for ipr in handles.values():
-            ipr.close()
+        _, err = p.communicate(timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        kill_group(p)
+        raise LabError(f"the lab build did not finish within {BUILD_TIMEOUT_S:.0f} s") from None
+    except BaseException:
+        kill_group(p)
+        raise
+    if p.returncode != 0:
+        raise LabError(err.strip().splitlines()[-1] if err.strip() else f"lab build exited {p.returncode}")
 
 
 def lab_namespaces(prefix: str) -> list[str]:
@@ -303,6 +251,21 @@ def down(directory: str | os.PathLike[str] | None = None, prefix: str | None = N
     (d / STATE_FILE).unlink(missing_ok=True)
     release(pfx)
     return removed
+
+
+def down_if_ours(directory: str | os.PathLike[str] | None = None) -> list[str] | None:
+    """:func:`down`, except that a lab another live process runs is left alone: then None.
+
+    For clean-up paths (a stop during a build that was refused, or never started), which must not raise.
+    Without a state file in ``directory`` nothing of it was built: nothing is swept (a lab another
+    directory made, with the same prefix, is not ours).
+    """
+    if not (lab_dir(directory) / STATE_FILE).exists():
+        return []
+    try:
+        return down(directory)
+    except LabError:
+        return None
 
 
 def _ns_pids(ns: str) -> list[int]:
