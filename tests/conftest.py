@@ -212,3 +212,32 @@ def read_topic(bootstrap: str, topic: str, timeout: float = 120.0) -> list:
         return out
     finally:
         c.close()
+
+
+_FORKS: list[str] | None = None  # while a test holds `no_fork`: where os.fork was called
+
+
+def _fork_audit(event: str, args: tuple) -> None:
+    if _FORKS is not None and event in ("os.fork", "os.forkpty"):
+        import traceback
+
+        _FORKS.append("".join(traceback.format_stack(limit=12)))
+        raise RuntimeError("os.fork inside a test that forbids it (no fork of a multi-threaded process)")
+
+
+sys.addaudithook(_fork_audit)  # audit hooks cannot be removed: this one acts only while `no_fork` is held
+
+
+@pytest.fixture
+def no_fork() -> Iterator[list[str]]:
+    """Any ``os.fork`` in this process during the test raises, and its stack is recorded in the list.
+
+    ``subprocess`` (fork+exec in C, no Python code in the child) is not a fork here; pyroute2's netns
+    helpers and ``multiprocessing``'s fork start method are.
+    """
+    global _FORKS
+    _FORKS = []
+    try:
+        yield _FORKS
+    finally:
+        _FORKS = None

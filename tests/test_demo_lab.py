@@ -31,7 +31,7 @@ def _named(v: dict, truth: dict) -> bool:
 
 
 @pytest.mark.parametrize("scenario", FAULTS)
-def test_first_complete_window_names_the_injected_fault(scenario, kafka_bootstrap, tmp_path):
+def test_first_complete_window_names_the_injected_fault(scenario, kafka_bootstrap, tmp_path, no_fork):
     r = run_demo(_settings(kafka_bootstrap), "lab", scenario, seed=7, windows=1, var=tmp_path)
     first = r.complete_windows()
     assert first, f"no window closed after the fault; logs in {tmp_path}"
@@ -39,6 +39,7 @@ def test_first_complete_window_names_the_injected_fault(scenario, kafka_bootstra
     assert any(_named(v, r.truth) for v in verdicts), (r.truth, verdicts)
     if scenario == "busy-host":
         assert not [v for v in r.verdicts if v["kind"] == "rnic"], r.verdicts
+    assert no_fork == []  # the lab was built and removed without forking this process
 
 
 def test_busy_host_moves_responder_delay_not_network_rtt(kafka_bootstrap, tmp_path):
