@@ -174,3 +174,20 @@ def profile(
     from bench import profile as bench_profile
 
     bench_profile.print_report(bench_profile.run(rows))
+
+
+@bench_app.command("lab-soak")
+def lab_soak(
+    minutes: float = typer.Option(60.0, min=1.0, help="how long `up` runs on the lab"),
+    fault_every: float = typer.Option(300.0, min=60.0, help="seconds between faults (each cleared after half)"),
+    var: str = typer.Option("var/lab-soak", help="FABRICSCOPE_VAR of the soak's `up` (its store, its logs)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON object on the last line"),
+) -> None:
+    """`fabricscope up --source lab` for MINUTES without a terminal, a fault injected and cleared every 5 min:
+    restarts, RSS of every process at the start and the end, rows stored per minute, verdict latency per fault."""
+    from pathlib import Path
+
+    from bench import lab_soak as bench_lab_soak
+
+    r = bench_lab_soak.run(minutes, Path(var).resolve(), fault_every)
+    print(bench_lab_soak.to_json(r) if as_json else bench_lab_soak.report(r))

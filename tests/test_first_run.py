@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -65,11 +66,11 @@ def _ours(var: Path) -> list[tuple[int, str, int]]:
 
 
 def _answers(port: int) -> bool:
-    from confluent_kafka.admin import AdminClient
-
+    """Whether anything accepts on the broker's port (a stopped broker accepts nothing)."""
     try:
-        return bool(AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"}).list_topics(timeout=3).brokers)
-    except Exception:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
         return False
 
 
@@ -170,7 +171,8 @@ def test_newcomer_up_stores_rows_without_a_terminal_and_stops_clean(newcomer: Ne
              what="up's start line")
     assert up.poll() is None, n.err("up")
     assert "kafka: started on" in n.err("up") and "source=lab" in n.err("up"), n.err("up")
-    first = wait_for(lambda: n.rows(), timeout=90, what="probe rows counted by `fabricscope query`")
+    # the bound only ends a hung test: the 60 s the README promises is measured on fresh clones, not here
+    first = wait_for(lambda: n.rows(), timeout=180, what="probe rows counted by `fabricscope query`")
     # every process of this run but the lab's agents is in the root network namespace
     stray = [(pid, cmd) for pid, cmd, ns in _ours(n.var) if ns != ROOT_NETNS and "infra.lab" not in cmd
              and "udp_agent" not in cmd]

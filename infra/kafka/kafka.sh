@@ -126,9 +126,9 @@ stop() {
   local pid
   if pid=$(running_pid); then
     kill "$pid"
-    # a broker shuts down in 1-3 s here; past 6 s it is killed (KRaft recovers its log on the next start),
+    # a broker shuts down in 1-3 s here; past 5 s it is killed (KRaft recovers its log on the next start),
     # so `up`'s whole clean-up stays within its 10 s bound
-    for _ in $(seq 1 60); do
+    for _ in $(seq 1 50); do
       case "$(ps -o stat= -p "$pid" 2>/dev/null)" in Z*|"") break ;; esac  # gone, or a zombie nobody reaps yet
       sleep 0.1
     done
