@@ -127,7 +127,7 @@ def start_lab_source(
         qpns = agents.start_agents(d, out, **agent_options)
         lists = build_lab_pinglists(inv, qpns, seed, connections or [])
         agents.write_pinglists(lists, d)
-    except Exception:
+    except BaseException:  # a stop (KeyboardInterrupt) while agents start tears the lab down too
         lab_infra.down(d)
         raise
     lab = LabSource(d, fab, inv, qpns, lists, kafka=out if out.get("kind") == "kafka" else None)
@@ -172,9 +172,12 @@ def up_cmd(
     seed: int = typer.Option(1, help="controller seed (inter-ToR tuples)"),
 ) -> None:
     """Build the lab (and start its agents); Panel 1 of the R-Pingmesh digest by default."""
+    from fabricscope.stopping import interrupt_on_terminate
+
     spec = lab_infra.LabSpec(spines, tors, hosts_per_tor, nics_per_host, prefix)
     d = lab_dir(directory)
     t0 = time.monotonic()
+    interrupt_on_terminate()  # SIGTERM mid-build: the half-built lab is torn down (infra.lab.netns.up)
     try:
         if with_agents:
             out = (
@@ -188,6 +191,9 @@ def up_cmd(
             fab = lab_infra.up(spec, d)
     except (LabError, OSError) as e:
         raise _fail(e) from None
+    except KeyboardInterrupt:
+        typer.secho("lab up: stopped; the lab was torn down", fg="red", err=True)
+        raise typer.Exit(130) from None
     typer.echo(
         f"lab up in {time.monotonic() - t0:.1f} s: {len(fab.spines)} spines, {len(fab.tors)} ToRs, "
         f"{len(fab.hosts)} hosts, {len(fab.rnics)} RNICs; state {d / 'state.json'}"

@@ -17,7 +17,6 @@ go with it.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import signal
@@ -28,24 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.process_group import kill_group, signal_group
+from infra.process_group import die_with_parent, kill_group, signal_group
 
 log = logging.getLogger("fabricscope.up")
 
-_PR_SET_PDEATHSIG = 1
 PARENT_ENV = "FABRICSCOPE_DIE_WITH_PARENT"
 """Environment variable naming the pid whose death ends this process (set by :meth:`Supervisor.add`)."""
-
-
-def die_with_parent() -> None:
-    """Ask the kernel to SIGTERM this process when its parent thread exits (Linux ``PR_SET_PDEATHSIG``).
-
-    Raises:
-        OSError: prctl(2) refused.
-    """
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
-        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
 
 
 def die_with_parent_from_env() -> None:
@@ -55,11 +42,8 @@ def die_with_parent_from_env() -> None:
     grandparent they never had.
     """
     want = os.environ.pop(PARENT_ENV, "")
-    if not want.isdigit():
-        return
-    die_with_parent()
-    if os.getppid() != int(want):  # the parent died before prctl took effect
-        os._exit(1)
+    if want.isdigit():
+        die_with_parent(signal.SIGTERM, int(want))  # exits if the parent died before prctl took effect
 
 
 def child_env(env: dict[str, str] | None) -> dict[str, str]:

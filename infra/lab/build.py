@@ -1,4 +1,4 @@
-"""The lab's kernel objects, built in a process of its own: ``python -m infra.lab.build LAB_DIR``.
+"""The lab's kernel objects, built in a process of its own: ``python -m infra.lab.build LAB_DIR PARENT_PID``.
 
 :func:`infra.lab.netns.up` writes the state file (the spec) and runs this module as a child
 process, so pyroute2's helpers (``netns.create`` and ``IPRoute(netns=...)`` fork the calling
@@ -30,6 +30,7 @@ from pyroute2 import IPRoute, netns
 
 from infra.lab.netns import LabError, ns_exec, read_state
 from infra.lab.topology import Fabric, LabSpec, plan
+from infra.process_group import die_with_parent
 
 _COMMON_SYSCTLS = {
     "net.ipv4.icmp_ratelimit": "0",
@@ -116,16 +117,17 @@ def build(fab: Fabric) -> None:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m infra.lab.build LAB_DIR``: build the lab the state file in ``LAB_DIR`` describes.
+    """``python -m infra.lab.build LAB_DIR PARENT_PID``: build the lab the state file in ``LAB_DIR`` describes.
 
     Returns:
         0 when built; 2 with a one-line error on stderr otherwise (the caller tears down).
     """
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if len(argv) != 1:
-        print("usage: python -m infra.lab.build LAB_DIR", file=sys.stderr)
+    if len(argv) != 2 or not argv[1].isdigit():
+        print("usage: python -m infra.lab.build LAB_DIR PARENT_PID", file=sys.stderr)
         return 2
+    die_with_parent(signal.SIGKILL, int(argv[1]))  # a parent killed mid-build leaves no builder behind
     try:
         spec = read_state(Path(argv[0])).get("spec")
         if not spec:

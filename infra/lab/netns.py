@@ -202,8 +202,9 @@ def _build_in_child(directory: Path) -> None:
     Raises:
         LabError: the build failed (its one-line error) or overran :data:`BUILD_TIMEOUT_S`.
     """
-    p = subprocess.Popen([sys.executable, "-m", "infra.lab.build", str(directory)], stdin=subprocess.DEVNULL,
-                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, process_group=0)
+    argv = [sys.executable, "-m", "infra.lab.build", str(directory), str(os.getpid())]
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         process_group=0)
     try:
         _, err = p.communicate(timeout=BUILD_TIMEOUT_S)
     except subprocess.TimeoutExpired:
