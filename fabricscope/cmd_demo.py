@@ -64,9 +64,8 @@ def demo(
 ) -> None:
     """Inject a fault, run Kafka + Faust + ClickHouse over it, print the verdicts of each window.
     Exit 0 when the windows closed, 1 when the pipeline failed, 130 when stopped (SIGINT/SIGTERM) first."""
-    from fabricscope.cmd_pipeline import kafka_script, lab_available
     from fabricscope.demo import run_demo
-    from fabricscope.up import kafka_answers
+    from fabricscope.local_services import kafka_answers, kafka_script, lab_available
     from infra.runlock import Busy, RunLock
     from sinks.query_endpoint import find_endpoint
 

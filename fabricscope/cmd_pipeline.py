@@ -7,7 +7,6 @@ import json
 import logging
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,26 +17,11 @@ from rich.console import Console
 from rich.table import Table
 
 from fabricscope.choices import Scenario, SourceKind, UpSource, WorkerRole, positive_seconds, value
+from fabricscope.local_services import kafka_script, lab_available  # noqa: F401 - re-exported
 from fabricscope.settings import Settings, load
 from fabricscope.stopping import stop_requested
 
 console = Console(stderr=True)
-REPO_ROOT = Path(__file__).resolve().parents[1]
-KAFKA_SH = REPO_ROOT / "infra" / "kafka" / "kafka.sh"
-
-
-def kafka_script(action: str, settings: Settings, to_stderr: bool = False) -> int:
-    """Run ``infra/kafka/kafka.sh ACTION`` (start, stop, status) for the local broker ``KAFKA_BOOTSTRAP``
-    names (its port; the controller on the next port unless ``KAFKA_CONTROLLER_PORT`` is set); returns
-    its exit code. ``to_stderr`` keeps its messages off stdout (machine output)."""
-    env = {**os.environ, "FABRICSCOPE_VAR": str(settings.fabricscope_var.resolve())}
-    host, _, port = settings.kafka_bootstrap.split(",")[0].rpartition(":")
-    if host in ("127.0.0.1", "localhost") and port.isdigit() and port != "9092":
-        env.setdefault("KAFKA_PORT", port)
-        env.setdefault("KAFKA_CONTROLLER_PORT", str(int(port) + 1))
-    return subprocess.call(["bash", str(KAFKA_SH), action], env=env, stdout=sys.stderr if to_stderr else None)
-
-
 def _replication(s: Settings) -> int | None:
     """Replicas for Faust's own topics: ``KAFKA_REPLICATION_FACTOR``, else min(3, brokers) of the cluster;
     None (Faust's 1) when the cluster does not answer in 10 s (the worker still starts and waits for it).
@@ -339,13 +323,6 @@ def run_sim_source(s: Settings, scenario: str, inventory_spec: str, seed: int, b
     producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     stopping = stop_requested(signal.SIGTERM)
     return publish_sim(sim, producer, s.fabricscope_topic_prefix, start, batches, realtime, stopping)
-
-
-def lab_available() -> bool:
-    """Root and working network namespaces: what the netns fabric lab needs."""
-    if os.geteuid() != 0:
-        return False
-    return subprocess.run(["ip", "netns", "list"], capture_output=True).returncode == 0
 
 
 def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool = False,

@@ -100,7 +100,8 @@ class Supervisor:
             own_session: bool = False) -> Child:
         """Start ``argv`` as child ``name``, its stdout and stderr appended to ``log_path``; with ``own_session``
         in a session of its own (Linux autogroup scheduling shares the CPU between sessions first, so the child's
-        share is not carved out of its siblings')."""
+        share is not carved out of its siblings'). A ``python -m fabricscope`` child dies with this process; any
+        other must call :func:`die_with_parent_from_env` at its start to do the same."""
         c = Child(name, argv, Path(log_path), env, own_session)
         self.children.append(c)
         self._start(c)

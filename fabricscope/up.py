@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
+from fabricscope.local_services import kafka_answers, kafka_script, lab_available
 from fabricscope.settings import Settings
 from fabricscope.stopping import Cleanup, interrupt_on_terminate
 from fabricscope.supervise import Supervisor
@@ -133,16 +133,6 @@ class Progress:
         console.print(text, highlight=False, soft_wrap=True)
 
 
-def kafka_answers(bootstrap: str) -> bool:
-    """Whether a broker accepts TCP at the first bootstrap address (quick: no client, no noise)."""
-    host, _, port = bootstrap.split(",")[0].rpartition(":")
-    try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=2.0):
-            return True
-    except (OSError, ValueError):
-        return False
-
-
 def lab_job_connections(inventory: Any, job_id: str = JOB_ID) -> list[dict[str, Any]]:
     """A small job across the lab: the first RNIC under the first ToR to the first under the last, and back.
 
@@ -169,7 +159,6 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
         0 after Ctrl-C or ``duration``; 1 when a child failed for good, a start step failed, or another
         ``up`` holds this ``FABRICSCOPE_VAR`` or the lab.
     """
-    from fabricscope.cmd_pipeline import kafka_script, lab_available
     from fabricscope.kafka_admin import create_topics
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
@@ -333,7 +322,6 @@ def _watch(s: Settings, sup: Supervisor, duration: float, after_poll: Any = None
 
 
 def _stop_services(s: Settings, started_kafka: bool, keep_kafka: bool, stop_am: bool, exe: list[str]) -> None:
-    from fabricscope.cmd_pipeline import kafka_script
 
     if stop_am:
         _kafka_like_call([*exe, "alertmanager", "stop"], dict(os.environ))

@@ -96,7 +96,8 @@ def test_children_die_when_their_parent_is_killed(tmp_path: Path) -> None:
         "from pathlib import Path\n"
         "from fabricscope.supervise import Supervisor\n"
         "sup = Supervisor()\n"
-        "c = sup.add('sink', [sys.executable, '-c', 'import time; time.sleep(120)'],\n"
+        "code = 'from fabricscope.supervise import die_with_parent_from_env as d; d(); import time; time.sleep(120)'\n"
+        "c = sup.add('sink', [sys.executable, '-c', code],\n"
         f"            Path({str(tmp_path)!r}) / 'c.log')\n"
         "print(c.proc.pid, flush=True)\n"
         "time.sleep(120)\n")
