@@ -1,4 +1,4 @@
-"""Every field case in ../shared/cases gets its stated right diagnosis from ``fabricscope diagnose``."""
+"""Every field case in tests/fixtures/cases (sources: SOURCES.md there) gets its stated right diagnosis."""
 
 from __future__ import annotations
 
@@ -14,14 +14,13 @@ from fabricscope import cmd_diagnose
 from producers.hostping.diagnose import diagnose_paths
 from producers.hostping.findings import Finding
 
-CASES = Path(__file__).parents[2] / "shared" / "cases"
+CASES = Path(__file__).parent / "fixtures" / "cases"
 NETWORK_KINDS = {"switch", "rnic", "lossy_roce"}
 
 
 def case(prefix: str) -> Path:
     found = sorted(CASES.glob(f"{prefix}_*.txt"))
-    if not found:
-        pytest.skip(f"field case {prefix} not found under {CASES}")
+    assert found, f"field case {prefix} not found under {CASES}"
     return found[0]
 
 
