@@ -1,6 +1,6 @@
 """``fabricscope diagnose FILE...``: Hostping parsers and rules over captured outputs.
 
-Only wiring and printing here; the parsers and rules are in :mod:`producers.hostping`.
+Only wiring and printing here; the collectors and rules are in the :mod:`diagnose` room.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import typer
 from rich.console import Console
 from rich.padding import Padding
 
-from producers.hostping.collectors import COLLECTORS
-from producers.hostping.correlate import correlate
-from producers.hostping.diagnose import collect_paths
+from diagnose.correlate import correlate
+from diagnose.registry import COLLECTORS
+from diagnose.run import collect_paths
 
 _STYLE = {"info": "dim", "warning": "yellow", "error": "red", "critical": "bold red"}
 

@@ -10,8 +10,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from diagnose.run import diagnose_paths
 from fabricscope import cmd_diagnose
-from producers.hostping.diagnose import diagnose_paths
 from producers.hostping.findings import Finding
 
 CASES = Path(__file__).parent / "fixtures" / "cases"

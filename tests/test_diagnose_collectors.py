@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from producers.hostping import (
+from diagnose import verbs_status as vs
+from diagnose.collectors import (
     dmesg,
-    ethtool,
     gid_table,
     lspci,
     mlxconfig,
@@ -18,12 +18,11 @@ from producers.hostping import (
     nvidia_smi_query,
     nvidia_topo,
     perftest,
-    rnic_config,
     ucx_log,
 )
-from producers.hostping import verbs_status as vs
-from producers.hostping.collectors import COLLECTORS
-from producers.hostping.diagnose import diagnose_paths, diagnose_text
+from diagnose.registry import COLLECTORS
+from diagnose.run import diagnose_paths, diagnose_text
+from producers.hostping import ethtool, rnic_config
 
 FIX = Path(__file__).parent / "fixtures" / "diagnose"
 README = Path(__file__).parents[1] / "README.md"

@@ -19,8 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from producers.hostping.collectors import COLLECTORS
-from producers.hostping.diagnose import diagnose_text
+from diagnose.registry import COLLECTORS
+from diagnose.run import diagnose_text
 
 CASES = sorted((Path(__file__).parent / "fixtures" / "cases").glob("case_*.txt"))
 CASES += sorted((Path(__file__).parent / "fixtures" / "diagnose").glob("*.txt"))

@@ -2,9 +2,9 @@
 
 An input is a text file (command output, log, or a field-case file mixing several
 artifacts) or a directory taken as a sysfs root (node_exporter's ``--path.sysfs``).
-Stage one: each collector in :data:`producers.hostping.collectors.COLLECTORS` whose
+Stage one: each collector in :data:`diagnose.registry.COLLECTORS` whose
 ``detect`` accepts the text parses it and applies its own rules, so one file may yield
-findings from several collectors. Stage two: :mod:`producers.hostping.correlate` applies
+findings from several collectors. Stage two: :mod:`diagnose.correlate` applies
 the rules that span artifacts (over all inputs given together). Every finding's
 ``source`` names ``file:line``.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from producers.hostping.collectors import Artifact, collect_root, collect_text
-from producers.hostping.correlate import correlate
+from diagnose.correlate import correlate
+from diagnose.registry import Artifact, collect_root, collect_text
 from producers.hostping.findings import Finding
 
 

@@ -1,6 +1,6 @@
 """Second stage of ``fabricscope diagnose``: rules that span artifacts (several collectors, files or hosts).
 
-The first stage (:mod:`.collectors`) gives one :class:`~producers.hostping.collectors.Artifact`
+The first stage (:mod:`diagnose.registry`) gives one :class:`~diagnose.registry.Artifact`
 per (input, collector). Each rule here reads the parsed artifacts of all inputs given
 together, adds findings, and may replace first-stage findings it explains better:
 
@@ -19,7 +19,7 @@ together, adds findings, and may replace first-stage findings it explains better
 NCCL logs of several files (one per host or rank, as schedulers write them) are first merged
 into one log (:func:`merge_nccl_logs`), so their votes and per-node comparisons span files.
 
-Hosts: an artifact's host is the one its text names (see ``collectors.host_hint``); artifacts
+Hosts: an artifact's host is the one its text names (see ``registry.host_hint``); artifacts
 of one input file share it.
 """
 
@@ -29,10 +29,12 @@ import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from producers.hostping import gid_table, hw_counters, ip_addr, lossy_roce, nccl_log
-from producers.hostping.collectors import Artifact
+from diagnose import lossy_roce
+from diagnose.collectors import gid_table, ip_addr, nccl_log
+from diagnose.collectors.nccl_log import NcclLog
+from diagnose.registry import Artifact
+from producers.hostping import hw_counters
 from producers.hostping.findings import Finding
-from producers.hostping.nccl_log import NcclLog
 
 
 @dataclass

@@ -8,10 +8,12 @@ Every collector is a module with the same small interface (:class:`Collector`):
 - ``parse(text)``: the structured artifact (raises nothing on bad input: unknown lines are skipped);
 - ``findings(parsed) -> list[Finding]``: the rules over that one artifact.
 
-:data:`COLLECTORS` lists them in the order their findings are printed. Rules that need
+:data:`COLLECTORS` lists them in the order their findings are printed. They live in
+:mod:`diagnose.collectors`, except ``ethtool`` and ``rnic_config``, which the host agent also
+reads at run time and which therefore stay in :mod:`producers.hostping`. Rules that need
 two artifacts (a GID table and an NCCL log of the same host, ``ethtool -S`` and
 ``hw_counters``, PHY counters and a port module event) are the second stage,
-:mod:`producers.hostping.correlate`, which reads the parsed artifacts this module returns.
+:mod:`diagnose.correlate`, which reads the parsed artifacts this module returns.
 """
 
 from __future__ import annotations
@@ -20,9 +22,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from producers.hostping import (
+from diagnose.collectors import (
     dmesg,
-    ethtool,
     gid_table,
     ip_addr,
     lspci,
@@ -32,10 +33,10 @@ from producers.hostping import (
     nvidia_smi_query,
     nvidia_topo,
     perftest,
-    rnic_config,
     sysfs_capture,
     ucx_log,
 )
+from producers.hostping import ethtool, rnic_config
 from producers.hostping.findings import Finding, with_source
 
 
