@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from diagnose.collectors import (
     dmesg,
+    firmware,
     gid_table,
     ip_addr,
     lspci,
@@ -33,6 +34,8 @@ from diagnose.collectors import (
     nvidia_smi_query,
     nvidia_topo,
     perftest,
+    rdma_port,
+    resource_limits,
     sysfs_capture,
     ucx_log,
 )
@@ -69,6 +72,9 @@ COLLECTORS: tuple[Collector, ...] = (
     nvidia_smi_query,
     rnic_config,
     mlxconfig,
+    resource_limits,
+    rdma_port,
+    firmware,
 )
 
 _PROMPT = re.compile(r"^\[?[\w.-]+@(?P<host>[A-Za-z][\w.-]*)[\s:\]]")
