@@ -226,7 +226,9 @@ def test_cli_json_over_all_cases():
     files = [str(case(p)) for p in ("case_11", "case_12", "case_14")]
     result = CliRunner().invoke(app, ["diagnose", *files, "--json"])
     assert result.exit_code == 1, result.output  # findings above info: exit 1, like a linter
-    kinds = [d["kind"] for d in json.loads(result.output)]
+    doc = json.loads(result.stdout)
+    kinds = [d["kind"] for d in doc["findings"]]
+    assert doc["unread"] == [] and doc["exit_code"] == 1
     assert kinds == ["pcie_downgrade", "pcie_idle_power_saving", "pcie_idle_power_saving", "gpu_pcie_link_failure"]
 
 

@@ -5,7 +5,7 @@ Each input is one of the field cases in ``tests/fixtures/cases`` or the real out
 repeated, truncated, their numbers replaced (0, -1, huge) or their words swapped
 for parser keywords. ``diagnose_text`` must return findings (a list), whatever
 it gets, and so must every collector of the registry called directly (parse, then
-findings), whether or not its ``detect`` accepts the text. Bounded (1000 inputs, no
+findings), whether or not its ``detect`` accepts the text, and the unread-section split. Bounded (1000 inputs, no
 deadline); prints the count tried. A crashing input found here is to be kept under
 ``tests/fixtures/parser_crashes/`` as a test.
 """
@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from diagnose.registry import COLLECTORS
 from diagnose.run import diagnose_text
+from diagnose.unread import unread_sections
 
 CASES = sorted((Path(__file__).parent / "fixtures" / "cases").glob("case_*.txt"))
 CASES += sorted((Path(__file__).parent / "fixtures" / "diagnose").glob("*.txt"))
@@ -104,6 +105,8 @@ def test_mangled_field_cases_never_crash_the_parsers(case, edits):
         assert isinstance(c.findings(c.parse(text)), list), c.NAME
         assert c.detect(text) in (True, False), c.NAME
         tried["collectors"].add(c.NAME)
+    parts = unread_sections(text, "fuzz", [c.detect for c in COLLECTORS], read_any=False)
+    assert all(1 <= u.first_line <= u.last_line for u in parts)
 
 
 @pytest.mark.skipif(not CASES, reason="no field cases under tests/fixtures/cases")

@@ -1,0 +1,51 @@
+"""What ``fabricscope diagnose`` could not read is named per file and per section (``diagnose.unread``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from diagnose.registry import COLLECTORS
+from diagnose.run import read_paths
+from diagnose.unread import Unread, guess, sections, unread_sections
+
+FIX = Path(__file__).parent / "fixtures" / "diagnose"
+DETECT = [c.detect for c in COLLECTORS]
+
+
+def test_sections_cut_at_shell_prompts_of_every_common_form():
+    text = ("intro\n$ ibstat\nCA 'mlx5_0'\nroot@host-a:~# ethtool -i eth0\ndriver: mlx5_core\n"
+            "[root@n1 ~]# rdma link\nx\n")
+    assert [(a, b, cmd) for a, b, cmd, _ in sections(text)] == [
+        (1, 1, ""), (2, 3, "ibstat"), (4, 5, "ethtool -i eth0"), (6, 7, "rdma link")]
+    # a '# Size' header in program output is not a prompt (the UCX fixture's OSU table)
+    assert len(sections((FIX / "ucx_create_cq_enomem_64k.txt").read_text())) == 1
+
+
+def test_an_unrecognised_section_between_read_ones_is_named_with_its_command_and_range():
+    text = ((FIX / "rdma_link_show_active.txt").read_text()
+            + "[root@node75 ~]# nvidia-smi nvlink -s\nGPU 0: NVIDIA H100 80GB HBM3\n\t Link 0: 26.562 GB/s\n"
+            + "\t Link 1: <inactive>\n")
+    parts = unread_sections(text, "paste.txt", DETECT, read_any=True)
+    assert parts == [Unread("paste.txt", 4, 7, 4, "output of `nvidia-smi nvlink -s`, nvidia-smi nvlink output "
+                                                   "(NVLink is not read yet)")]
+    assert parts[0].describe().startswith("paste.txt:4-7 (4 lines): no collector recognised this; looked like")
+
+
+def test_a_file_fully_read_has_no_unread_part_and_an_unread_one_is_whole():
+    assert unread_sections((FIX / "ibstat_cx7_down_polling.txt").read_text(), "f", DETECT, read_any=True) == []
+    [u] = unread_sections("AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0000 address=0x0]\n", "f", DETECT, False)
+    assert (u.first_line, u.last_line, u.lines) == (1, 1, 1) and "IOMMU" in u.looked_like
+
+
+def test_guess_names_known_unread_kinds():
+    assert guess("==============NVSMI LOG==============\n").startswith("nvidia-smi -q")
+    assert guess("BOOT_IMAGE=/vmlinuz intel_iommu=on iommu=pt\n", "cat /proc/cmdline") == (
+        "output of `cat /proc/cmdline`, a kernel command line (iommu= is not read yet)")
+    assert guess("nothing known\n") == ""
+
+
+def test_binary_input_is_unread_with_its_reason(tmp_path):
+    blob = tmp_path / "core.bin"
+    blob.write_bytes(b"\xff\xfe\x00\x01" * 8)
+    r = read_paths([blob])
+    assert r.artifacts == [] and [(u.source, u.reason) for u in r.unread] == [(str(blob), "not UTF-8 text")]
