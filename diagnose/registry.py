@@ -26,6 +26,7 @@ from diagnose.collectors import (
     dmesg,
     firmware,
     gid_table,
+    iommu,
     ip_addr,
     lspci,
     mlxconfig,
@@ -75,6 +76,7 @@ COLLECTORS: tuple[Collector, ...] = (
     resource_limits,
     rdma_port,
     firmware,
+    iommu,
 )
 
 _PROMPT = re.compile(r"^\[?[\w.-]+@(?P<host>[A-Za-z][\w.-]*)[\s:\]]")

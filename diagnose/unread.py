@@ -25,9 +25,8 @@ LOOKS_LIKE: tuple[tuple[str, re.Pattern[str]], ...] = (
                                                                      re.M | re.I)),
     ("nvidia-smi -q (only its PCIe link fields are read, through --query-gpu CSV)",
      re.compile(r"^=+NVSMI LOG=+$", re.M)),
-    ("IOMMU fault lines (AMD-Vi / DMAR; not read yet)", re.compile(r"IO_PAGE_FAULT|DMAR: \[DMA (?:Read|Write)\]")),
-    ("a kernel command line (iommu= is not read yet)", re.compile(r"BOOT_IMAGE=|\bintel_iommu=|\bamd_iommu=")),
     ("ibdiagnet output", re.compile(r"ibdiagnet", re.I)),
+    ("NCCL INFO lines without a problem NCCL's collector reads", re.compile(r"NCCL INFO")),
     ("lscpu / numactl output", re.compile(r"^(?:NUMA node\(s\):|available: \d+ nodes)", re.M)),
 )
 

@@ -28,6 +28,9 @@ STATED = {
     "ibv_devinfo_port_down_two_models.txt": [("port_down", "f51fec68bf55/mlx5_0/1"),
                                              ("port_down", "f51fec68bf55/mlx5_12/1")],
     "dmesg_mlx4_upgrade_fw_lso.txt": [("firmware_too_old", "0000:0d:00.0")],
+    "dmesg_amdvi_nvidia_p2p_io_page_fault.txt": [("iommu_fault", "0000:07:00.0")],
+    "dmesg_amdvi_nvme_io_page_fault.txt": [("iommu_fault", "0000:01:00.0")],
+    "dmesg_dmar_pte_write_fault.txt": [("iommu_fault", "0000:00:12.0")],
 }
 #: healthy samples of the same tools, and their alarming-looking lines: nothing above info
 GUARDS = [
@@ -65,6 +68,6 @@ def test_accuracy_report_over_all_fixtures(capsys):
     with capsys.disabled():
         print("\nkind                     right wrong missed\n" + "\n".join(rows)
               + f"\nfalse positives on {len(GUARDS) + 1} healthy fixtures (case 12 included): {len(fps)}")
-    assert {"memlock_limit", "port_down", "port_flapping", "firmware_too_old", "pcie_downgrade"} <= set(per_kind)
+    assert {"memlock_limit", "port_down", "port_flapping", "firmware_too_old", "iommu_fault", "pcie_downgrade"} <= set(per_kind)
     assert all(c["wrong"] == c["missed"] == 0 for c in per_kind.values()), per_kind
     assert fps == []

@@ -33,14 +33,13 @@ def test_an_unrecognised_section_between_read_ones_is_named_with_its_command_and
 
 def test_a_file_fully_read_has_no_unread_part_and_an_unread_one_is_whole():
     assert unread_sections((FIX / "ibstat_cx7_down_polling.txt").read_text(), "f", DETECT, read_any=True) == []
-    [u] = unread_sections("AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x0000 address=0x0]\n", "f", DETECT, False)
-    assert (u.first_line, u.last_line, u.lines) == (1, 1, 1) and "IOMMU" in u.looked_like
+    [u] = unread_sections("==============NVSMI LOG==============\n\nAttached GPUs : 1\n", "f", DETECT, False)
+    assert (u.first_line, u.last_line, u.lines) == (1, 3, 2) and u.looked_like.startswith("nvidia-smi -q")
 
 
 def test_guess_names_known_unread_kinds():
     assert guess("==============NVSMI LOG==============\n").startswith("nvidia-smi -q")
-    assert guess("BOOT_IMAGE=/vmlinuz intel_iommu=on iommu=pt\n", "cat /proc/cmdline") == (
-        "output of `cat /proc/cmdline`, a kernel command line (iommu= is not read yet)")
+    assert guess("-I- ibdiagnet fabric scan\n", "ibdiagnet") == "output of `ibdiagnet`, ibdiagnet output"
     assert guess("nothing known\n") == ""
 
 
