@@ -65,3 +65,20 @@ def test_dmesg_firmware_version_lines_count_once_per_function():
     t = firmware.parse((FIX / "dmesg_mlx5_probe_failed.txt").read_text())
     assert [(e.device, e.version) for e in t.entries] == [("0000:01:00.0", "14.32.1010")]
     assert firmware.findings(t) == []
+
+
+def test_mixed_firmware_across_files_of_one_bundle(tmp_path):
+    # ethtool -i of two ports in their own files (as a log directory holds them), one on an older release
+    node = tmp_path / "node"
+    node.mkdir()
+    a = (FIX / "ethtool_i_mlx5_cx4lx.txt").read_text()
+    (node / "ethtool_i_p3p1.txt").write_text(a)
+    (node / "ethtool_i_p3p2.txt").write_text(a.replace("14.23.1020", "14.21.2010").replace("0000:af:00.0",
+                                                                                         "0000:af:00.1"))
+    [f] = [f for f in diagnose_paths([node]) if f.kind == "mixed_firmware"]
+    assert f.location == "0000:af:00.0,0000:af:00.1"
+    assert f.evidence["versions"] == {"0000:af:00.0": "14.23.1020", "0000:af:00.1": "14.21.2010"}
+    assert f.source == f"{node / 'ethtool_i_p3p1.txt'}:4"  # its firmware-version line
+    # the same two files of one version: nothing
+    (node / "ethtool_i_p3p2.txt").write_text(a.replace("0000:af:00.0", "0000:af:00.1"))
+    assert [f for f in diagnose_paths([node]) if f.kind == "mixed_firmware"] == []

@@ -24,6 +24,7 @@ Harmless lines raise nothing: ``expansion-rom-version:`` empty, ``supports-test:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from diagnose.collectors.rdma_port import DEVINFO_HCA, IBSTAT_CA
@@ -132,19 +133,20 @@ def family(e: FwEntry) -> str:
     return f"fw {e.version.split('.')[0]}"
 
 
-def findings(t: FirmwareTable) -> list[Finding]:
-    """``mixed_firmware``, ``firmware_too_old`` and ``firmware_update_available``."""
+def mixed(entries: list[FwEntry], where: Callable[[FwEntry], str] = lambda e: str(e.line)) -> list[Finding]:
+    """``mixed_firmware`` per family whose devices run more than one version (a device seen by two tools
+    counts once, its first entry); ``where`` gives each entry's ``source`` (a line, or ``file:line``)."""
     out = []
     by_device: dict[str, FwEntry] = {}
-    for e in t.entries:
-        by_device.setdefault(e.device, e)  # one device seen by two tools counts once
+    for e in entries:
+        by_device.setdefault(e.device, e)
     groups: dict[str, dict[str, FwEntry]] = {}
     for e in by_device.values():
         groups.setdefault(family(e), {})[e.device] = e
     for fam, devs in groups.items():
         versions = sorted({e.version for e in devs.values()})
         if len(versions) > 1:
-            first = min(e.line for e in devs.values())
+            first = next(e for e in entries if e.device in devs)
             out.append(Finding(
                 "mixed_firmware", ",".join(sorted(devs)), "warning",
                 f"RNICs of one family ({fam}) run different firmware ({', '.join(versions)}): peers negotiate "
@@ -152,8 +154,14 @@ def findings(t: FirmwareTable) -> list[Finding]:
                 "version (mlxfwmanager -u).",
                 {"family": fam, "versions": {d: e.version for d, e in sorted(devs.items())},
                  "models": sorted({e.model for e in devs.values() if e.model})},
-                "config", str(first),
+                "config", where(first),
             ))  # fmt: skip
+    return out
+
+
+def findings(t: FirmwareTable) -> list[Finding]:
+    """``mixed_firmware``, ``firmware_too_old`` and ``firmware_update_available``."""
+    out = mixed(t.entries)
     for o in t.too_old:
         out.append(Finding(
             "firmware_too_old", o["device"], "warning",
