@@ -1,7 +1,8 @@
 """Run every collector and cross-artifact rule over captured artifacts (the library behind ``fabricscope diagnose``).
 
 An input is a text file (command output, log, or a field-case file mixing several
-artifacts), a gzip-compressed text file (``nvidia-bug-report.log.gz``), or a directory:
+artifacts), a gzip-compressed text file (``nvidia-bug-report.log.gz``), a tar archive
+(``sosreport-*.tar.xz``: its regular members, read in memory), or a directory:
 a sysfs root (node_exporter's ``--path.sysfs``) when it holds ``bus/pci/devices``,
 ``class/infiniband``, ``class/net`` or both ``class/`` and ``devices/``, else a directory of
 logs whose regular files are read one by one (:func:`is_sysfs_root` is the rule;
@@ -21,7 +22,9 @@ without following symlinks and up to :data:`MAX_FILES` files.
 from __future__ import annotations
 
 import gzip
+import lzma
 import os
+import tarfile
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -44,8 +47,8 @@ MAX_FILES = 10_000
 class Input:
     """One path given on the command line and how it was read.
 
-    ``read_as`` is ``file``, ``gzip file``, ``sysfs root`` or ``log directory``; ``files`` counts
-    the files read under a directory (1 for a file).
+    ``read_as`` is ``file``, ``gzip file``, ``tar archive``, ``sysfs root`` or ``log directory``;
+    ``files`` counts the files read under a directory or members of an archive (1 for a file).
     """
 
     path: str
@@ -109,14 +112,7 @@ def _read_text(p: Path, name: str, reading: Reading) -> None:
     except ValueError as e:
         reading.unread.append(Unread(name, 0, 0, 0, "", str(e).removeprefix(f"{p}: ")))
         return
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        reading.unread.append(Unread(name, 0, 0, 0, "", "not UTF-8 text"))
-        return
-    arts = collect_text(text, name)
-    reading.artifacts += arts
-    reading.unread += unread_sections(text, name, (c.detect for c in COLLECTORS), bool(arts))
+    _read_member(raw, name, reading)
 
 
 def _log_files(d: Path) -> list[Path]:
@@ -131,6 +127,55 @@ def _log_files(d: Path) -> list[Path]:
             if len(out) > MAX_FILES:
                 raise ValueError(f"{d}: more than {MAX_FILES} files; pass the directories that matter")
     return out
+
+
+def _read_tar(p: Path, reading: Reading) -> int:
+    """Every regular member of a tar archive (``sosreport-*.tar.xz``, ``.tar.gz``, ``.tar``), read in memory:
+    nothing is extracted, so no member path can land outside; links and devices are skipped; members and
+    their total stay under the caps. Returns the number of members read."""
+    budget = min(MAX_TEXT_BYTES, max(p.stat().st_size, 1) * MAX_RATIO)
+    n = 0
+    try:
+        with tarfile.open(p, "r:*") as tar:
+            for m in tar:
+                if not m.isreg():  # symlinks, hard links, devices, directories: never followed
+                    continue
+                name = f"{p}!{m.name}"
+                if m.size > budget:
+                    reading.unread.append(Unread(name, 0, 0, 0, "", f"member of {m.size} bytes is past the caps "
+                                                 f"({MAX_RATIO}x the archive, at most {MAX_TEXT_BYTES} bytes)"))
+                    break
+                n += 1
+                if n > MAX_FILES:
+                    raise ValueError(f"{p}: more than {MAX_FILES} members; unpack it and pass the parts that matter")
+                fh = tar.extractfile(m)
+                data = fh.read(budget + 1) if fh else b""
+                if len(data) > budget:
+                    reading.unread.append(Unread(name, 0, 0, 0, "", f"the archive expands past its cap ({MAX_RATIO}x "
+                                                 f"its size, at most {MAX_TEXT_BYTES} bytes); the rest is not read"))
+                    break
+                budget -= len(data)
+                _read_member(data, name, reading)
+    except (tarfile.TarError, lzma.LZMAError, EOFError, zlib.error, OSError) as e:
+        reading.unread.append(Unread(str(p), 0, 0, 0, "", f"not a readable tar archive ({e})"))
+    return n
+
+
+def _read_member(data: bytes, name: str, reading: Reading) -> None:
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as e:
+            reading.unread.append(Unread(name, 0, 0, 0, "", f"not a readable gzip member ({e})"))
+            return
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        reading.unread.append(Unread(name, 0, 0, 0, "", "not UTF-8 text"))
+        return
+    arts = collect_text(text, name)
+    reading.artifacts += arts
+    reading.unread += unread_sections(text, name, (c.detect for c in COLLECTORS), bool(arts))
 
 
 def read_paths(paths: list[Path]) -> Reading:
@@ -152,6 +197,8 @@ def read_paths(paths: list[Path]) -> Reading:
             for f in files:
                 _read_text(f, str(f), reading)
             reading.inputs.append(Input(str(p), "log directory", len(files)))
+        elif tarfile.is_tarfile(p):
+            reading.inputs.append(Input(str(p), "tar archive", _read_tar(p, reading)))
         else:
             with p.open("rb") as fh:
                 gz = fh.read(2) == b"\x1f\x8b"

@@ -91,3 +91,51 @@ def test_too_many_files_is_a_clear_error(tmp_path, monkeypatch):
         (tmp_path / f"{k}.log").write_text("x\n")
     with pytest.raises(ValueError, match="more than 2 files"):
         read_paths([tmp_path])
+
+
+def _tar(path: Path, members: dict[str, bytes], mode: str = "w:xz") -> Path:
+    import io
+    import tarfile
+
+    with tarfile.open(path, mode) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_a_sosreport_style_tarball_gives_the_findings_of_its_files_one_by_one(tmp_path):
+    members = {f"sosreport-node-a/sos_commands/{n}": (FIX / n).read_bytes() for n in NODE}
+    tar = _tar(tmp_path / "sosreport-node-a-2026.tar.xz", members)
+    reading = read_paths([tar])
+    one_by_one = summary(f for name in NODE for f in diagnose_paths([FIX / name]))
+    assert summary(correlate(reading.artifacts)) == one_by_one
+    assert [(i.read_as, i.files) for i in reading.inputs] == [("tar archive", 5)]
+    assert reading.unread == []
+    assert reading.artifacts[0].source.startswith(f"{tar}!sosreport-node-a/sos_commands/")
+
+
+def test_tar_members_that_climb_out_or_link_away_are_never_followed(tmp_path):
+    import io
+    import tarfile
+
+    path = tmp_path / "evil.tar"
+    with tarfile.open(path, "w") as tar:
+        data = (FIX / "ibstat_cx7_down_polling.txt").read_bytes()
+        info = tarfile.TarInfo("../../etc/ibstat.txt")  # read in memory, never written anywhere
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+        link = tarfile.TarInfo("passwd")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+    r = read_paths([path])
+    assert r.inputs[0].files == 1  # the symlink is skipped
+    assert [f.kind for a in r.artifacts for f in a.findings] == ["port_down"]
+    assert not (tmp_path.parent.parent / "etc" / "ibstat.txt").exists()
+
+
+def test_a_tar_bomb_stops_at_the_ratio_cap(tmp_path):
+    tar = _tar(tmp_path / "bomb.tar.xz", {"dmesg.txt": b"A" * 5_000_000})  # a few KB expanding past 100x
+    [u] = read_paths([tar]).unread
+    assert "past the caps" in u.reason or "expands past" in u.reason
