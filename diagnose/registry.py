@@ -34,6 +34,7 @@ from diagnose.collectors import (
     nccl_pairs,
     nvidia_smi_query,
     nvidia_topo,
+    nvlink,
     perftest,
     rdma_port,
     resource_limits,
@@ -77,6 +78,7 @@ COLLECTORS: tuple[Collector, ...] = (
     rdma_port,
     firmware,
     iommu,
+    nvlink,
 )
 
 _PROMPT = re.compile(r"^\[?[\w.-]+@(?P<host>[A-Za-z][\w.-]*)[\s:\]]")

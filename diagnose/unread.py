@@ -21,8 +21,8 @@ _PROMPT = re.compile(
 
 #: Kinds of output that are known and not read yet: (what it looked like, a pattern that shows it).
 LOOKS_LIKE: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("nvidia-smi nvlink output (NVLink is not read yet)", re.compile(r"^\s*Link \d+: .*(?:GB/s|inactive|Replay|CRC)",
-                                                                     re.M | re.I)),
+    ("nvidia-smi nvlink error counters (-e is not read yet)", re.compile(r"^\s*Link \d+: .*(?:Replay|Recovery|CRC)",
+                                                                         re.M | re.I)),
     ("nvidia-smi -q (only its PCIe link fields are read, through --query-gpu CSV)",
      re.compile(r"^=+NVSMI LOG=+$", re.M)),
     ("ibdiagnet output", re.compile(r"ibdiagnet", re.I)),

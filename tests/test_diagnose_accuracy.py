@@ -31,12 +31,13 @@ STATED = {
     "dmesg_amdvi_nvidia_p2p_io_page_fault.txt": [("iommu_fault", "0000:07:00.0")],
     "dmesg_amdvi_nvme_io_page_fault.txt": [("iommu_fault", "0000:01:00.0")],
     "dmesg_dmar_pte_write_fault.txt": [("iommu_fault", "0000:00:12.0")],
+    "nvlink_s_v100_inactive_links.txt": [("nvlink_inactive", "GPU 3")],
 }
 #: healthy samples of the same tools, and their alarming-looking lines: nothing above info
 GUARDS = [
     "ulimit_a_memlock_5g.txt", "ibstat_roce_active_and_disabled.txt", "rdma_link_show_active.txt",
     "ethtool_i_mlx5_cx4lx.txt", "mlxup_query_update_required.txt", "mlxup_query_no_matching_image.txt",
-    "flint_query_cx5.txt", "dmesg_mlx4_working_node.txt",
+    "flint_query_cx5.txt", "dmesg_mlx4_working_node.txt", "nvlink_s_gb200_healthy.txt",
 ]
 
 
@@ -68,7 +69,7 @@ def test_accuracy_report_over_all_fixtures(capsys):
     with capsys.disabled():
         print("\nkind                     right wrong missed\n" + "\n".join(rows)
               + f"\nfalse positives on {len(GUARDS) + 1} healthy fixtures (case 12 included): {len(fps)}")
-    new_kinds = {"memlock_limit", "port_down", "port_flapping", "firmware_too_old", "iommu_fault"}
+    new_kinds = {"memlock_limit", "port_down", "port_flapping", "firmware_too_old", "iommu_fault", "nvlink_inactive"}
     assert new_kinds | {"pcie_downgrade"} <= set(per_kind)
     assert all(c["wrong"] == c["missed"] == 0 for c in per_kind.values()), per_kind
     assert fps == []

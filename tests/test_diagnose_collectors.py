@@ -45,7 +45,7 @@ def fixture(name: str) -> list:
 
 def test_every_collector_has_the_protocol_and_a_unique_name():
     names = [c.NAME for c in COLLECTORS]
-    assert len(names) == len(set(names)) == 18
+    assert len(names) == len(set(names)) == 19
     for c in COLLECTORS:
         assert c.READS and callable(c.detect) and callable(c.parse) and callable(c.findings)
         assert c.detect("") is False, c.NAME

@@ -22,13 +22,19 @@ def test_sections_cut_at_shell_prompts_of_every_common_form():
 
 
 def test_an_unrecognised_section_between_read_ones_is_named_with_its_command_and_range():
+    # nvidia-smi -q as netdata/netdata#4892 shows its head (only its CSV --query-gpu form is read)
     text = ((FIX / "rdma_link_show_active.txt").read_text()
-            + "[root@node75 ~]# nvidia-smi nvlink -s\nGPU 0: NVIDIA H100 80GB HBM3\n\t Link 0: 26.562 GB/s\n"
-            + "\t Link 1: <inactive>\n")
+            + "[root@node75 ~]# nvidia-smi -q\n==============NVSMI LOG==============\n\n"
+            + "Timestamp                           : Sat Dec  1 23:45:21 2018\n"
+            + "Driver Version                      : 410.72\n")
     parts = unread_sections(text, "paste.txt", DETECT, read_any=True)
-    assert parts == [Unread("paste.txt", 4, 7, 4, "output of `nvidia-smi nvlink -s`, nvidia-smi nvlink output "
-                                                   "(NVLink is not read yet)")]
-    assert parts[0].describe().startswith("paste.txt:4-7 (4 lines): no collector recognised this; looked like")
+    assert parts == [Unread("paste.txt", 4, 8, 4, "output of `nvidia-smi -q`, nvidia-smi -q (only its PCIe link "
+                                                   "fields are read, through --query-gpu CSV)")]
+    assert parts[0].describe().startswith("paste.txt:4-8 (4 lines): no collector recognised this; looked like")
+    # the same paste with nvidia-smi nvlink -s instead: read by the nvlink collector, nothing unread
+    nvl = (FIX / "rdma_link_show_active.txt").read_text() + "[root@node75 ~]# " + (
+        FIX / "nvlink_s_v100_inactive_links.txt").read_text()
+    assert unread_sections(nvl, "paste.txt", DETECT, read_any=True) == []
 
 
 def test_a_file_fully_read_has_no_unread_part_and_an_unread_one_is_whole():
