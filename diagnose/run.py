@@ -195,7 +195,10 @@ def read_paths(paths: list[Path]) -> Reading:
         elif p.is_dir():
             files = _log_files(p)
             for f in files:
-                _read_text(f, str(f), reading)
+                if tarfile.is_tarfile(f):  # a bundle's own archive (a sosreport beside the logs)
+                    _read_tar(f, reading)
+                else:
+                    _read_text(f, str(f), reading)
             reading.inputs.append(Input(str(p), "log directory", len(files)))
         elif tarfile.is_tarfile(p):
             reading.inputs.append(Input(str(p), "tar archive", _read_tar(p, reading)))

@@ -139,3 +139,13 @@ def test_a_tar_bomb_stops_at_the_ratio_cap(tmp_path):
     tar = _tar(tmp_path / "bomb.tar.xz", {"dmesg.txt": b"A" * 5_000_000})  # a few KB expanding past 100x
     [u] = read_paths([tar]).unread
     assert "past the caps" in u.reason or "expands past" in u.reason
+
+
+def test_a_tarball_inside_a_log_directory_is_read_too(tmp_path):
+    node = tmp_path / "node"
+    node.mkdir()
+    shutil.copy(FIX / "ulimit_a_memlock_64k.txt", node / "ulimit.txt")
+    _tar(node / "sosreport.tar.gz", {"sos_commands/ibstat": (FIX / "ibstat_cx7_down_polling.txt").read_bytes()},
+         "w:gz")
+    found = summary(diagnose_paths([node]))
+    assert [(k, loc) for k, loc, *_ in found] == [("memlock_limit", "host"), ("port_down", "mlx5_10/1")]
