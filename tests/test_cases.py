@@ -1,4 +1,4 @@
-"""Every field case in ../shared/cases gets its stated right diagnosis from ``fabricscope diagnose``."""
+"""Every field case in tests/fixtures/cases (sources: SOURCES.md there) gets its stated right diagnosis."""
 
 from __future__ import annotations
 
@@ -10,18 +10,17 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
+from diagnose.run import diagnose_paths
 from fabricscope import cmd_diagnose
-from producers.hostping.diagnose import diagnose_paths
 from producers.hostping.findings import Finding
 
-CASES = Path(__file__).parents[2] / "shared" / "cases"
+CASES = Path(__file__).parent / "fixtures" / "cases"
 NETWORK_KINDS = {"switch", "rnic", "lossy_roce"}
 
 
 def case(prefix: str) -> Path:
     found = sorted(CASES.glob(f"{prefix}_*.txt"))
-    if not found:
-        pytest.skip(f"field case {prefix} not found under {CASES}")
+    assert found, f"field case {prefix} not found under {CASES}"
     return found[0]
 
 
@@ -227,7 +226,9 @@ def test_cli_json_over_all_cases():
     files = [str(case(p)) for p in ("case_11", "case_12", "case_14")]
     result = CliRunner().invoke(app, ["diagnose", *files, "--json"])
     assert result.exit_code == 1, result.output  # findings above info: exit 1, like a linter
-    kinds = [d["kind"] for d in json.loads(result.output)]
+    doc = json.loads(result.stdout)
+    kinds = [d["kind"] for d in doc["findings"]]
+    assert doc["unread"] == [] and doc["exit_code"] == 1
     assert kinds == ["pcie_downgrade", "pcie_idle_power_saving", "pcie_idle_power_saving", "gpu_pcie_link_failure"]
 
 

@@ -127,7 +127,7 @@ def test_kafka_clients_speak_sasl_when_told_and_never_log_the_password(kafka_boo
     assert SECRET not in logged
 
 
-PRODUCT = ("fabricscope", "producers", "streams", "sinks", "schemas")
+PRODUCT = ("fabricscope", "producers", "diagnose", "streams", "sinks", "schemas")
 
 
 def test_subprocess_calls_take_argument_lists_never_shell_strings():

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from producers.hostping import (
+from diagnose import verbs_status as vs
+from diagnose.collectors import (
     dmesg,
-    ethtool,
     gid_table,
     lspci,
     mlxconfig,
@@ -18,15 +18,14 @@ from producers.hostping import (
     nvidia_smi_query,
     nvidia_topo,
     perftest,
-    rnic_config,
     ucx_log,
 )
-from producers.hostping import verbs_status as vs
-from producers.hostping.collectors import COLLECTORS
-from producers.hostping.diagnose import diagnose_paths, diagnose_text
+from diagnose.registry import COLLECTORS
+from diagnose.run import diagnose_paths, diagnose_text
+from producers.hostping import ethtool, rnic_config
 
 FIX = Path(__file__).parent / "fixtures" / "diagnose"
-README = Path(__file__).parents[1] / "README.md"
+DOCS = Path(__file__).parents[1] / "docs" / "diagnose.md"
 
 
 def kinds(text: str) -> list[tuple[str, str, str]]:
@@ -46,14 +45,14 @@ def fixture(name: str) -> list:
 
 def test_every_collector_has_the_protocol_and_a_unique_name():
     names = [c.NAME for c in COLLECTORS]
-    assert len(names) == len(set(names)) == 14
+    assert len(names) == len(set(names)) == 19
     for c in COLLECTORS:
         assert c.READS and callable(c.detect) and callable(c.parse) and callable(c.findings)
         assert c.detect("") is False, c.NAME
 
 
-def test_readme_lists_every_collector():
-    text = README.read_text()
+def test_docs_list_every_collector():
+    text = DOCS.read_text()
     assert all(f"`{c.NAME}`" in text for c in COLLECTORS)
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from producers.hostping import dmesg, hw_counters, lspci, nccl_log, nccl_pairs, sysfs, sysfs_pcie
-from producers.hostping.diagnose import diagnose_paths
+from diagnose.collectors import dmesg, lspci, nccl_log, nccl_pairs
+from diagnose.run import diagnose_paths
+from producers.hostping import hw_counters, sysfs, sysfs_pcie
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hostping"
 SYSFS = FIXTURES / "sysfs_gpu_behind_switch"

@@ -1,28 +1,19 @@
 """Hostping agent side (Liu et al., NSDI 2023): one hardware source per module.
 
 Each reader takes a captured text or a root directory (like node_exporter's
-``--path.sysfs``) so a snapshot taken on a GPU host can be analysed anywhere.
+``--path.sysfs``) so a snapshot taken on a GPU host can be analysed anywhere. The readers
+below are shared with ``fabricscope diagnose`` (the :mod:`diagnose` room imports them from
+here; the ``diagnose``-only collectors and rules live there).
 
 - :mod:`.findings`     the :class:`Finding` every rule returns
 - :mod:`.pcie_link`    one rule for a PCIe link's speed/width against its capability
-- :mod:`.lspci`        ``lspci -vvv``: LnkCap/LnkCap2/LnkCtl2/LnkSta, ACSCtl, ATSCtl
 - :mod:`.sysfs`        captured or live sysfs files (``tail -v``, ``grep ""``, a root dir)
 - :mod:`.sysfs_pcie`   sysfs PCIe link files, walked up to the root port
 - :mod:`.aer_sysfs`    sysfs AER counters (``aer_dev_*``)
-- :mod:`.ethtool`      ``ethtool -S`` per-priority counters and physical-layer errors
+- :mod:`.ethtool`      ``ethtool -S`` per-priority counters and physical-layer errors (also a collector)
 - :mod:`.hw_counters`  RDMA ``hw_counters`` / ``counters`` and their deltas
-- :mod:`.lossy_roce`   the rule over ethtool + hw_counters (RoCE not on a PFC class)
-- :mod:`.dmesg`        kernel AER, NVIDIA GPU loss/Xid, mlx5 health and port module events, link flaps
-- :mod:`.nccl_log`     NCCL lines: async events, completion statuses, verbs call failures, HCA and GDR state
-- :mod:`.nccl_pairs`   nccl-tests pair tables, voting over hosts
-- :mod:`.rnic_config`  ``mlxreg ROCE_ACCL`` registers (slow start, TX window)
+- :mod:`.rnic_config`  ``mlxreg ROCE_ACCL`` registers (slow start, TX window; also a collector)
 - :mod:`.monitor`      hardware monitor: counter rates, idle/busy status, loopback triggers
-- :mod:`.collectors`   the one registry of artifact collectors (``detect``/``parse``/``findings``)
-- :mod:`.correlate`    rules across artifacts (GIDs -> hosts, PHY + module events, MTU of both ends)
-- :mod:`.diagnose`     both stages over a set of files (``fabricscope diagnose``)
-- :mod:`.verbs_status` IBV_WC_* statuses, mlx5 vendor syndromes, async events, errno of verbs calls
-- :mod:`.ucx_log`, :mod:`.gid_table`, :mod:`.ip_addr`, :mod:`.perftest`, :mod:`.nvidia_topo`,
-  :mod:`.nvidia_smi_query`, :mod:`.mlxconfig`, :mod:`.sysfs_capture`: one collector per input kind
 - :mod:`.topology`     intra-host PCIe tree from sysfs or hwloc XML, affinitive endpoints
 - :mod:`.nvml`         GPU link generation/width through NVML (fails clearly without a GPU)
 - :mod:`.loopback`     the loopback engine's arithmetic (Eq. 1-3) and its device check

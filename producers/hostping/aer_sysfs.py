@@ -1,7 +1,7 @@
 """PCIe AER counters from sysfs: ``/sys/bus/pci/devices/<bdf>/aer_dev_{correctable,nonfatal,fatal}``.
 
 Each file holds ``Name count`` lines and a ``TOTAL_ERR_*`` line, cumulative since boot
-(Linux >= 4.17). The same rules as the kernel-log parser (:mod:`.dmesg`), from counters:
+(Linux >= 4.17). The same rules as the kernel-log parser (:mod:`diagnose.collectors.dmesg`), from counters:
 non-fatal or fatal errors -> ``pcie_link_failure``; correctable errors only (replay
 timeouts ``Timeout``, ``BadTLP``, ``BadDLLP``, ``RxErr``) -> ``pcie_link_errors`` (warning).
 A live monitor compares two reads (:func:`producers.hostping.hw_counters.deltas`).

@@ -1,6 +1,6 @@
 """One rule for a PCIe link's trained speed/width against what it can do.
 
-Used by :mod:`.lspci` (LnkCap/LnkCap2/LnkCtl2/LnkSta) and :mod:`.sysfs_pcie`
+Used by :mod:`diagnose.collectors.lspci` (LnkCap/LnkCap2/LnkCtl2/LnkSta) and :mod:`.sysfs_pcie`
 (``current_link_*``/``max_link_*``) so both sources judge a link the same way.
 Hostping §2 (Figure 3): a PCIe downgrade on an RNIC link cut throughput from
 197 Gb/s to 67 Gb/s; it is failure #1 (RNIC) / #2 (GPU) of the paper.

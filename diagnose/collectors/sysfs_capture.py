@@ -1,15 +1,16 @@
 """Collector for sysfs captures (``tail -v``, ``grep ""``, ``cat`` transcripts) and sysfs root directories.
 
 One snapshot feeds every sysfs reader: PCIe links walked to the root port
-(:mod:`.sysfs_pcie`), AER counters (:mod:`.aer_sysfs`), RDMA port counters
-(:mod:`.hw_counters`) and GID tables with their RoCE types (:mod:`.gid_table`).
+(:mod:`producers.hostping.sysfs_pcie`), AER counters (:mod:`producers.hostping.aer_sysfs`), RDMA port counters
+(:mod:`producers.hostping.hw_counters`) and GID tables with their RoCE types (:mod:`.gid_table`).
 """
 
 from __future__ import annotations
 
 import os
 
-from producers.hostping import aer_sysfs, gid_table, hw_counters, sysfs, sysfs_pcie
+from diagnose.collectors import gid_table
+from producers.hostping import aer_sysfs, hw_counters, sysfs, sysfs_pcie
 from producers.hostping.findings import Finding
 from producers.hostping.sysfs import SysfsSnapshot
 

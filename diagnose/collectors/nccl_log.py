@@ -8,7 +8,7 @@ NCCL lines carry ``host:pid:tid [cudaDev]``. What decides who to blame:
   its processes keep logging, so it is never ``host_down`` (field case 3).
   ``local catastrophic error`` is the RNIC itself (``rnic``, subkind ``device_fatal``).
 - ``Got completion from peer P<port> with status=S ... vendor err V``, every
-  ``IBV_WC_*`` status by name (:mod:`.verbs_status`):
+  ``IBV_WC_*`` status by name (:mod:`diagnose.verbs_status`):
 
   * 12 (retry exceeded): charged to P's RNIC when P logged a port error, or when two or
     more hosts report it against P (a vote, as R-Pingmesh §5 votes over paths);
@@ -41,7 +41,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field, replace
 
-from producers.hostping import verbs_status as vs
+from diagnose import verbs_status as vs
 from producers.hostping.findings import Finding
 
 NAME = "nccl_log"
@@ -70,7 +70,7 @@ _ENV = re.compile(r"(?P<var>NCCL_\w+) set (?:by environment )?to (?P<val>\S+)")
 _GDR = re.compile(r"GPU Direct RDMA (?P<state>Disabled|Enabled) for HCA (?P<i>\d+) '(?P<hca>[^']+)'")
 _CHANNEL = re.compile(r"via NET/(?P<net>IB\w*)/(?P<i>\d+)(?P<gdr>/GDRDMA)?")
 
-#: ibv_wc_status codes seen in NCCL logs (kept for callers; full table in :mod:`.verbs_status`).
+#: ibv_wc_status codes seen in NCCL logs (kept for callers; full table in :mod:`diagnose.verbs_status`).
 WC_STATUS = {code: vs.status_name(code) for code in vs.WC_STATUS}
 PORT_EVENTS = ("port error", "local catastrophic error", "device fatal")
 UNNAMED_PEER = "(peer not named)"

@@ -135,7 +135,7 @@ def vote(pairs: list[PairResult], abnormal_th: float = ABNORMAL_TH) -> list[Find
 
 
 def findings(pairs: list[PairResult]) -> list[Finding]:
-    """Alias of :func:`vote` with the default threshold, for :mod:`.diagnose`."""
+    """Alias of :func:`vote` with the default threshold, for :mod:`diagnose.run`."""
     return vote(pairs)
 
 

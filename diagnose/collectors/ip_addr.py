@@ -1,6 +1,6 @@
 """Collector for ``ip a`` / ``ip addr show``: netdevs with their MTU, state, MAC and addresses.
 
-No rule of its own: its addresses let :mod:`.correlate` tell which host owns a GID that an
+No rule of its own: its addresses let :mod:`diagnose.correlate` tell which host owns a GID that an
 NCCL log names (an IPv6 address is the RoCE v2 GID itself; an IPv4 address is the GID
 ``::ffff:a.b.c.d``), so a failing connection whose two GIDs both belong to one host is
 recognised as an intra-host path (field case 24).
@@ -66,7 +66,7 @@ def parse(text: str) -> list[Netdev]:
 
 
 def findings(netdevs: list[Netdev]) -> list[Finding]:
-    """None on its own (see :mod:`.correlate`)."""
+    """None on its own (see :mod:`diagnose.correlate`)."""
     return []
 
 

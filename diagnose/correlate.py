@@ -1,6 +1,6 @@
 """Second stage of ``fabricscope diagnose``: rules that span artifacts (several collectors, files or hosts).
 
-The first stage (:mod:`.collectors`) gives one :class:`~producers.hostping.collectors.Artifact`
+The first stage (:mod:`diagnose.registry`) gives one :class:`~diagnose.registry.Artifact`
 per (input, collector). Each rule here reads the parsed artifacts of all inputs given
 together, adds findings, and may replace first-stage findings it explains better:
 
@@ -13,13 +13,15 @@ together, adds findings, and may replace first-stage findings it explains better
   -> ``intra_host_path`` on that host's RNIC pair, replacing the host<->peer verdict (field case 24);
 - :func:`gid_index_rule`: ``NCCL_IB_GID_INDEX`` set to an index that is link-local or RoCE v1
   in the GID table of the same host -> ``gid_index`` (configuration);
+- :func:`firmware_rule`: firmware versions of one host's RNICs read from several inputs
+  -> one ``mixed_firmware`` over all of them;
 - :func:`mtu_rule`: a one-ended ``mtu_mismatch`` (field case 18) with the MTUs of both ends
   (``ip a`` or ``ibv_devinfo -v`` of both hosts) -> confirmed, or weakened when they match.
 
 NCCL logs of several files (one per host or rank, as schedulers write them) are first merged
 into one log (:func:`merge_nccl_logs`), so their votes and per-node comparisons span files.
 
-Hosts: an artifact's host is the one its text names (see ``collectors.host_hint``); artifacts
+Hosts: an artifact's host is the one its text names (see ``registry.host_hint``); artifacts
 of one input file share it.
 """
 
@@ -29,10 +31,12 @@ import ipaddress
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from producers.hostping import gid_table, hw_counters, ip_addr, lossy_roce, nccl_log
-from producers.hostping.collectors import Artifact
+from diagnose import lossy_roce
+from diagnose.collectors import firmware, gid_table, ip_addr, nccl_log
+from diagnose.collectors.nccl_log import NcclLog
+from diagnose.registry import Artifact
+from producers.hostping import hw_counters
 from producers.hostping.findings import Finding
-from producers.hostping.nccl_log import NcclLog
 
 
 @dataclass
@@ -269,6 +273,25 @@ def mtu_rule(arts: list[Artifact]) -> Correlation:
     return out
 
 
+def firmware_rule(arts: list[Artifact]) -> Correlation:
+    """``mixed_firmware`` across inputs of one host (``ethtool -i`` per interface in its own file, a bundle's
+    ``ibstat`` beside its dmesg): one finding over all of them, replacing the per-input ones."""
+    out = Correlation()
+    by_host: dict[str, list[Artifact]] = {}
+    for a in _of(arts, "firmware"):
+        by_host.setdefault(a.host or "", []).append(a)
+    for group in by_host.values():
+        if len(group) < 2:
+            continue
+        owner = {id(e): a for a in group for e in a.parsed.entries}
+        entries = [e for a in group for e in a.parsed.entries]
+        found = firmware.mixed(entries, lambda e, owner=owner: _src(owner[id(e)], e.line))
+        if found:
+            out.findings += found
+            out.replaces += [f for a in group for f in a.findings if f.kind == "mixed_firmware"]
+    return out
+
+
 #: Every second-stage rule, in output order.
 RULES: tuple[Callable[[list[Artifact]], Correlation], ...] = (
     lossy_roce_rule,
@@ -276,6 +299,7 @@ RULES: tuple[Callable[[list[Artifact]], Correlation], ...] = (
     intra_host_rule,
     gid_index_rule,
     mtu_rule,
+    firmware_rule,
 )
 
 

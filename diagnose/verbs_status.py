@@ -1,6 +1,6 @@
 """Names and readings of verbs completion statuses, vendor syndromes and async events.
 
-Shared by the NCCL (:mod:`.nccl_log`) and UCX (:mod:`.ucx_log`) log collectors.
+Shared by the NCCL (:mod:`diagnose.collectors.nccl_log`) and UCX (:mod:`diagnose.collectors.ucx_log`) log collectors.
 Sources: ``enum ibv_wc_status`` and ``enum ibv_event_type`` in rdma-core
 ``libibverbs/verbs.h`` (strings from ``ibv_wc_status_str``/``ibv_event_type_str``),
 and the mlx5 CQE error syndromes of ``providers/mlx5/mlx5dv.h`` (``MLX5_CQE_SYNDROME_*``).

@@ -8,10 +8,12 @@ Every collector is a module with the same small interface (:class:`Collector`):
 - ``parse(text)``: the structured artifact (raises nothing on bad input: unknown lines are skipped);
 - ``findings(parsed) -> list[Finding]``: the rules over that one artifact.
 
-:data:`COLLECTORS` lists them in the order their findings are printed. Rules that need
+:data:`COLLECTORS` lists them in the order their findings are printed. They live in
+:mod:`diagnose.collectors`, except ``ethtool`` and ``rnic_config``, which the host agent also
+reads at run time and which therefore stay in :mod:`producers.hostping`. Rules that need
 two artifacts (a GID table and an NCCL log of the same host, ``ethtool -S`` and
 ``hw_counters``, PHY counters and a port module event) are the second stage,
-:mod:`producers.hostping.correlate`, which reads the parsed artifacts this module returns.
+:mod:`diagnose.correlate`, which reads the parsed artifacts this module returns.
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from producers.hostping import (
+from diagnose.collectors import (
     dmesg,
-    ethtool,
+    firmware,
     gid_table,
+    iommu,
     ip_addr,
     lspci,
     mlxconfig,
@@ -31,11 +34,14 @@ from producers.hostping import (
     nccl_pairs,
     nvidia_smi_query,
     nvidia_topo,
+    nvlink,
     perftest,
-    rnic_config,
+    rdma_port,
+    resource_limits,
     sysfs_capture,
     ucx_log,
 )
+from producers.hostping import ethtool, rnic_config
 from producers.hostping.findings import Finding, with_source
 
 
@@ -68,6 +74,11 @@ COLLECTORS: tuple[Collector, ...] = (
     nvidia_smi_query,
     rnic_config,
     mlxconfig,
+    resource_limits,
+    rdma_port,
+    firmware,
+    iommu,
+    nvlink,
 )
 
 _PROMPT = re.compile(r"^\[?[\w.-]+@(?P<host>[A-Za-z][\w.-]*)[\s:\]]")

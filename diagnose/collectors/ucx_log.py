@@ -18,7 +18,7 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from producers.hostping import verbs_status as vs
+from diagnose import verbs_status as vs
 from producers.hostping.findings import Finding
 
 NAME = "ucx_log"
