@@ -1,4 +1,4 @@
-"""The minute tier, computed in the stream (DESIGN.md "Storage").
+"""The minute tier, computed in the stream (docs/design.md "Storage").
 
 The worker already holds every probe it decomposes, so it counts them per
 (pinglist, prober RNIC, responder RNIC, minute) itself and the store only rolls

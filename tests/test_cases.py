@@ -1,4 +1,5 @@
-"""Every field case in ../shared/cases gets its stated right diagnosis from ``fabricscope diagnose``."""
+"""Every field case of the maintainers' case collection (``shared/cases`` beside the repository, not
+shipped with it; the tests skip without it) gets its stated right diagnosis from ``fabricscope diagnose``."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Fuzzing the artifact parsers behind ``fabricscope diagnose``: mangled field cases never crash them.
 
-Each input is one of the field cases in ``../shared/cases`` or the real outputs in
-``tests/fixtures/diagnose`` with lines deleted,
+Each input is one of the field cases of the maintainers' collection (beside the repository, when
+present) or the real outputs in ``tests/fixtures/diagnose`` with lines deleted,
 repeated, truncated, their numbers replaced (0, -1, huge) or their words swapped
 for parser keywords. ``diagnose_text`` must return findings (a list), whatever
 it gets, and so must every collector of the registry called directly (parse, then
@@ -93,7 +93,7 @@ def _mangle(text: str, edits: list[tuple[int, int, int, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.skipif(not CASES, reason="no field cases under ../shared/cases")
+@pytest.mark.skipif(not CASES, reason="no field cases beside the repository")
 @settings(max_examples=1000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.integers(0, 1000), edits=st.lists(edit, min_size=1, max_size=6))
 def test_mangled_field_cases_never_crash_the_parsers(case, edits):
@@ -106,7 +106,7 @@ def test_mangled_field_cases_never_crash_the_parsers(case, edits):
         tried["collectors"].add(c.NAME)
 
 
-@pytest.mark.skipif(not CASES, reason="no field cases under ../shared/cases")
+@pytest.mark.skipif(not CASES, reason="no field cases beside the repository")
 def test_parser_fuzz_count(capsys):
     with capsys.disabled():
         print(f"\nfuzz artifact parsers: {tried['n']} mangled inputs x {len(tried['collectors'])} collectors, no crash")
