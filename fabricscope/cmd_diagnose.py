@@ -24,7 +24,7 @@ def diagnose(
         ...,
         help="Captured outputs or a sysfs root directory; read by: "
         + ", ".join(c.NAME for c in COLLECTORS)
-        + " (README: 'Diagnose: inputs it reads'). Files given together are correlated.",
+        + " (docs/diagnose.md). Files given together are correlated.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print findings as a JSON list."),
 ) -> None:

@@ -126,7 +126,7 @@ def _explain(err: ValidationError) -> str:
         shown = "" if _secret(name) else f"={e.get('input')!r}"
         lines.append(f"{name.upper()}{shown}: {e['msg']}")
     return ("invalid setting" + ("s" if len(lines) > 1 else "") + " (environment or .env):\n  "
-            + "\n  ".join(lines) + "\nFix the variable and start again (README, Configuration).")
+            + "\n  ".join(lines) + "\nFix the variable and start again (docs/configuration.md).")
 
 
 def env_file_typos(path: str | Path = ENV_FILE) -> list[str]:

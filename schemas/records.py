@@ -108,7 +108,7 @@ PROBE_ENRICHED_V1 = RecordSchema(
 # The minute tier as the worker computes it (docs/design.md "Storage": the stream computes the minute tier).
 # One row per (source batch, minute, pinglist, prober RNIC, responder RNIC): rows are keyed by the raw
 # message they came from, so a worker replaying that message re-sends the same rows under the same
-# identity and the store writer drops them (README "Exactly-once rows"). Histograms are the store's
+# identity and the store writer drops them (docs/storage.md "Exactly-once rows"). Histograms are the store's
 # sparse log-scale buckets, floor(16 * log2(ns)) -> count (schemas/ddl/005_history.sql).
 PROBE_MINUTE_V1 = RecordSchema(
     "probe_minute",

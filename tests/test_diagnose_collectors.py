@@ -26,7 +26,7 @@ from producers.hostping.collectors import COLLECTORS
 from producers.hostping.diagnose import diagnose_paths, diagnose_text
 
 FIX = Path(__file__).parent / "fixtures" / "diagnose"
-README = Path(__file__).parents[1] / "README.md"
+DIAGNOSE_PAGE = Path(__file__).parents[1] / "docs" / "diagnose.md"
 
 
 def kinds(text: str) -> list[tuple[str, str, str]]:
@@ -52,8 +52,8 @@ def test_every_collector_has_the_protocol_and_a_unique_name():
         assert c.detect("") is False, c.NAME
 
 
-def test_readme_lists_every_collector():
-    text = README.read_text()
+def test_the_diagnose_page_lists_every_collector():
+    text = DIAGNOSE_PAGE.read_text()
     assert all(f"`{c.NAME}`" in text for c in COLLECTORS)
 
 
