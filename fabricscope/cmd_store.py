@@ -12,7 +12,7 @@ store_app = typer.Typer(name="store", help="The ClickHouse store's schema.", no_
 @store_app.command("ddl")
 def ddl(cluster: str = typer.Option(None, "--cluster", help="render for this cluster of remote_servers: "
                                     "ON CLUSTER, Replicated*MergeTree with {shard}/{replica}, Distributed "
-                                    "tables (README, Operations)")) -> None:
+                                    "tables (docs/clusters.md)")) -> None:
     """Print every migration as SQL, to apply by hand (clickhouse-client --multiquery < file)."""
     from schemas.cluster_ddl import ClusterDDLError, ddl_script
 

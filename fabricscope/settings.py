@@ -31,17 +31,20 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_file=ENV_FILE, extra="ignore")
 
     kafka_bootstrap: str = Field("127.0.0.1:9092", description="Kafka bootstrap servers host:port[,...]")
-    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = None
-    kafka_sasl_username: str | None = None
-    kafka_sasl_password: SecretStr | None = None
-    kafka_ssl_cafile: Path | None = None
+    kafka_security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="how every Kafka client connects: SASL (PLAIN/SCRAM) and TLS")
+    kafka_sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] | None = Field(
+        None, description="SASL mechanism with SASL_PLAINTEXT or SASL_SSL")
+    kafka_sasl_username: str | None = Field(None, description="SASL user")
+    kafka_sasl_password: SecretStr | None = Field(None, description="SASL password; never logged")
+    kafka_ssl_cafile: Path | None = Field(None, description="CA bundle for TLS (SSL, SASL_SSL)")
     clickhouse_url: SecretStr | None = Field(None, description="http://user:pw@host:8123/db; unset = embedded chdb")
     fabricscope_var: Path = Field(Path("var"), description="local state: Kafka data, embedded store, lab state")
-    fabricscope_topic_prefix: str = ""
+    fabricscope_topic_prefix: str = Field(
+        "", description="prefix of every topic and consumer group: several pipelines on one broker")
     fabricscope_inventory: Path | None = Field(
         None, description="inventory YAML the store writer loads into rnic_inventory at start (ToR names)")
-    # The store writer's blocks of probe rows and tiers (README "Exactly-once rows"): only raw history and the
+    # The store writer's blocks of probe rows and tiers (docs/storage.md, "Exactly-once rows"): only raw history and the
     # tiers wait for a block, verdicts do not.
     fabricscope_sink_block_rows: int = Field(500_000, gt=0,
                                              description="rows per insert block (over all partitions read)")
@@ -53,13 +56,13 @@ class Settings(BaseSettings):
         None, gt=0, description="the longest such a block waits; unset = 3 x FABRICSCOPE_SINK_BLOCK_S")
     # Limits of every user query (`fabricscope query`, saved queries, the sink's endpoint); past one
     # the query stops with the engine's error. Defaults: the documented queries take 0.1-1.3 s and
-    # return at most ~81 k rows over a day of a 1,000-RNIC cluster (README, History).
+    # return at most ~81 k rows over a day of a 1,000-RNIC cluster (BENCHMARKS.md, "History tiers").
     fabricscope_query_max_execution_time_s: float = Field(60.0, gt=0, description="seconds per query")
     fabricscope_query_max_result_rows: int = Field(1_000_000, gt=0, description="rows per result")
     fabricscope_query_max_result_bytes: int = Field(256 * 1024 * 1024, gt=0, description="bytes per result")
     fabricscope_query_max_threads: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), gt=0,
                                                description="threads per query: half the cores, the rest insert")
-    # Durability on a replicated cluster (README "Operations"): unset = fit the cluster that answers.
+    # Durability on a replicated cluster (docs/clusters.md): unset = fit the cluster that answers.
     kafka_replication_factor: int | None = Field(
         None, ge=1, description="replicas of every topic, Faust's own too; unset = min(3, brokers)")
     kafka_min_insync_replicas: int | None = Field(
@@ -123,7 +126,7 @@ def _explain(err: ValidationError) -> str:
         shown = "" if _secret(name) else f"={e.get('input')!r}"
         lines.append(f"{name.upper()}{shown}: {e['msg']}")
     return ("invalid setting" + ("s" if len(lines) > 1 else "") + " (environment or .env):\n  "
-            + "\n  ".join(lines) + "\nFix the variable and start again (README, Configuration).")
+            + "\n  ".join(lines) + "\nFix the variable and start again (docs/configuration.md).")
 
 
 def env_file_typos(path: str | Path = ENV_FILE) -> list[str]:

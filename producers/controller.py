@@ -1,7 +1,7 @@
 """The R-Pingmesh Controller: the RNIC registry and the three pinglists (§3.2, §4 of the paper).
 
 Pure functions over a :class:`schemas.inventory.Inventory`; they return plain lists of
-dicts so that agents (which never import pyarrow, DESIGN.md) can use them directly.
+dicts so that agents (which never import pyarrow, docs/design.md) can use them directly.
 
 A pinglist entry is a dict with the keys of ``probe.v1`` that a prober fills from its
 list, plus a rate::

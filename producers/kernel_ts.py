@@ -10,7 +10,7 @@ timestamping is enabled (``SIOCSHWTSTAMP``) the third slot holds the NIC clock.
 These stand in for R-Pingmesh's RNIC CQE timestamps (§4.2.1): t2, t5 on the
 prober and t3, t4 on the responder.
 
-Only the standard library is used (agents stay light, DESIGN.md).
+Only the standard library is used (agents stay light, docs/design.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""nanoarrow builders for host agents, which never import pyarrow (DESIGN.md).
+"""nanoarrow builders for host agents, which never import pyarrow (docs/design.md).
 
 An agent collects its rows as Python column lists and calls
 :func:`encode_columns`, which writes one Arrow IPC stream holding one record

@@ -10,8 +10,8 @@ filled from LLDP by :mod:`schemas.lldp`, and synthetic fabrics (Panel 1, seeded 
 are built by :mod:`producers.sim.fabrics`.
 
 Node names are hop names in traced paths (``path.v1`` ``hops``), so they may not
-contain ``,`` or ``->``; a link is written ``"a->b"`` (an ordered hop pair, DESIGN.md
-"Terms"). Only the stdlib and PyYAML are used: agents load this file too.
+contain ``,`` or ``->``; a link is written ``"a->b"`` (an ordered hop pair, README.md
+"Glossary"). Only the stdlib and PyYAML are used: agents load this file too.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The minute tier, computed in the stream (DESIGN.md "Storage").
+"""The minute tier, computed in the stream (docs/design.md "Storage").
 
 The worker already holds every probe it decomposes, so it counts them per
 (pinglist, prober RNIC, responder RNIC, minute) itself and the store only rolls
@@ -6,7 +6,7 @@ minutes up into hours: views over every raw row cost more than the insert
 (1.1 M rows/s into ``probes`` without views, 304 k with three, same blocks).
 
 Rows are also keyed by ``batch_id``, the raw message they came from. That is
-what makes the tier exactly-once under replays (README "Exactly-once rows"): a
+what makes the tier exactly-once under replays (docs/storage.md "Exactly-once rows"): a
 restarted worker that re-reads a message re-sends the same rows under the same
 identity, whatever steps it groups messages into, and the store writer drops
 what it has already stored. ``probes_1m`` is an AggregatingMergeTree, so the

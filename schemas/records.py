@@ -4,7 +4,7 @@ Every record type has a name and an integer version (``probe.v1``). The field
 lists here are the single source of truth: :mod:`schemas.arrow_pa` builds
 pyarrow schemas from them (workers, sinks) and :mod:`schemas.arrow_nano`
 builds nanoarrow schemas and batches from them (host agents, which never import
-pyarrow; DESIGN.md "Probe backends").
+pyarrow; docs/design.md "Probe backends").
 
 Type names are Arrow's: ``int64``, ``uint32``, ``string``, ``bool``,
 ``float64``. All timestamps are integer nanoseconds (``*_ns``) since the Unix
@@ -105,10 +105,10 @@ PROBE_ENRICHED_V1 = RecordSchema(
     ),
 )
 
-# The minute tier as the worker computes it (DESIGN.md "Storage": the stream computes the minute tier).
+# The minute tier as the worker computes it (docs/design.md "Storage": the stream computes the minute tier).
 # One row per (source batch, minute, pinglist, prober RNIC, responder RNIC): rows are keyed by the raw
 # message they came from, so a worker replaying that message re-sends the same rows under the same
-# identity and the store writer drops them (README "Exactly-once rows"). Histograms are the store's
+# identity and the store writer drops them (docs/storage.md "Exactly-once rows"). Histograms are the store's
 # sparse log-scale buckets, floor(16 * log2(ns)) -> count (schemas/ddl/005_history.sql).
 PROBE_MINUTE_V1 = RecordSchema(
     "probe_minute",

@@ -2,7 +2,7 @@
 
 The design is ClickHouse Kafka Connect's exactly-once mode (its "state" per
 topic partition), with the state kept in the store itself (table
-``sink_blocks``, schemas/ddl/012) because chdb has no Keeper. README
+``sink_blocks``, schemas/ddl/012) because chdb has no Keeper. docs/storage.md
 "Exactly-once rows" says why this and not Kafka transactions.
 
 - A *block* covers a contiguous offset range ``[first, last]`` of one partition of

@@ -3,7 +3,7 @@
 The worker computes the minute tier per source message (:mod:`schemas.minute_tier`);
 the store writer merges a block's minute rows per key and rolls them up into
 ``probes_1h_rnic`` and ``probes_1h_tor`` itself, one insert per tier under the
-block's token (README "Exactly-once rows"). The store has no materialized views
+block's token (docs/storage.md "Exactly-once rows"). The store has no materialized views
 on the tiers (schemas/ddl/013): views grouped and joined every minute row on
 insert, and cost more than the raw rows' insert (BENCHMARKS.md section 4).
 

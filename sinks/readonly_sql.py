@@ -86,7 +86,7 @@ _STATEMENTS: dict[str, dict[str, int]] = {
     "Explain": {"SelectWithUnionQuery": 1, "Set": 1},
 }
 _LINE = re.compile(r"^(?P<indent> *)(?P<type>\S+)(?: (?P<name>.*?))?(?: \(alias .*\))?(?: \(children \d+\))?$")
-_LIMITS_HINT = "a query may read the fabricscope tables only (README, Security)"
+_LIMITS_HINT = "a query may read the fabricscope tables only (docs/security.md)"
 _SETTINGS_REFUSED = "SETTINGS in a query: the read-only connection's settings and limits cannot be changed by a query"
 
 

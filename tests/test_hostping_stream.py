@@ -166,7 +166,7 @@ def test_changed_topology_drops_the_link_history():
 
 
 def test_acs_enabled_is_named_on_its_switches_in_one_round():
-    # Only one round: from the third on, Algorithm 1 also turns the P2P links flapping (see README, Hostping).
+    # Only one round: from the third on, Algorithm 1 also turns the P2P links flapping (see docs/hostping.md).
     _, results = run(["acs_enabled"], rounds=1)
     assert results[0].verdicts["kind"].to_pylist() == ["acs_enabled"]
     assert results[0].verdicts["location"].to_pylist() == ["sim-acs_enabled:sw0,sw1,sw2,sw3"]

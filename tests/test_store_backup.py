@@ -1,4 +1,4 @@
-"""ClickHouse BACKUP/RESTORE of the whole store on chdb (the README's guardrail commands, run for real):
+"""ClickHouse BACKUP/RESTORE of the whole store on chdb (docs/storage.md's backup commands, run for real):
 the schema of every migration, rows in probes and its rollups, a verdict; back up to a File destination,
 restore as another database, every table holds the same rows."""
 
@@ -21,7 +21,7 @@ def _rows(cur, sql: str) -> list[tuple]:  # noqa: ANN001 - a chdb DB-API cursor
 def test_backup_to_a_file_destination_and_restore(tmp_path: Path):
     backups = tmp_path / "backups"
     backups.mkdir()
-    cfg = tmp_path / "backups.xml"  # a server needs the same allowed_path (README, Operations)
+    cfg = tmp_path / "backups.xml"  # a server needs the same allowed_path (docs/storage.md)
     cfg.write_text(f"<clickhouse><backups><allowed_path>{backups}/</allowed_path></backups></clickhouse>\n")
     conn = chdb.connect(f"{tmp_path / 'db'}?config-file={cfg}")
     cur = conn.cursor()

@@ -1,6 +1,6 @@
 """A seeded Clos-fabric simulator that produces R-Pingmesh agent uploads (the ``sim`` backend).
 
-The model (DESIGN.md "Probe backends"), one module per concern:
+The model (docs/design.md "Probe backends"), one module per concern:
 
 * **Routing** (:mod:`producers.sim.topology`). Shortest up-down paths between ToRs; at every
   ToR and switch ECMP picks a next hop by hashing the 5-tuple with that node's own seed, so a

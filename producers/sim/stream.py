@@ -1,7 +1,7 @@
 """The simulator as a source of encoded agent uploads (what a ``sim`` agent would publish).
 
 Each 5 s of event time yields, per live host, one ``probe.v1`` and one ``path.v1``
-Arrow IPC payload built with nanoarrow (the agent's builder, DESIGN.md), ready for the
+Arrow IPC payload built with nanoarrow (the agent's builder, docs/design.md), ready for the
 Kafka producer: probes to ``probes.raw``, paths to ``paths.traced``, both keyed by
 agent id. Registry updates (a restarted host's new QPNs) come as ``registry.v1``
 payloads in the batch where the new QPN takes effect.

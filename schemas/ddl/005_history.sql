@@ -5,7 +5,7 @@
 --   value(b)   = 2^((b + 0.5) / 16)     -- the bucket's geometric middle, within 2.2 %
 -- A histogram is Map(bucket, count) merged with sumMap: exact and associative, so
 -- minutes sum to hours and RNIC pairs to ToR pairs with no further error. Measured
--- against quantile sketches (README "History"): 49 B/row vs 594 (t-digest) and
+-- against quantile sketches (docs/storage.md "Tiers"): 49 B/row vs 594 (t-digest) and
 -- 61 (DDSketch 2 %), and 2-3x faster to build.
 --
 -- ToRs: probe rows carry RNICs only. `rnic_inventory` maps RNIC -> ToR (loaded by

@@ -1,4 +1,4 @@
--- The stream computes the minute tier; the store rolls minutes up into hours (DESIGN.md "Storage").
+-- The stream computes the minute tier; the store rolls minutes up into hours (docs/design.md "Storage").
 -- The three views over every raw `probes` row go: they cost more than the insert itself (measured:
 -- 1.1 M rows/s without views, 304 k with three, same blocks). The worker sends `probe_minute.v1` rows
 -- (one per source batch and key) that the store writer inserts into probes_1m (AggregatingMergeTree:

@@ -1,4 +1,4 @@
--- The store writer's own state (README "Exactly-once rows"), kept in the store itself as ClickHouse
+-- The store writer's own state (docs/storage.md "Exactly-once rows"), kept in the store itself as ClickHouse
 -- Kafka Connect keeps it in Keeper: per consumed topic partition, the offset range of the last block
 -- it started to insert, written BEFORE the block's inserts, and the source high-water marks the
 -- block was filtered with. A restarted writer skips offsets below `first_offset`, re-forms exactly

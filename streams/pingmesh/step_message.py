@@ -4,7 +4,7 @@ A worker step covers, per raw partition ``p`` of ``probes.raw``, a contiguous of
 ``[first, last]`` (a consumer reads a partition in order). Everything the step gives the
 reducer travels in ONE message: its window partials, its upload marks and those ranges, so a
 crash can never leave half a step in the topic, and the ranges are the step's identity: the
-reducer drops a step whose raw offsets it has already merged (README "Exactly-once rows").
+reducer drops a step whose raw offsets it has already merged (docs/storage.md "Exactly-once rows").
 
 Layout of a step:
 

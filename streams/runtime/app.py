@@ -364,7 +364,7 @@ def _send_outputs(producer: OutputProducer, keys: list[tuple[bytes | None, str, 
     """A step's outputs, acknowledged by the broker when this returns: per raw message (``keys``: its key,
     topic and partition, in input order) its dead-letter rows, minute tier and stored rows; then the step's
     message to the reducer, only once all of those are acknowledged, so whatever a step in ``window.partials``
-    covers is fully emitted (README "Exactly-once rows").
+    covers is fully emitted (docs/storage.md "Exactly-once rows").
 
     Raises:
         DeliveryError: the broker refused a message for good (the agent retries the step's messages alone).
@@ -391,7 +391,7 @@ def _send_to_store(producer: OutputProducer, key: bytes | None, raw_partition: i
 
     Everything from one raw partition goes to one partition of ``probes.enriched``, in raw-offset order
     (the producer is idempotent, so retries keep that order): the writer drops a worker's replay by raw
-    offset per raw partition (README "Exactly-once rows")."""
+    offset per raw partition (docs/storage.md "Exactly-once rows")."""
     global _enriched_partitions
     if _enriched_partitions is None:
         _enriched_partitions = len(_partitions_of(_ENRICHED))

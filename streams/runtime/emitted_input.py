@@ -1,4 +1,4 @@
-"""The worker's skip of input already emitted to the reducer (README "Exactly-once rows").
+"""The worker's skip of input already emitted to the reducer (docs/storage.md "Exactly-once rows").
 
 A restarted worker (or the new owner of a partition after a rebalance) re-reads the
 ``probes.raw`` messages nobody committed and groups them into steps differently. The reducer

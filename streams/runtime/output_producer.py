@@ -10,7 +10,7 @@ consumes ``probes.raw``, groups the steps and commits their offsets; only these 
 
 Faust flushes its own producer before it commits input offsets; it does not know this one. So the agent
 waits on :meth:`OutputProducer.flush` at the end of every step, before Faust may ack the step's events:
-an input offset is committed only after everything the step produced from it is acknowledged (README
+an input offset is committed only after everything the step produced from it is acknowledged (docs/storage.md
 "Exactly-once rows": the store writer drops a replay by raw offset, so a kill between the two only
 repeats rows the writer drops).
 """

@@ -3,7 +3,7 @@
 The Faust agent takes up to ``FABRICSCOPE_STEP_MESSAGES`` messages (or what came
 within ``FABRICSCOPE_STEP_S``) per step. Per message it decodes, validates and
 decomposes (a bad message must dead-letter alone, and every output keeps its
-source identity, README "Exactly-once rows"); then, once per step, on the
+source identity, docs/storage.md "Exactly-once rows"); then, once per step, on the
 concatenated rows: the minute tier (split back per source message) and the
 window partials. Per-call overheads (group-by setup, path-index join) are paid
 once per step instead of once per message.
@@ -14,7 +14,7 @@ message are functions of that message, and window partials merge exactly
 :class:`~streams.pingmesh.step_message.Step` identified by the raw offset ranges it
 covers; messages a step already carried to the reducer (a restart, a rebalance:
 ``emitted``) are left out of it, and only their store rows go again
-(README "Exactly-once rows").
+(docs/storage.md "Exactly-once rows").
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class StepOutput:
 
 def reducer_step(out: StepOutput) -> Step | None:
     """The one :class:`~streams.pingmesh.step_message.Step` to send to the reducer after the step's store
-    sends, or None when every message of the step had been emitted before (README "Exactly-once rows").
+    sends, or None when every message of the step had been emitted before (docs/storage.md "Exactly-once rows").
 
     The reducer applies its partials before its marks, oldest upload first, so the watermark never passes
     a window before every row of the step for it is in, whatever the step size: the verdicts do not depend
