@@ -185,9 +185,11 @@ def lab_soak(
 ) -> None:
     """`fabricscope up --source lab` for MINUTES without a terminal, a fault injected and cleared every 5 min:
     restarts, RSS of every process at the start and the end, rows stored per minute, verdict latency per fault."""
+    import sys
     from pathlib import Path
 
     from bench import lab_soak as bench_lab_soak
 
-    r = bench_lab_soak.run(minutes, Path(var).resolve(), fault_every)
+    r = bench_lab_soak.run(minutes, Path(var).resolve(), fault_every,
+                           say=lambda line: print(line, file=sys.stderr, flush=True))
     print(bench_lab_soak.to_json(r) if as_json else bench_lab_soak.report(r))
