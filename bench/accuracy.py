@@ -557,25 +557,35 @@ def run(n_scenarios: int = 30, seed: int = 1, big_every: int = BIG_EVERY, second
         drawn = [draw_scenario(i, sd, big_every, seconds) for i in range(n_scenarios)]
         drawn += [draw_scenario(n_scenarios + j, sd, big_every, seconds, size=HUGE) for j in range(huge)]
         work += [(sc, sd * 1000 + sc.index, background_loss) for sc in drawn]
-    results = []
-    if jobs > 1:
-        import multiprocessing as mp
-        from concurrent.futures import ProcessPoolExecutor
-
-        with ProcessPoolExecutor(jobs, mp_context=mp.get_context("fork")) as ex:
-            for r in ex.map(_run_one, work):
-                results.append(r)
-                if progress:
-                    progress(r)
-    else:
-        for w in work:
-            results.append(_run_one(w))
-            if progress:
-                progress(results[-1])
+    results = run_scenarios(work, jobs, progress)
     rep = score(results, seeds[0] if seeds else seed, time.perf_counter() - t)
     rep.seeds = tuple(seeds or (seed,))
     run_hostping(rep)
     return rep
+
+
+def run_scenarios(work: list[tuple[Scenario, int, tuple[float, float] | None]], jobs: int = 1,
+                  progress: Callable[[ScenarioResult], None] | None = None) -> list[ScenarioResult]:
+    """Run (scenario, seed, background loss) items (:func:`run_scenario`) in ``jobs`` processes, results in
+    the order given. The pool starts its processes from a fork server, never by forking this process (it
+    runs pyarrow's threads); each scenario is seeded on its own, so the results do not depend on ``jobs``."""
+    if jobs <= 1:
+        out = []
+        for w in work:
+            out.append(_run_one(w))
+            if progress:
+                progress(out[-1])
+        return out
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = []
+    with ProcessPoolExecutor(jobs, mp_context=mp.get_context("forkserver")) as ex:
+        for r in ex.map(_run_one, work):
+            out.append(r)
+            if progress:
+                progress(r)
+    return out
 
 
 def _run_one(w: tuple[Scenario, int, tuple[float, float] | None]) -> ScenarioResult:

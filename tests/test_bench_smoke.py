@@ -203,3 +203,18 @@ def test_expected_failures_of_a_partial_loss_are_the_probes_it_dropped():
     dropped = {3: 5, 19: 7, 20: 100}
     assert ba.expected_failures(partial, tr, {"A->S1": 1000}, 20 * s, dropped, (0, 20 * s)) == 12.0
     assert ba.expected_failures(partial, tr, {"A->S1": 1000}, 20 * s, {}, (0, 20 * s)) == 0.0
+
+
+def test_scenarios_in_a_process_pool_give_the_results_of_one_process_without_forking_it(monkeypatch):
+    import os
+
+    work = [(ba.draw_scenario(i, 1, big_every=0, seconds=40), 1000 + i, ba.BACKGROUND_LOSS) for i in range(2)]
+    alone = ba.run_scenarios(work, jobs=1)
+
+    def no_fork():
+        raise AssertionError("os.fork of the benchmark's (multi-threaded) process")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    pooled = ba.run_scenarios(work, jobs=2)
+    assert [r.windows for r in pooled] == [r.windows for r in alone]
+    assert [r.link_probes for r in pooled] == [r.link_probes for r in alone]
