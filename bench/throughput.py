@@ -44,7 +44,9 @@ class ThroughputResult:
     (and merged), divided by the rows: it includes what they burn while idle over that wall time (Faust's
     timers, heartbeats, fetch requests), ``worker_idle_cpu_ms_s`` per second as measured just before the run
     (ms of CPU per s, all stream workers). ``reducer_cpu_us_per_row``: the reducer's process (``--role
-    reducer``) over the same span."""
+    reducer``) over the same span. ``pipeline_span_s``: (b)'s span, first row published to last block
+    committed; ``first_output_s``: seconds into it of the first poll after the publish (a clock started there
+    would leave the publish out and overstate (b)'s rows/s)."""
 
     rows: int
     workers: int
@@ -65,6 +67,8 @@ class ThroughputResult:
     sink_merged_parts: int = -1
     reducer_cpu_us_per_row: float = float("nan")
     worker_idle_cpu_ms_s: float = float("nan")
+    pipeline_span_s: float = float("nan")
+    first_output_s: float = float("nan")
 
     def as_dict(self) -> dict:
         """Flat JSON-ready dict (the keys of `bench throughput --json`)."""
@@ -151,7 +155,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
             measured = rows - warm_rows
             cpu0 = pipe.cpu(broker)
             merge0 = threads_cpu_s(pipe.procs["sink"].pid, "MergeMutate")  # the engine's merges in the writer
-            t_first, t_last = _wait_stored(bootstrap, prefix_b, pipe.store_path, rows,
+            t_start, t_first, t_last = _wait_stored(bootstrap, prefix_b, pipe.store_path, rows,
                                            lambda: _publish(prod, f"{prefix_b}probes.raw", payloads[1:], 1))
             _wait_merges(lambda: _busy_merges(pipe.store_path))
             cpu1 = pipe.cpu(broker)
@@ -165,7 +169,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
             rss = pipe.peak_rss()
         # from the first measured row published to the last block committed: includes the publish, the
         # workers' first step and the last block's wait for its time budget
-        pipeline = measured / max(t_last - t_first, 1e-9)
+        pipeline = measured / max(t_last - t_start, 1e-9)
         worker_cpu = sum(cpu1[k] - cpu0[k] for k in cpu1 if k.startswith("worker"))
         reducer_cpu = cpu1.get("reducer", float("nan")) - cpu0.get("reducer", float("nan"))
         worker_idle = sum(v for k, v in idle.items() if k.startswith("worker")) * 1000
@@ -180,7 +184,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
         worker_cpu / measured * 1e6, (cpu1["sink"] - cpu0["sink"]) / measured * 1e6, bare_insert_cpu,
         (cpu1["broker"] - cpu0["broker"]) / measured * 1e6, rss, lag_p99, lag_max,
         minute_rows / rows, backlog_rows_s, backlog_cpu, merge_cpu / measured * 1e6, int(merged_parts),
-        reducer_cpu / measured * 1e6, worker_idle)
+        reducer_cpu / measured * 1e6, worker_idle, t_last - t_start, t_first - t_start)
 
 
 def bare_insert_blocks(store: object, blocks: list[pa.Table], clock: Callable[[], float] = time.perf_counter,
@@ -285,13 +289,13 @@ def pipeline_span(publish: Callable[[], None], produced: Callable[[], int], done
 
 
 def _wait_stored(bootstrap: str, prefix: str, store_path: Path, rows: int,
-                 publish: Callable[[], None]) -> tuple[float, float]:
+                 publish: Callable[[], None]) -> tuple[float, float, float]:
     """Publish (``publish()``) and wait until the workers committed all of ``probes.raw`` and the store writer
     all of ``probes.enriched`` (it commits a block after its inserts), then check the store holds ``rows``
-    probes in ``probes`` and in ``probes_1m``. Returns (perf_counter when publishing started, when the writer
-    had committed the last block): the span of :func:`pipeline_span`. Progress is read from the broker, not
-    the store: a query through the writer's endpoint costs it ~8 ms of CPU, which polling would charge to its
-    CPU per row.
+    probes in ``probes`` and in ``probes_1m``. Returns :func:`pipeline_span`'s (perf_counter when publishing
+    started, first output seen after the publish, the writer's last block committed). Progress is read from
+    the broker, not the store: a query through the writer's endpoint costs it ~8 ms of CPU, which polling
+    would charge to its CPU per row.
 
     Raises:
         RuntimeError: not done in 600 s, or the store holds other counts.
@@ -324,7 +328,7 @@ def _wait_stored(bootstrap: str, prefix: str, store_path: Path, rows: int,
         return _group_done(admin, f"{prefix}fabricscope-store", enriched, e_parts, e_high)
 
     try:
-        t_start, _, t_last = pipeline_span(published, lambda: sum(ends(enriched)[1].values()), done)
+        t_start, t_first, t_last = pipeline_span(published, lambda: sum(ends(enriched)[1].values()), done)
     except TimeoutError as err:
         raise RuntimeError(f"the pipeline did not commit {rows} rows: {err}") from None
     finally:
@@ -334,7 +338,7 @@ def _wait_stored(bootstrap: str, prefix: str, store_path: Path, rows: int,
     if (int(r["n"]), int(r["m"] or 0)) != (rows, rows):
         raise RuntimeError(f"the store holds {r} after the pipeline committed everything, "
                            f"expected {rows} probes in each")
-    return t_start, t_last
+    return t_start, t_first, t_last
 
 
 def _busy_merges(store_path: Path) -> int:
@@ -405,6 +409,9 @@ def report(r: ThroughputResult) -> str:
         f"(b) Faust workers + store writer : {r.pipeline_rows_s:12,.0f} rows/s   worker CPU "
         f"{r.worker_cpu_us_per_row:.2f} µs/row, store writer CPU {r.sink_cpu_us_per_row:.2f} µs/row, "
         f"broker CPU {r.broker_cpu_us_per_row:.2f} µs/row",
+        f"    span {r.pipeline_span_s:.1f} s from the first row published; the first output seen after the publish "
+        f"at {r.first_output_s:.1f} s (a clock started there would say "
+        f"{r.pipeline_rows_s * r.pipeline_span_s / max(r.pipeline_span_s - r.first_output_s, 1e-9):,.0f} rows/s)",
         f"(c) bare chdb insert (500k-row blocks, no views): {r.bare_insert_rows_s:12,.0f} rows/s   "
         f"CPU {r.bare_insert_cpu_us_per_row:.2f} µs/row",
         f"b/a = {r.pipeline_rows_s / r.bare_consumer_rows_s:.3f}   "
