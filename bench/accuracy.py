@@ -696,12 +696,14 @@ def print_report(rep: AccuracyReport, console: object | None = None) -> None:
 
 def run_hostping(rep: AccuracyReport) -> None:
     """Run the Hostping patterns at every noise of :data:`HOSTPING_NOISE` into ``rep`` (the first is the
-    headline ``rep.hostping`` with its wrong runs)."""
+    headline ``rep.hostping``; ``rep.hostping_wrong`` lists the wrong runs at every noise)."""
+    rep.hostping_wrong = []
     for noise in HOSTPING_NOISE:
         ok, tried, wrong = hostping_patterns(noise=noise)
         rep.hostping_by_noise[noise] = (ok, tried)
+        rep.hostping_wrong += [f"{noise:.0%} noise, {w}" for w in wrong]
         if noise == HOSTPING_NOISE[0]:
-            rep.hostping, rep.hostping_wrong = (ok, tried), wrong
+            rep.hostping = (ok, tried)
 
 
 def print_hostping(rep: AccuracyReport, console: object | None = None) -> None:
