@@ -1,4 +1,4 @@
-"""`fabricscope bench agent`: CPU (% of one core) and RSS of one agent process, measured from /proc.
+"""`fabricscope bench agent`: CPU (% of one core) and memory of an agent's process tree, measured from /proc.
 
 Two agents, each run for a bounded time (default 30 s after a 5 s warm-up):
 
@@ -12,8 +12,9 @@ Two agents, each run for a bounded time (default 30 s after a 5 s warm-up):
   128-RNIC fabric (:class:`producers.sim.Simulator`, paced to real time) and publishes
   its 5 s batches (nanoarrow, never pyarrow) to Kafka, like a ``sim`` agent.
 
-CPU = (utime + stime) over the measured wall interval (``/proc/<pid>/stat``), RSS =
-``VmRSS`` at the end and ``VmHWM`` (peak) from ``/proc/<pid>/status``. Probe rows actually
+CPU = utime and stime apart, of the process and its descendants, over the measured wall interval
+(``/proc/<pid>/stat``); PSS summed over the tree at the end (``/proc/<pid>/smaps_rollup``); RSS =
+``VmRSS`` at the end and ``VmHWM`` (peak) of the root process from ``/proc/<pid>/status``. Probe rows actually
 sent are counted back from the Kafka topic.
 """
 
@@ -36,7 +37,12 @@ RATE = 150.0
 
 @dataclass
 class ProcSample:
-    """CPU and memory of one process over a measured interval."""
+    """CPU and memory of one process and its descendants (its process tree) over a measured interval.
+
+    ``cpu_pct`` = ``user_pct`` + ``sys_pct`` (% of one core; system time apart: the kernel's socket work has
+    no counterpart in the paper's RDMA agent); ``rss_mib``/``hwm_mib``: the tree's root process, current and
+    peak; ``pss_mib``: the proportional set size summed over the tree at the end (shared pages split between
+    the processes that map them, so the sum is what the tree costs the host); ``processes``: how many."""
 
     name: str
     cpu_pct: float
@@ -46,12 +52,17 @@ class ProcSample:
     probes_per_s: float = float("nan")
     note: str = ""
     extra: dict[str, object] = field(default_factory=dict)
+    user_pct: float = float("nan")
+    sys_pct: float = float("nan")
+    pss_mib: float = float("nan")
+    processes: int = 1
 
 
-def _ticks(pid: int) -> int:
+def _ticks(pid: int) -> tuple[int, int]:
+    """(utime, stime) clock ticks of ``pid`` (fields 14 and 15 of ``/proc/<pid>/stat``)."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat.rsplit(")", 1)[1].split()
-    return int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return int(fields[11]), int(fields[12])
 
 
 def _mem_mib(pid: int) -> tuple[float, float]:
@@ -64,18 +75,67 @@ def _mem_mib(pid: int) -> tuple[float, float]:
     return rss, hwm
 
 
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every live descendant (from each task's ``/proc/<pid>/task/<tid>/children``), root first.
+
+    Raises:
+        FileNotFoundError: ``pid`` is not running.
+    """
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop(0)
+        try:
+            kids = [int(k) for t in Path(f"/proc/{p}/task").iterdir()
+                    for k in (t / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError):
+            if p == pid:
+                raise
+            continue  # a descendant that exited meanwhile
+        out.append(p)
+        todo += kids
+    return out
+
+
+def pss_mib(pid: int) -> float:
+    """Proportional set size of ``pid`` in MiB (``Pss:`` of ``/proc/<pid>/smaps_rollup``); NaN if unreadable."""
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        pass
+    return float("nan")
+
+
+def _tree_ticks(pids: list[int]) -> dict[int, tuple[int, int]]:
+    out = {}
+    for p in pids:
+        try:
+            out[p] = _ticks(p)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return out
+
+
 def measure(pids: dict[str, int], warmup_s: float, seconds: float) -> dict[str, ProcSample]:
-    """Sample each process's CPU ticks after ``warmup_s`` and again ``seconds`` later."""
+    """Sample each process tree's CPU ticks (user and system apart) after ``warmup_s`` and again ``seconds``
+    later, and its PSS at the end. A descendant's CPU counts from the first sample it is seen in (a child born
+    inside the interval counts in full); one that exits inside the interval is not counted (its ticks go to
+    its parent only once it is reaped)."""
     time.sleep(warmup_s)
     t0 = time.monotonic()
-    start = {n: _ticks(p) for n, p in pids.items()}
+    start = {n: _tree_ticks(process_tree(p)) for n, p in pids.items()}
     time.sleep(seconds)
     wall = time.monotonic() - t0
     out = {}
     for n, p in pids.items():
-        cpu = (_ticks(p) - start[n]) / CLK_TCK / wall * 100
+        tree = process_tree(p)
+        end = _tree_ticks(tree)
+        user = sum(u - start[n].get(q, (0, 0))[0] for q, (u, _) in end.items()) / CLK_TCK / wall * 100
+        sys_ = sum(s - start[n].get(q, (0, 0))[1] for q, (_, s) in end.items()) / CLK_TCK / wall * 100
         rss, hwm = _mem_mib(p)
-        out[n] = ProcSample(n, cpu, rss, hwm, wall)
+        out[n] = ProcSample(n, user + sys_, rss, hwm, wall, user_pct=user, sys_pct=sys_,
+                            pss_mib=sum(pss_mib(q) for q in tree), processes=len(tree))
     return out
 
 
@@ -263,13 +323,20 @@ def print_report(samples: list[ProcSample], skipped: list[str]) -> None:
     from rich.table import Table
 
     con = Console(width=160)
-    t = Table(title="agent cost (one process, measured from /proc)")
-    for c in ("agent", "CPU % of one core", "RSS MiB", "peak RSS MiB", "probes/s", "seconds", "note"):
+    t = Table(title="agent cost (each process with its descendants, measured from /proc)")
+    for c in ("agent", "CPU % of one core", "user %", "system %", "PSS MiB (tree)", "RSS MiB", "peak RSS MiB",
+              "processes", "probes/s", "seconds", "note"):
         t.add_column(c, justify="left" if c in ("agent", "note") else "right")
     for s in samples:
         pps = "-" if s.probes_per_s != s.probes_per_s else f"{s.probes_per_s:,.0f}"
-        t.add_row(s.name, f"{s.cpu_pct:.1f}", f"{s.rss_mib:.1f}", f"{s.hwm_mib:.1f}", pps, f"{s.wall_s:.0f}", s.note)
-    t.add_row("R-Pingmesh paper's agent", "3", "", "18.5 MB", "", "", "production, C++/verbs")
+        t.add_row(s.name, f"{s.cpu_pct:.1f}", f"{s.user_pct:.1f}", f"{s.sys_pct:.1f}", f"{s.pss_mib:.1f}",
+                  f"{s.rss_mib:.1f}", f"{s.hwm_mib:.1f}", str(s.processes), pps, f"{s.wall_s:.0f}", s.note)
+    if len(samples) > 1 and all(s.name.startswith("udp") for s in samples):
+        t.add_row("[bold]udp agent, all processes[/bold]", f"{sum(s.cpu_pct for s in samples):.1f}",
+                  f"{sum(s.user_pct for s in samples):.1f}", f"{sum(s.sys_pct for s in samples):.1f}",
+                  f"{sum(s.pss_mib for s in samples):.1f}", "", "", str(sum(s.processes for s in samples)),
+                  "", "", "prober + responder")
+    t.add_row("R-Pingmesh paper's agent", "3", "", "", "", "", "18.5 MB", "1", "", "", "production, C++/verbs")
     con.print(t)
     for s in skipped:
         con.print(f"skipped: {s}")

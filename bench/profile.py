@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import cProfile
 import pstats
+import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -53,7 +55,7 @@ class ProfileResult:
     stages: dict[str, float]
     calls: dict[int, int]
     index_paths: int
-    step_cpu_us: dict[str, float] = field(default_factory=dict)
+    step_cpu_us: dict[str, Spread] = field(default_factory=dict)
     step_rows: int = 0
 
     @property
@@ -131,11 +133,50 @@ def run(rows: int = 20_000, small: int = 10_000, large: int = 200_000, step: int
     return ProfileResult(rows, total, stages, calls, n_paths, cpu, step_rows)
 
 
-def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: int = 3) -> dict[str, float]:
-    """CPU µs per row (process time, best of ``repeat``) of one worker step over ``rows`` cut into
-    ``per_message``-row messages, and of its parts alone on the same rows: the key columns' encoding
-    (once per step), summarize and the minute tier (both given the step's encodings and latency buckets, as
-    in the step)."""
+@dataclass(frozen=True)
+class Spread:
+    """CPU µs per row over repeats of one stage: the median (the figure to quote), the fastest and slowest
+    repeat, and the first repeat (the step's own caches cold, as the first step on new rows finds them)."""
+
+    median: float
+    low: float
+    high: float
+    first: float
+    repeats: int
+
+    @classmethod
+    def of(cls, samples: list[float]) -> Spread:
+        """From the repeats' µs per row, in the order run.
+
+        Raises:
+            ValueError: no samples.
+        """
+        if not samples:
+            raise ValueError("Spread.of needs at least one sample")
+        return cls(statistics.median(samples), min(samples), max(samples), samples[0], len(samples))
+
+    def __str__(self) -> str:
+        return (f"{self.median:.2f} µs (range {self.low:.2f}-{self.high:.2f} over {self.repeats}, "
+                f"first {self.first:.2f})")
+
+
+def cpu_samples(fn: Callable[[], object], rows: int, repeat: int,
+                clock: Callable[[], float] = time.process_time) -> list[float]:
+    """CPU µs per row of ``repeat`` calls of ``fn`` over ``rows`` rows, in order (``clock``: seconds)."""
+    out = []
+    for _ in range(repeat):
+        c = clock()
+        fn()
+        out.append(1e6 * (clock() - c) / rows)
+    return out
+
+
+def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: int = 7) -> dict[str, Spread]:
+    """CPU µs per row (process time: median, range and first of ``repeat`` runs) of one worker step over
+    ``rows`` cut into ``per_message``-row messages, and of its parts alone on the same rows: the key columns'
+    encoding (once per step), summarize and the minute tier (both given the step's encodings and latency
+    buckets, as in the step). The path index is warm (built from the traces before the step), as a
+    running worker's is."""
     from schemas.codec import encode
     from schemas.group_codes import dictionaries
     from schemas.minute_tier import latency_buckets, minute_rows
@@ -147,13 +188,8 @@ def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: in
     msgs = [RawMessage(encode(rows.slice(i, per_message)), "probe.v1", "probes.raw", 0, i // per_message)
             for i in range(0, rows.num_rows, per_message)]
 
-    def best(fn: object) -> float:
-        out = []
-        for _ in range(repeat):
-            c = time.process_time()
-            fn()  # type: ignore[operator]
-            out.append(time.process_time() - c)
-        return 1e6 * min(out) / rows.num_rows
+    def spread(fn: Callable[[], object]) -> Spread:
+        return Spread.of(cpu_samples(fn, rows.num_rows, repeat))
 
     step = process_probe_step([(m.payload, m.schema, m.topic, m.partition, m.offset) for m in msgs])
     enriched, encoded = step.enriched, step.encoded
@@ -163,10 +199,10 @@ def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: in
     ws, window = next(iter(windows.items()))
     buckets = latency_buckets(enriched)
     return {
-        "process_step": best(lambda: process_step(msgs, index, WINDOW_NS)),  # type: ignore[arg-type]
-        "encode": best(lambda: dictionaries(enriched, ENCODED)),
-        "summarize": best(lambda: summarize(ws, window, index, encoded, buckets)),  # type: ignore[arg-type]
-        "minute_rows": best(lambda: minute_rows(enriched, encoded, buckets)),
+        "process_step": spread(lambda: process_step(msgs, index, WINDOW_NS)),  # type: ignore[arg-type]
+        "encode": spread(lambda: dictionaries(enriched, ENCODED)),
+        "summarize": spread(lambda: summarize(ws, window, index, encoded, buckets)),  # type: ignore[arg-type]
+        "minute_rows": spread(lambda: minute_rows(enriched, encoded, buckets)),
     }
 
 
@@ -191,4 +227,6 @@ def print_report(r: ProfileResult) -> None:
               + (" (equal: no per-row Python work)" if len(set(r.calls.values())) == 1 else " (DIFFER)"))
     if r.step_cpu_us:
         con.print(f"CPU per row, one worker step of {r.step_rows:,} rows in 6,000-row messages (process time, "
-                  "best of 3): " + ", ".join(f"{k} {v:.2f} µs" for k, v in r.step_cpu_us.items()))
+                  "median of repeats on a warm path index):")
+        for k, v in r.step_cpu_us.items():
+            con.print(f"  {k}: {v}")

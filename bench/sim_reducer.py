@@ -24,7 +24,7 @@ from producers.sim.stream import registry_updates
 from schemas.arrow_pa import table_from_columns
 from streams.pingmesh.analyzer import AnalyzerConfig, WindowResult
 from streams.pingmesh.links import PathIndex
-from streams.pingmesh.partial import from_bytes
+from streams.pingmesh.partial import from_bytes, link_counts
 from streams.pingmesh.reducer import UploadMark, WindowReducer, worker_step
 from streams.pingmesh.rtt import decompose
 from streams.pingmesh.step_message import Step, encode_step
@@ -51,6 +51,8 @@ class SimPipeline:
     link_probes: dict[int, dict[str, int]] = field(default_factory=dict)
     """window start → link → probes that crossed it (for the links in ``watch``; ground-truth
     bookkeeping of the benchmark: how many probes a fault on that link could fail)."""
+    link_failures: dict[int, dict[str, int]] = field(default_factory=dict)
+    """window start → link → timed-out probes whose forward or ACK path crossed it (links in ``watch``)."""
     offsets: dict[int, int] = field(default_factory=dict)
     """raw partition → next offset (each agent upload is one raw message)."""
 
@@ -62,11 +64,15 @@ class SimPipeline:
             return 0
         return self.partition_of(agent) if self.partition_of else i % self.workers
 
-    def _count(self, ws: int, crossing: pa.Table) -> None:
-        d = self.link_probes.setdefault(ws, {})
-        for lk, n in zip(crossing["link"].to_pylist(), crossing["n"].to_pylist(), strict=True):
-            if lk in self.watch:
-                d[lk] = d.get(lk, 0) + int(n)
+    def _count(self, ws: int, partial: object) -> None:
+        failed = link_counts(partial.failing) if partial.failing.num_rows else None  # type: ignore[attr-defined]
+        for book, table in ((self.link_probes, partial.crossing), (self.link_failures, failed)):  # type: ignore[attr-defined]
+            d = book.setdefault(ws, {})
+            if table is None:
+                continue
+            for lk, n in zip(table["link"].to_pylist(), table["n"].to_pylist(), strict=True):
+                if lk in self.watch:
+                    d[lk] = d.get(lk, 0) + int(n)
 
     def start(self, t_ns: int) -> None:
         """The controller's registry rows as of ``t_ns`` (before the first upload round)."""
@@ -96,7 +102,7 @@ class SimPipeline:
                                part)
             if self.watch:
                 for ws, blob in step.partials.items():
-                    self._count(ws, from_bytes(blob).crossing)
+                    self._count(ws, from_bytes(blob))
             out += self._send(step)
         for part, agent in idle:  # an agent with nothing to send still uploads (a heartbeat)
             out += self._send(Step(self._take(part, 1), {}, [(part, UploadMark(agent, t0_ns + BATCH_NS, agent))]))

@@ -3,8 +3,9 @@
 On a shared machine the load changes between one run of a benchmark and the next, so two trees measured one
 after the other differ by more than their code does. Here one process per tree (``PYTHONPATH`` = the tree)
 builds the profile fabric's 240,000-row step (:func:`bench.profile._sim_batch`, 40 messages of 6,000 rows,
-66,752-tuple path index) and waits; each round asks the old tree's process, then the new one's, for one
-``process_step`` (process CPU time), so both see the same load within a second of each other. Prints per tree
+66,752-tuple path index) and waits; each round asks both trees' processes for one
+``process_step`` (process CPU time), so both see the same load within a second of each other; which tree goes
+first alternates round by round (:func:`round_order`). Prints per tree
 the minimum, first quartile and median, the median of the paired new/old ratios, and the 1-minute load
 average over the rounds.
 
@@ -37,14 +38,24 @@ for _ in sys.stdin:
 """
 
 
-def run(old: str, new: str, rounds: int = 30) -> dict[str, object]:
+def round_order(k: int) -> tuple[str, str]:
+    """Which tree steps first in round ``k``: old first in even rounds, new first in odd ones, so neither
+    always gets the caches (and the CPU frequency) the other left."""
+    return ("old", "new") if k % 2 == 0 else ("new", "old")
+
+
+def run(old: str, new: str, rounds: int = 30, child: str = _CHILD) -> dict[str, object]:
     """``{"old": [µs/row per round], "new": [...], "ratios": [new/old per round], "load": (min, max)}``.
 
     Args:
         old, new: source trees (each a checkout with ``bench``, ``schemas`` and ``streams``).
-        rounds: steps per tree, taken in turns.
+        rounds: steps per tree, taken in turns (:func:`round_order`).
+        child: the step process's program (prints ``ready``, then one µs/row figure per line read).
+
+    Raises:
+        RuntimeError: a tree's step process did not start.
     """
-    procs = {name: subprocess.Popen([sys.executable, "-c", _CHILD], cwd="/", text=True, stdin=subprocess.PIPE,
+    procs = {name: subprocess.Popen([sys.executable, "-c", child], cwd="/", text=True, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": tree})
              for name, tree in (("old", old), ("new", new))}
     try:
@@ -53,8 +64,9 @@ def run(old: str, new: str, rounds: int = 30) -> dict[str, object]:
                 raise RuntimeError("a tree's step process did not start")
         out: dict[str, list[float]] = {"old": [], "new": []}
         loads = []
-        for _ in range(rounds):
-            for name, p in procs.items():
+        for k in range(rounds):
+            for name in round_order(k):
+                p = procs[name]
                 p.stdin.write("go\n")  # type: ignore[union-attr]
                 p.stdin.flush()  # type: ignore[union-attr]
                 out[name].append(float(p.stdout.readline()))  # type: ignore[union-attr]

@@ -133,10 +133,9 @@ def accuracy(
 
     con = Console(width=160)
     if hostping_only:
-        ok, tried, wrong = bench_accuracy.hostping_patterns()
-        con.print(f"Hostping: {ok}/{tried} pattern runs named right")
-        for w in wrong:
-            con.print(f"  wrong: {w}")
+        rep = bench_accuracy.AccuracyReport(seed=seed, scenarios=0, wall_s=0.0)
+        bench_accuracy.run_hostping(rep)
+        bench_accuracy.print_hostping(rep, con)
         return
 
     def progress(r: bench_accuracy.ScenarioResult) -> None:

@@ -1,6 +1,8 @@
 """`fabricscope bench accuracy` on fixed scenarios with known right answers, asserted exactly: a drop in
 accuracy (a wrong claim, a miss, a claim one window late) fails here. Healthy links lose nothing
-(the paper's Panel 1 numbers), except where a scenario says otherwise."""
+(the paper's Panel 1 numbers), except where a scenario says otherwise. Every scenario runs at each of the
+simulator seeds 0-11; where the analyzer has a real limit (a 1 % lossy link's window draw below the per-link
+test's bound, a dead link's confidence margin under dark traces) the bound is asserted, with its rate."""
 
 from __future__ import annotations
 
@@ -32,23 +34,64 @@ FIXED = [
      [{("stale_qpn", "C1"), ("stale_qpn", "C2")}, {("stale_qpn", "C1"), ("stale_qpn", "C2")}]),
     ("panel1 link flapping 2 s every 20 s", panel1(), [FlappingLink("B", "S2", period_s=20.0, down_s=2.0)],
      [{("switch", "B->S2")}, {("switch", "B->S2")}]),
-    # 1 % loss: under the old fixed 2 % share, named by the per-link test against background loss
+    # 1 % loss: under the old fixed 2 % share, named by the per-link test against background loss -- when
+    # the window's draw of failures reaches the test's bound (test_a_1pct_lossy_link_is_named_...)
     ("96 RNICs, 1 % lossy link", random_clos(7, 6, 4, 4, 4), [LossyLink("B", "S1", rate=0.01)],
      [{("switch", "B->S1")}, {("switch", "B->S1")}]),
 ]
+SEEDS = range(12)
+"""Every fixed scenario runs at each of these simulator seeds (one seed can hide a miss that others show)."""
+EXACT = [f for f in FIXED if "lossy" not in f[0]]
+MIN_CONFIDENCE = {
+    # the failing probes' traces stop at switch A (the next hop is dead), so each is split over A's uplinks
+    # (tomography._expand_dark): A->S2 then holds ~70 % of A->S3's score at seeds 6 and 8, and the margin
+    # term (1 - 0.71^4) takes the claim to 0.72-0.75 though every probe known to cross A->S3 failed
+    "panel1 dead link": 0.7,
+}
+"""The least confidence of a right claim per scenario where it is not 0.9 at every seed, and why."""
 
 
-@pytest.mark.parametrize(("name", "inv", "faults", "want"), FIXED, ids=[f[0] for f in FIXED])
-def test_fixed_scenario_gets_exactly_the_right_claims(name, inv, faults, want):
-    r = ba.run_scenario(ba.Scenario(0, name, inv, faults, 40), seed=5)
-    got = [{(v["kind"], v["location"]) for v in rows if v["kind"] != "undetermined" and v["revision_of"] is None}
-           for _, rows in r.windows]
+def _claims(r: ba.ScenarioResult) -> list[set[tuple[str, str]]]:
+    return [{(v["kind"], v["location"]) for v in rows if v["kind"] != "undetermined" and v["revision_of"] is None}
+            for _, rows in r.windows]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("name", "inv", "faults", "want"), EXACT, ids=[f[0] for f in EXACT])
+def test_fixed_scenario_gets_exactly_the_right_claims(name, inv, faults, want, seed):
+    r = ba.run_scenario(ba.Scenario(0, name, inv, faults, 40), seed=seed)
     assert [ws for ws, _ in r.windows] == [T0, T0 + 20 * S]
-    assert got == want
-    rep = ba.score([r], seed=5, wall_s=0.0)
+    assert _claims(r) == want
+    rep = ba.score([r], seed=seed, wall_s=0.0)
     assert rep.overall_precision() == 1.0 and not rep.wrong
     assert all(hit == n for hit, n in rep.window_recall.values()) and not rep.missed
-    assert all(c >= 0.9 for c, _ in rep.calibration)  # strong evidence: confident claims
+    assert all(c >= MIN_CONFIDENCE.get(name, 0.9) for c, _ in rep.calibration)  # strong evidence: confident
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_1pct_lossy_link_is_named_in_every_window_whose_failures_reach_the_per_link_bound(seed):
+    # ~1,100-1,750 probes cross B->S1 per window: ~11-17 expected failures at 1 %, and the per-link test
+    # against the 1e-3 background floor needs 9-11 of them, so a window misses with probability 4-26 %
+    # (ba.lossy_link_named_probability; 3 of the 24 windows at seeds 0-11). Below the bound the link must not
+    # be named (nor anything else); at or above it, it must be named, alone.
+    name, inv, faults, _ = FIXED[-1]
+    r = ba.run_scenario(ba.Scenario(0, name, inv, faults, 40), seed=seed)
+    links = len(inv.links) + len(inv.rnics)  # every switch link and access link is probed
+    want = [{("switch", "B->S1")} if r.link_failures[ws]["B->S1"] >= ba.min_failures_named(
+        r.link_probes[ws]["B->S1"], links) else set() for ws, _ in r.windows]
+    assert _claims(r) == want
+    rep = ba.score([r], seed=seed, wall_s=0.0)
+    assert not rep.wrong
+
+
+def test_the_lossy_link_bound_is_the_poisson_tail_against_the_floor():
+    # by hand: Poisson(1.067) P(X >= 8) = 1.6e-5, P(X >= 9) = 1.9e-6; alpha / 120 links = 8.3e-6
+    assert ba.min_failures_named(1067, 120) == 9
+    assert ba.min_failures_named(0, 120) == 2  # the vote's own minimum of two failures
+    # P(Binomial(1067, 0.01) >= 9) = 1 - P(X <= 8) = 1 - 0.2613
+    assert ba.lossy_link_named_probability(0.01, 1067, 120) == pytest.approx(0.7387, abs=1e-3)
+    with pytest.raises(ValueError, match="links_probed 0"):
+        ba.min_failures_named(10, 0)
 
 
 def test_panel1_dead_link_report_counts_exactly():
@@ -109,10 +152,37 @@ def test_two_small_scenarios_print_every_table(capsys):
     rep = ba.run(2, seed=3, big_every=0, seconds=40)
     assert rep.scenarios == 2 and sum(rep.sizes.values()) == 2
     assert rep.hostping == (36, 36), rep.hostping_wrong
+    assert sorted(rep.hostping_by_noise) == [0.01, 0.03, 0.05]  # more noise is reported, not asserted exact
     ba.print_report(rep)
     out = capsys.readouterr().out
-    for title in ("precision", "reliability", "ECE", "confusion", ">= 10 probes", "Hostping: 36/36"):
+    for title in ("precision", "reliability", "ECE", "confusion", ">= 10 probes", "Hostping: 36/36",
+                  "baseline: the first idle round of a healthy host", "at more noise: 3% noise "):
         assert title in out
+
+
+def test_hostping_patterns_never_see_the_simulators_noise_free_baseline(monkeypatch):
+    from producers.hostping.simhost import SimHost
+
+    def oracle(self):
+        raise AssertionError("the analyzer was given the simulator's noise-free model")
+
+    monkeypatch.setattr(SimHost, "baseline", oracle)
+    ok, tried, wrong = ba.hostping_patterns(seeds=(1,))
+    assert (ok, tried) == (12, 12), wrong
+
+
+def test_the_learned_baseline_is_a_noisy_healthy_round_not_the_model():
+    from producers.hostping.simhost import Bottleneck, SimHost
+    from schemas.intrahost import figure2_topology
+
+    sim = SimHost(figure2_topology("h1"), [Bottleneck("cap", "sw2->rnic2", 67.0)], seed=1, noise=0.03)
+    base, model = ba.learned_baseline(sim, seed=7), sim.baseline()
+    assert base.shape == model.shape and not (base == model).any()  # every cell carries its own noise
+    assert 0.01 < float(((base / model) - 1).std()) < 0.05  # ~3 % relative noise
+    # healthy: the capped link of ``sim`` (67 Gb/s) is not in its baseline
+    i = sim.rnics.index("rnic2")
+    assert float(base[i].min()) > 100.0
+    assert (ba.learned_baseline(sim, seed=7) == base).all()  # seeded
 
 
 def test_scenarios_draw_zero_to_three_faults_on_disjoint_elements():
@@ -133,3 +203,18 @@ def test_expected_failures_of_a_partial_loss_are_the_probes_it_dropped():
     dropped = {3: 5, 19: 7, 20: 100}
     assert ba.expected_failures(partial, tr, {"A->S1": 1000}, 20 * s, dropped, (0, 20 * s)) == 12.0
     assert ba.expected_failures(partial, tr, {"A->S1": 1000}, 20 * s, {}, (0, 20 * s)) == 0.0
+
+
+def test_scenarios_in_a_process_pool_give_the_results_of_one_process_without_forking_it(monkeypatch):
+    import os
+
+    work = [(ba.draw_scenario(i, 1, big_every=0, seconds=40), 1000 + i, ba.BACKGROUND_LOSS) for i in range(2)]
+    alone = ba.run_scenarios(work, jobs=1)
+
+    def no_fork():
+        raise AssertionError("os.fork of the benchmark's (multi-threaded) process")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    pooled = ba.run_scenarios(work, jobs=2)
+    assert [r.windows for r in pooled] == [r.windows for r in alone]
+    assert [r.link_probes for r in pooled] == [r.link_probes for r in alone]
