@@ -6,6 +6,7 @@ so every 5 s upload only indexes into its arrays.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -160,3 +161,39 @@ def even_inter_tor(
                 if tops and all(got.get(t, 0) >= per_switch for t in tops):
                     break
     return out
+
+
+def entry_links(topo: Topology) -> Callable[[list[dict]], list[frozenset[str]]]:
+    """The simulator's ECMP model as a :data:`producers.controller_ident.PathsOf`: pinglist entries →
+    the switch links (``lower->upper``) each one's forward and ACK paths cross.
+
+    What the tracer would report for those 5-tuples on this fabric (the same hash as the probes take).
+    """
+    name: dict[tuple[int, int], str] = {}
+    for ln in topo.inv.links:
+        a, b = topo.node_id[ln.a], topo.node_id[ln.b]
+        name[a, b] = name[b, a] = f"{ln.a}->{ln.b}"
+
+    def paths_of(entries: list[dict]) -> list[frozenset[str]]:
+        if not entries:
+            return []
+        src = np.array([topo.rnic_id[x["prober_rnic"]] for x in entries], dtype=np.int64)
+        dst = np.array([topo.rnic_id[x["responder_rnic"]] for x in entries], dtype=np.int64)
+        sport = np.array([x["src_port"] for x in entries], dtype=np.uint16)
+        dport = np.array([x["dst_port"] for x in entries], dtype=np.uint16)
+        fwd = topo.route(src, dst, tuple_key(topo.rnic_ip[src], topo.rnic_ip[dst], sport, dport))
+        rev = topo.route(dst, src, tuple_key(topo.rnic_ip[dst], topo.rnic_ip[src], sport, dport))
+        out = []
+        for f, r in zip(fwd.tolist(), rev.tolist(), strict=True):
+            s = set()
+            for h in (f, r):
+                for u, v in zip(h, h[1:], strict=False):
+                    if v < 0:
+                        break
+                    lk = name.get((u, v))
+                    if lk is not None:
+                        s.add(lk)
+            out.append(frozenset(s))
+        return out
+
+    return paths_of
