@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.sim_reducer import SimPipeline
+from producers.controller_loop import SplitLoop
 from producers.sim import (
     BusyHost,
     FlappingLink,
@@ -45,6 +46,7 @@ from producers.sim import (
     Simulator,
 )
 from producers.sim.fabrics import panel1, random_clos
+from producers.sim.plan import entry_links
 from producers.sim.faults import Fault
 from schemas.inventory import Inventory
 
@@ -222,7 +224,8 @@ def draw_scenario(index: int, seed: int, big_every: int = BIG_EVERY, seconds: in
 # ---- running one scenario --------------------------------------------------------------------
 
 
-def run_scenario(sc: Scenario, seed: int, background_loss: tuple[float, float] | None = None) -> ScenarioResult:
+def run_scenario(sc: Scenario, seed: int, background_loss: tuple[float, float] | None = None,
+                 loop: bool = False) -> ScenarioResult:
     """Feed the simulator's uploads through the production :class:`WindowReducer`, one 5 s round at a time.
 
     Each round's probe batches reach one in-process worker (:class:`bench.sim_reducer.SimPipeline`),
@@ -232,6 +235,9 @@ def run_scenario(sc: Scenario, seed: int, background_loss: tuple[float, float] |
 
     ``background_loss`` = (lo, hi): healthy links drop a log-uniform draw in [lo, hi) of the
     packets crossing them (one draw per scenario); None: lossless healthy links.
+
+    ``loop``: run the controller's closed loop in-process (:class:`producers.controller_loop.SplitLoop`):
+    a window that ends ``undetermined`` over a group of links changes the probes of the next rounds.
     """
     t = time.perf_counter()
     bg = 0.0
@@ -240,8 +246,10 @@ def run_scenario(sc: Scenario, seed: int, background_loss: tuple[float, float] |
         bg = float(np.exp(random.Random(f"bg/{seed}").uniform(np.log(lo), np.log(hi))))
     sim = Simulator(sc.inv, seed=seed, faults=sc.faults, trace="on_change", background_loss=bg)
     truth = sim.truth()
+    split = SplitLoop(sc.inv, sim.registry, entry_links(sim.topo), seed=seed) if loop else None
     pipe = SimPipeline(sim, watch=frozenset(filter(None, (_fault_link(f, tr) for f, tr in zip(sc.faults, truth,
-                                                                                               strict=True)))))
+                                                                                               strict=True)))),
+                       loop=split)
     windows = [(ws, res.verdicts.to_pylist()) for ws, res in pipe.run(T0, sc.seconds, tag=f"bench/{sc.index}")]
     return ScenarioResult(sc, truth, windows, time.perf_counter() - t, pipe.link_probes, bg, sim.tuple_drops)
 

@@ -1,0 +1,168 @@
+"""The controller's closed loop: probes that split a group of links a window could not tell apart.
+
+When a window ends ``undetermined`` over a group of switch links (a tie: every failing probe crossed
+all of them), the analyzer turns the verdict into a *probe request* (a ``probe_request`` record,
+:func:`streams.pingmesh.probe_requests.requests_from_verdicts`). :class:`SplitLoop` answers it with a
+short-lived set of pinglist entries, added to the inter-ToR pinglist of the next windows and withdrawn
+after ``lifetime_ns``:
+
+* **5-tuples that split the group** (:func:`producers.controller_ident.split_entries`): their traced
+  paths cross one member but not another, so a fault on one member fails probes the others' does not.
+* **Bounced probes** where no 5-tuple can (a structural group,
+  :func:`producers.controller_ident.structural_groups`: on a three-tier Clos of two pods, a core's two
+  links are crossed by every inter-pod path together). One entry per member link ``a->b``: an RNIC
+  under ``a`` sends a probe up to ``b`` and back down the same links (NetBouncer's packet bouncing,
+  Tan et al., NSDI '19: IP-in-IP to the switch, which decapsulates and routes it back), so it crosses
+  that member and no other. The simulator models them; on a cluster they need switches that
+  decapsulate IP-in-IP and a prober that encapsulates (not exercised here, docs/identifiability.md).
+
+A group is renewed while windows keep naming one of its links or stay ``undetermined`` over it, and
+withdrawn ``lifetime_ns`` after the last of those. Rate-limited per fabric: at most ``max_groups``
+groups at once and ``max_tuples`` 5-tuples per group; a request beyond that is refused (counted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from producers import controller as ctl
+from producers.controller_ident import PathsOf, split_entries, structural_groups, switch_links
+from schemas.inventory import Inventory
+
+WINDOW_NS = 20_000_000_000
+BOUNCE_PPS = 10.0
+"""Rate of one bounced probe (probes/s): 200 crossings of its link per 20 s window, the rate
+R-Pingmesh asks of every link above the ToR (§4: more than 10 probes/s each way)."""
+
+
+def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, pps: float = BOUNCE_PPS,
+                   seed: int = 0) -> list[dict]:
+    """One bounced probe per link ``a->b`` of ``group``: from an RNIC under ``a`` up to ``b`` and back.
+
+    Each entry is an ``inter_tor`` entry whose prober and responder are the same RNIC, with
+    ``bounce_path`` = the switches from its ToR up to ``b`` through ``a`` (comma-separated), e.g.
+    ``"T1,P0S1,X2"``; its forward path crosses exactly the links of that climb (both ways).
+
+    Raises:
+        ValueError: a link is not a switch link of ``inv``, or no ToR with RNICs is under its lower end.
+    """
+    known = set(switch_links(inv))
+    up: dict[str, list[str]] = {}
+    for ln in inv.links:
+        up.setdefault(ln.b, []).append(ln.a)  # upper -> lower ends
+    out = []
+    for k, lk in enumerate(sorted(group)):
+        if lk not in known:
+            raise ValueError(f"bounce_entries: {lk!r} is not a switch link of {inv.name}")
+        lower, upper = lk.split("->")
+        climb = [lower]
+        while climb[0] not in inv.tors:  # down to a ToR with RNICs, first in name order
+            below = sorted(x for x in up.get(climb[0], []) if x in inv.tors and inv.rnics_under_tor(x)) or \
+                sorted(up.get(climb[0], []))
+            if not below:
+                raise ValueError(f"bounce_entries: no ToR under {lower} to bounce {lk} from")
+            climb.insert(0, below[(seed + k) % len(below)])
+        rnics = inv.rnics_under_tor(climb[0])
+        if not rnics:
+            raise ValueError(f"bounce_entries: ToR {climb[0]} under {lower} has no RNIC")
+        r = rnics[(seed + k) % len(rnics)]
+        e = ctl.pinglist_entry("inter_tor", inv, reg, r, r, (0x5B000 + k) & 0xFFFFF, pps, ctl.DEFAULT_TC)
+        e["bounce_path"] = ",".join([*climb, upper])
+        out.append(e)
+    return out
+
+
+@dataclass
+class _Active:
+    group: tuple[str, ...]
+    entries: list[dict]
+    until_ns: int
+    how: str  # "split" | "bounce" | "none"
+
+
+@dataclass
+class SplitLoop:
+    """Answers probe requests with short-lived pinglist entries (see the module docstring).
+
+    Attributes:
+        inv, reg: the fabric and its registry (QPNs of the new entries).
+        paths_of: the links a 5-tuple's paths cross (the tracer's paths; the simulator's ECMP model).
+        seed: seeds the candidate 5-tuples.
+        lifetime_ns: how long a group's entries stay after its last request or naming (two windows).
+        max_groups: groups probed at once per fabric (the rate limit).
+        max_tuples: 5-tuples per group.
+        bounce: answer structural groups with bounced probes (else they are refused as unsplittable).
+    """
+
+    inv: Inventory
+    reg: ctl.Registry
+    paths_of: PathsOf
+    seed: int = 0
+    lifetime_ns: int = 2 * WINDOW_NS
+    max_groups: int = 4
+    max_tuples: int = 4
+    bounce: bool = True
+    active: dict[tuple[str, ...], _Active] = field(default_factory=dict)
+    refused: int = 0
+    answered: int = 0
+    log: list[dict] = field(default_factory=list)
+    _structural: set[frozenset[str]] | None = None
+    _links: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._links = set(switch_links(self.inv))
+
+    def _is_structural(self, group: tuple[str, ...]) -> bool:
+        if self._structural is None:
+            self._structural = {frozenset(g) for g in structural_groups(self.inv)}
+        return any(set(group) <= s for s in self._structural)
+
+    def on_requests(self, requests: Iterable[dict], now_ns: int) -> list[dict]:
+        """Take ``probe_request`` records (``links``: the group); returns the entries newly added.
+
+        A request for a group already probed renews it; a request over links the fabric lacks (an
+        access link, a pseudo-link) is refused, as is one past ``max_groups``.
+        """
+        added: list[dict] = []
+        self._expire(now_ns)
+        for req in requests:
+            group = tuple(sorted(set(req["links"])))
+            if len(group) < 2 or not set(group) <= self._links:
+                self.refused += 1
+                continue
+            if group in self.active:
+                self.active[group].until_ns = now_ns + self.lifetime_ns
+                continue
+            if len(self.active) >= self.max_groups:
+                self.refused += 1
+                continue
+            entries = split_entries(self.inv, self.reg, group, self.paths_of, seed=self.seed,
+                                    max_tuples=self.max_tuples)
+            how = "split"
+            if not entries and self.bounce and self._is_structural(group):
+                entries, how = bounce_entries(self.inv, self.reg, group, seed=self.seed), "bounce"
+            if not entries:
+                how = "none"
+            self.active[group] = _Active(group, entries, now_ns + self.lifetime_ns, how)
+            self.answered += 1
+            self.log.append({"at_ns": now_ns, "links": list(group), "how": how, "entries": len(entries),
+                             "request": req.get("request_id")})
+            added += entries
+        return added
+
+    def on_named(self, links: Iterable[str], now_ns: int) -> None:
+        """A window named these links: keep probing the groups that hold one (the fault is still there)."""
+        named = set(links)
+        for a in self.active.values():
+            if named & set(a.group):
+                a.until_ns = max(a.until_ns, now_ns + self.lifetime_ns)
+
+    def _expire(self, now_ns: int) -> None:
+        for g in [g for g, a in self.active.items() if a.until_ns <= now_ns]:
+            del self.active[g]
+
+    def entries(self, now_ns: int) -> list[dict]:
+        """The loop's entries in force at ``now_ns`` (expired groups withdrawn), in group order."""
+        self._expire(now_ns)
+        return [e for g in sorted(self.active) for e in self.active[g].entries]
