@@ -46,8 +46,8 @@ from producers.sim import (
     Simulator,
 )
 from producers.sim.fabrics import panel1, random_clos
-from producers.sim.plan import entry_links
 from producers.sim.faults import Fault
+from producers.sim.plan import entry_links
 from schemas.inventory import Inventory
 
 S = 1_000_000_000
