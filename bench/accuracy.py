@@ -486,16 +486,17 @@ def hostping_patterns(seeds: tuple[int, ...] = (1, 2, 3)) -> tuple[int, int, lis
 def run(n_scenarios: int = 30, seed: int = 1, big_every: int = BIG_EVERY, seconds: int = 80,
         progress: Callable[[ScenarioResult], None] | None = None,
         background_loss: tuple[float, float] | None = BACKGROUND_LOSS, huge: int = 0,
-        seeds: tuple[int, ...] | None = None, jobs: int = 1) -> AccuracyReport:
+        seeds: tuple[int, ...] | None = None, jobs: int = 1, loop: bool = False) -> AccuracyReport:
     """Draw and run ``n_scenarios`` scenarios per seed (``seeds``, default ``(seed,)``), plus ``huge``
     scenarios on the 10,240-RNIC fabric per seed, in ``jobs`` processes; score them all; run the
-    Hostping patterns. Results do not depend on ``jobs`` (each scenario is seeded on its own)."""
+    Hostping patterns. Results do not depend on ``jobs`` (each scenario is seeded on its own).
+    ``loop``: with the controller's closed loop (:func:`run_scenario`)."""
     t = time.perf_counter()
     work = []
     for sd in seeds or (seed,):
         drawn = [draw_scenario(i, sd, big_every, seconds) for i in range(n_scenarios)]
         drawn += [draw_scenario(n_scenarios + j, sd, big_every, seconds, size=HUGE) for j in range(huge)]
-        work += [(sc, sd * 1000 + sc.index, background_loss) for sc in drawn]
+        work += [(sc, sd * 1000 + sc.index, background_loss, loop) for sc in drawn]
     results = []
     if jobs > 1:
         import multiprocessing as mp
@@ -518,7 +519,7 @@ def run(n_scenarios: int = 30, seed: int = 1, big_every: int = BIG_EVERY, second
     return rep
 
 
-def _run_one(w: tuple[Scenario, int, tuple[float, float] | None]) -> ScenarioResult:
+def _run_one(w: tuple[Scenario, int, tuple[float, float] | None, bool]) -> ScenarioResult:
     return run_scenario(*w)
 
 
