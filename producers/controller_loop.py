@@ -23,6 +23,7 @@ groups at once and ``max_tuples`` 5-tuples per group; a request beyond that is r
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -42,13 +43,15 @@ BOUNCE_TUPLES = 4
 
 
 def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, pps: float = BOUNCE_PPS,
-                   seed: int = 0, per_link: int = BOUNCE_TUPLES) -> list[dict]:
+                   seed: int = 0, per_link: int = BOUNCE_TUPLES, generation: int = 0) -> list[dict]:
     """``per_link`` bounced probes per link ``a->b`` of ``group``: from an RNIC under ``a`` up to ``b`` and
     back, each at ``pps / per_link`` probes/s (the link sees ``pps`` bounced probes/s in all).
 
     Each entry is an ``inter_tor`` entry whose prober and responder are the same RNIC, with
     ``bounce_path`` = the switches from its ToR up to ``b`` through ``a`` (comma-separated), e.g.
-    ``"T1,P0S1,X2"``; its forward path crosses exactly the links of that climb (both ways).
+    ``"T1,P0S1,X2"``; its forward path crosses exactly the links of that climb (both ways). Flow labels
+    are drawn from ``(seed, generation, link, j)``: a new ``generation`` gives new source ports (the
+    loop's answer when a group stays undetermined with its probes in force).
 
     Raises:
         ValueError: a link is not a switch link of ``inv``, or no ToR with RNICs is under its lower end.
@@ -74,7 +77,7 @@ def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, p
             raise ValueError(f"bounce_entries: ToR {climb[0]} under {lower} has no RNIC")
         for j in range(per_link):
             r = rnics[(seed + k + j) % len(rnics)]
-            fl = (0x5B000 + 64 * k + j) & 0xFFFFF
+            fl = random.Random(f"bounce/{seed}/{generation}/{lk}/{j}").randrange(1 << 20)
             e = ctl.pinglist_entry("inter_tor", inv, reg, r, r, fl, pps / per_link, ctl.DEFAULT_TC)
             e["bounce_path"] = ",".join([*climb, upper])
             out.append(e)
@@ -87,6 +90,8 @@ class _Active:
     entries: list[dict]
     until_ns: int
     how: str  # "split" | "bounce" | "none"
+    since_ns: int = 0  # when these entries were put in force
+    generation: int = 0
 
 
 @dataclass
@@ -139,25 +144,35 @@ class SplitLoop:
             if len(group) < 2 or not set(group) <= self._links:
                 self.refused += 1
                 continue
+            gen = 0
             if group in self.active:
-                self.active[group].until_ns = now_ns + self.lifetime_ns
-                continue
-            if len(self.active) >= self.max_groups:
+                a = self.active[group]
+                a.until_ns = now_ns + self.lifetime_ns
+                # still undetermined over a window that began with these probes in force: they did not
+                # split it (a partial loss that spares their 5-tuples); draw new ones
+                if a.how == "none" or int(req.get("window_start_ns", -1)) < a.since_ns:
+                    continue
+                gen = a.generation + 1
+                del self.active[group]
+            elif len(self.active) >= self.max_groups:
                 self.refused += 1
                 continue
-            entries = split_entries(self.inv, self.reg, group, self.paths_of, seed=self.seed,
-                                    max_tuples=self.max_tuples)
-            how = "split"
-            if not entries and self.bounce and self._is_structural(group):
-                entries, how = bounce_entries(self.inv, self.reg, group, seed=self.seed), "bounce"
-            if not entries:
-                how = "none"
-            self.active[group] = _Active(group, entries, now_ns + self.lifetime_ns, how)
+            entries, how = self._answer(group, gen)
+            self.active[group] = _Active(group, entries, now_ns + self.lifetime_ns, how, now_ns, gen)
             self.answered += 1
             self.log.append({"at_ns": now_ns, "links": list(group), "how": how, "entries": len(entries),
-                             "request": req.get("request_id")})
+                             "generation": gen, "request": req.get("request_id")})
             added += entries
         return added
+
+    def _answer(self, group: tuple[str, ...], generation: int) -> tuple[list[dict], str]:
+        entries = split_entries(self.inv, self.reg, group, self.paths_of, seed=self.seed + 7919 * generation,
+                                max_tuples=self.max_tuples)
+        if entries:
+            return entries, "split"
+        if self.bounce and self._is_structural(group):
+            return bounce_entries(self.inv, self.reg, group, seed=self.seed, generation=generation), "bounce"
+        return [], "none"
 
     def on_named(self, links: Iterable[str], now_ns: int) -> None:
         """A window named these links: keep probing the groups that hold one (the fault is still there)."""

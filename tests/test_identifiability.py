@@ -160,6 +160,19 @@ def test_split_loop_rate_limits_renews_and_withdraws():
     assert loop.entries(70) == []
 
 
+def test_split_loop_draws_new_tuples_when_its_probes_did_not_split_the_group():
+    inv = THREE_TIER(1)
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1)
+    first = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 0}], now_ns=30)
+    # the window that was already running when they came in says nothing about them: same entries
+    assert loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 20}], now_ns=50) == []
+    again = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 40}], now_ns=70)
+    assert len(again) == len(first) == 8 and loop.log[-1]["generation"] == 1
+    assert {e["src_port"] for e in again}.isdisjoint({e["src_port"] for e in first})
+    assert loop.entries(80) == again
+
+
 def _run(fault, loop, seed=1):
     inv = THREE_TIER(seed)
     r = run_scenario(Scenario(seed, "3-tier", inv, [fault], 80), seed, BACKGROUND_LOSS, loop=loop)
