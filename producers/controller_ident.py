@@ -336,7 +336,7 @@ def make_identifiable(inv: Inventory, reg: ctl.Registry, entries: list[dict], pa
     rng = random.Random(f"ident/{seed}")
     cap = int(budget * len(base))
     extra: list[dict] = []
-    stuck: set[int] = set()
+    stuck: set[frozenset[str]] = set()  # classes (by their links: ids change as the partition refines)
     while len(extra) < cap:
         cls, size = ref.classes()
         # a class is open when it is uncovered (0) or has several links and is not a structural group
@@ -346,7 +346,7 @@ def make_identifiable(inv: Inventory, reg: ctl.Registry, entries: list[dict], pa
         struct_cls = {c for c, m in members.items() if c and m and all(lk in struct for lk in m)
                       and len({struct[lk] for lk in m}) == 1}
         open_ = sorted((c for c, m in members.items() if (c == 0 or len(m) > 1) and c not in struct_cls
-                        and c not in stuck), key=lambda c: sorted(members[c])[0])
+                        and frozenset(members[c]) not in stuck), key=lambda c: sorted(members[c])[0])
         if not open_:
             break
         c = open_[0]
@@ -357,7 +357,7 @@ def make_identifiable(inv: Inventory, reg: ctl.Registry, entries: list[dict], pa
             if g > best_gain:
                 best, best_gain, best_set = e, g, s
         if best is None:
-            stuck.add(c)  # nothing drawn helps this class: try the others, report it if it stays
+            stuck.add(frozenset(members[c]))  # nothing drawn helps it: try the others, report it if it stays
             continue
         extra.append(best)
         ref.add(best_set)
