@@ -153,10 +153,10 @@ def test_split_loop_rate_limits_renews_and_withdraws():
     loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1, max_groups=1, lifetime_ns=40)
     added = loop.on_requests([{"links": list(CORE_PAIRS[1])}, {"links": list(CORE_PAIRS[2])},
                               {"links": ["T1->P0S1", "T1r1->T1"]}], now_ns=0)
-    assert len(added) == 8 and loop.log[0]["how"] == "bounce"  # 4 bounced tuples per link
+    assert len(added) == 16 and loop.log[0]["how"] == "bounce"  # 8 bounced tuples per link
     assert loop.refused == 2  # past max_groups, and an access link
     loop.on_named(["P1S1->X2"], now_ns=30)  # still faulty: keep probing until 70
-    assert len(loop.entries(60)) == 8
+    assert len(loop.entries(60)) == 16
     assert loop.entries(70) == []
 
 
@@ -168,7 +168,7 @@ def test_split_loop_draws_new_tuples_when_its_probes_did_not_split_the_group():
     # the window that was already running when they came in says nothing about them: same entries
     assert loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 20}], now_ns=50) == []
     again = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 40}], now_ns=70)
-    assert len(again) == len(first) == 8 and loop.log[-1]["generation"] == 1
+    assert len(again) == len(first) == 16 and loop.log[-1]["generation"] == 1
     assert {e["src_port"] for e in again}.isdisjoint({e["src_port"] for e in first})
     assert loop.entries(80) == again
 
