@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
+from producers.controller_loop import SplitLoop
 from producers.sim import Simulator
 from producers.sim.engine import BATCH_NS
 from producers.sim.stream import registry_updates
@@ -25,6 +26,7 @@ from schemas.arrow_pa import table_from_columns
 from streams.pingmesh.analyzer import AnalyzerConfig, WindowResult
 from streams.pingmesh.links import PathIndex
 from streams.pingmesh.partial import from_bytes, link_counts
+from streams.pingmesh.probe_requests import named_links, requests_from_verdicts
 from streams.pingmesh.reducer import UploadMark, WindowReducer, worker_step
 from streams.pingmesh.rtt import decompose
 from streams.pingmesh.step_message import Step, encode_step
@@ -55,6 +57,11 @@ class SimPipeline:
     """window start → link → timed-out probes whose forward or ACK path crossed it (links in ``watch``)."""
     offsets: dict[int, int] = field(default_factory=dict)
     """raw partition → next offset (each agent upload is one raw message)."""
+    loop: SplitLoop | None = None
+    """The controller's closed loop, in-process: verdicts of a window that closes in round N change the
+    probes of round N + 1 (:mod:`producers.controller_loop`); None: the pinglists stay as built."""
+    requests: list[dict] = field(default_factory=list)
+    """Every probe request the closed windows made (when ``loop`` is set)."""
 
     def __post_init__(self) -> None:
         self.reducer = WindowReducer(config=self.config, partitions=self.workers, clock=lambda: 0.0)
@@ -106,6 +113,14 @@ class SimPipeline:
             out += self._send(step)
         for part, agent in idle:  # an agent with nothing to send still uploads (a heartbeat)
             out += self._send(Step(self._take(part, 1), {}, [(part, UploadMark(agent, t0_ns + BATCH_NS, agent))]))
+        if self.loop is not None:
+            now = t0_ns + BATCH_NS
+            for _, res in out:
+                reqs = requests_from_verdicts(res.verdicts)
+                self.requests += reqs
+                self.loop.on_named(named_links(res.verdicts), now)
+                self.loop.on_requests(reqs, now)
+            self.sim.set_extra(self.loop.entries(now))
         return out
 
     def _take(self, part: int, n: int) -> dict[int, tuple[int, int]]:

@@ -125,6 +125,8 @@ def accuracy(
     huge: int = typer.Option(0, help="scenarios per seed on the 10,240-RNIC fabric, besides --scenarios"),
     jobs: int = typer.Option(1, help="scenarios run in this many processes (results do not change)"),
     background_loss: bool = typer.Option(True, help="healthy links drop 1e-5..1e-4 of packets"),
+    loop: bool = typer.Option(False, help="run the controller's closed loop: undetermined link groups get "
+                              "probes that split them in the next windows (docs/identifiability.md)"),
 ) -> None:
     """Diagnosis precision/recall against the simulator's ground truth, and the 12 Hostping patterns."""
     from rich.console import Console
@@ -147,7 +149,8 @@ def accuracy(
 
     rep = bench_accuracy.run(scenarios, seed, big_every, seconds, progress, huge=huge, jobs=jobs, seeds=seed_list,
 
-                             background_loss=bench_accuracy.BACKGROUND_LOSS if background_loss else None)
+                             background_loss=bench_accuracy.BACKGROUND_LOSS if background_loss else None,
+                             loop=loop)
     bench_accuracy.print_report(rep, con)
 
 

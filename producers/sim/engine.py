@@ -126,6 +126,8 @@ class Simulator:
         self._inter_tor_mode = inter_tor
         self._per_switch = per_switch
         self._fixed = pinglists
+        self._extra: list[dict] = []
+        self._extra_version = 0
         self.topo = Topology(inventory, seed)
         self.rnic_names, self.hosts, self.rnic_id, self.host_id = (
             self.topo.rnic_names,
@@ -177,9 +179,17 @@ class Simulator:
             it = ctl.inter_tor(self.inv, self.registry, seed=self.seed, now_ns=now_ns)
         return {
             "tor_mesh": ctl.tor_mesh(self.inv, self.registry),
-            "inter_tor": it,
+            "inter_tor": [*it, *self._extra],
             "service": ctl.service(self.inv, self.registry, self._connections),
         }
+
+    def set_extra(self, entries: Sequence[dict]) -> None:
+        """Replace the short-lived inter-ToR entries the controller's closed loop asks for (from the next
+        batch; :mod:`producers.controller_loop`). Not applied over fixed ``pinglists``."""
+        entries = list(entries)
+        if entries != self._extra:
+            self._extra = entries
+            self._extra_version += 1
 
     def set_connections(self, connections: Sequence[dict]) -> None:
         """Replace the job-published connection list of the ``service`` pinglist (from the next batch)."""
@@ -187,7 +197,8 @@ class Simulator:
         self._plan_key = None
 
     def _plan_for(self, now_ns: int) -> Plan:
-        key = "fixed" if self._fixed is not None or self._inter_tor_mode == "even" else now_ns // ctl.HOUR_NS
+        key = ("fixed" if self._fixed is not None or self._inter_tor_mode == "even" else now_ns // ctl.HOUR_NS,
+               self._extra_version)
         if key != self._plan_key:
             lists = self.pinglists(now_ns)
             self._plan = make_plan(self.topo, [e for name in PINGLIST_CODES for e in lists.get(name, [])], self.seed)

@@ -6,6 +6,7 @@ so every 5 s upload only indexes into its arrays.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -54,6 +55,8 @@ def make_plan(topo: Topology, entries: list[dict], seed: int) -> Plan:
     rkey = tuple_key(topo.rnic_ip[dst], topo.rnic_ip[src], sport, dport)
     fwd = topo.route(src, dst, fkey) if e else np.zeros((0, 2), np.int64)
     rev = topo.route(dst, src, rkey) if e else np.zeros((0, 2), np.int64)
+    if any("bounce_path" in x for x in entries):
+        fwd, rev = _bounce(topo, entries, fwd, rev)
     names = topo.rnic_names_arr
     ips = topo.rnic_ips
     hosts = np.array(topo.hosts, dtype=object)
@@ -88,6 +91,28 @@ def make_plan(topo: Topology, entries: list[dict], seed: int) -> Plan:
         rev_links=(rev >= 0).sum(1) - 1,
         cols=cols,
     )
+
+
+def _bounce(topo: Topology, entries: list[dict], fwd: np.ndarray, rev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of bounced entries (``bounce_path``: the switches up to where the probe turns, e.g.
+    ``"T1,P0S1,X2"``): forward ``R, T1, P0S1, X2, P0S1, T1, R`` (down the same links: a Clos has one
+    downward route from a switch to a ToR), reverse ``R`` (the ACK stays inside the RNIC: no link)."""
+    rows = {}
+    for i, x in enumerate(entries):
+        if "bounce_path" in x:
+            r = topo.rnic_id[x["prober_rnic"]]
+            up = [topo.node_id[h] for h in str(x["bounce_path"]).split(",")]
+            rows[i] = [r, *up, *up[-2::-1], r]
+    width = max(fwd.shape[1], max(len(v) for v in rows.values()))
+    f = np.full((len(entries), width), -1, dtype=np.int64)
+    f[:, : fwd.shape[1]] = fwd
+    rv = rev.copy()
+    for i, row in rows.items():
+        f[i] = -1
+        f[i, : len(row)] = row
+        rv[i] = -1
+        rv[i, 0] = row[0]
+    return f, rv
 
 
 def hop_strings(plan: Plan, node_names: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -160,3 +185,39 @@ def even_inter_tor(
                 if tops and all(got.get(t, 0) >= per_switch for t in tops):
                     break
     return out
+
+
+def entry_links(topo: Topology) -> Callable[[list[dict]], list[frozenset[str]]]:
+    """The simulator's ECMP model as a :data:`producers.controller_ident.PathsOf`: pinglist entries →
+    the switch links (``lower->upper``) each one's forward and ACK paths cross.
+
+    What the tracer would report for those 5-tuples on this fabric (the same hash as the probes take).
+    """
+    name: dict[tuple[int, int], str] = {}
+    for ln in topo.inv.links:
+        a, b = topo.node_id[ln.a], topo.node_id[ln.b]
+        name[a, b] = name[b, a] = f"{ln.a}->{ln.b}"
+
+    def paths_of(entries: list[dict]) -> list[frozenset[str]]:
+        if not entries:
+            return []
+        src = np.array([topo.rnic_id[x["prober_rnic"]] for x in entries], dtype=np.int64)
+        dst = np.array([topo.rnic_id[x["responder_rnic"]] for x in entries], dtype=np.int64)
+        sport = np.array([x["src_port"] for x in entries], dtype=np.uint16)
+        dport = np.array([x["dst_port"] for x in entries], dtype=np.uint16)
+        fwd = topo.route(src, dst, tuple_key(topo.rnic_ip[src], topo.rnic_ip[dst], sport, dport))
+        rev = topo.route(dst, src, tuple_key(topo.rnic_ip[dst], topo.rnic_ip[src], sport, dport))
+        out = []
+        for f, r in zip(fwd.tolist(), rev.tolist(), strict=True):
+            s = set()
+            for h in (f, r):
+                for u, v in zip(h, h[1:], strict=False):
+                    if v < 0:
+                        break
+                    lk = name.get((u, v))
+                    if lk is not None:
+                        s.add(lk)
+            out.append(frozenset(s))
+        return out
+
+    return paths_of

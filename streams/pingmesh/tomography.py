@@ -252,6 +252,17 @@ def _expand_dark(pl: pa.Table, crossing: pa.Table) -> pa.Table:
                                                                           ("link", "ascending")])
 
 
+def _probing_limit(crossing: pa.Table, links: list[str]) -> bool:
+    """True when every link of a tie was crossed by as many probes as the others in the window (with the
+    same failures, the same probes: no vote over this window's probes can split them; the analyzer's
+    probe request asks for probes that do, :mod:`streams.pingmesh.probe_requests`)."""
+    if crossing.num_rows == 0:
+        return False
+    hit = crossing.filter(pc.is_in(crossing["link"], value_set=pa.array(links, crossing["link"].type)))
+    counts = dict(zip(hit["link"].to_pylist(), hit["n"].to_pylist(), strict=True))
+    return len(counts) == len(links) and len(set(counts.values())) == 1
+
+
 def _confidence(votes: float, evidence: float, rel_second: float, cfg: VoteConfig) -> float:
     """Probability a named link is faulty: support × evidence (significance or ratio term) × margin,
     each in [0, 1]."""
@@ -289,8 +300,12 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
                      {**ev, "link_confidence": s.confidence, "tied_with": list(s.tied_with),
                       "why": "traces stop at this hop and no complete trace tells the next link"})
         elif s.tied_with:
+            limit = _probing_limit(crossing, [s.link, *s.tied_with])
             ctx.emit("undetermined", "|".join([s.link, *s.tied_with]), s.ratio, 0.0, s.failed, s.crossing,
-                     {**ev, "link_confidence": s.confidence, "why": "links explain the same failures equally"})
+                     {**ev, "link_confidence": s.confidence, "probing_limit": limit,
+                      "why": ("probing limit: the window's probes crossed these links together, so they fail "
+                              "together; probes that split them are requested" if limit
+                              else "links explain the same failures equally")})
         elif s.access_rnic is not None and s.ratio >= cfg.access_claim_ratio:
             # nearly every probe through the RNIC's access link failed, from all pinglists: the RNIC, its
             # cable or ToR port (all ``rnic`` faults), even where too few ToR peers were left to probe it

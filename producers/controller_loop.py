@@ -1,0 +1,192 @@
+"""The controller's closed loop: probes that split a group of links a window could not tell apart.
+
+When a window ends ``undetermined`` over a group of switch links (a tie: every failing probe crossed
+all of them), the analyzer turns the verdict into a *probe request* (a ``probe_request`` record,
+:func:`streams.pingmesh.probe_requests.requests_from_verdicts`). :class:`SplitLoop` answers it with a
+short-lived set of pinglist entries, added to the inter-ToR pinglist of the next windows and withdrawn
+after ``lifetime_ns``:
+
+* **5-tuples that split the group** (:func:`producers.controller_ident.split_entries`): their traced
+  paths cross one member but not another, so a fault on one member fails probes the others' does not.
+* **Bounced probes** where no 5-tuple can (a structural group,
+  :func:`producers.controller_ident.structural_groups`: on a three-tier Clos of two pods, a core's two
+  links are crossed by every inter-pod path together). One entry per member link ``a->b``: an RNIC
+  under ``a`` sends a probe up to ``b`` and back down the same links (NetBouncer's packet bouncing,
+  Tan et al., NSDI '19: IP-in-IP to the switch, which decapsulates and routes it back), so it crosses
+  that member and no other. The simulator models them; on a cluster they need switches that
+  decapsulate IP-in-IP and a prober that encapsulates (not exercised here, docs/identifiability.md).
+
+A group is renewed while windows keep naming one of its links or stay ``undetermined`` over it, and
+withdrawn ``lifetime_ns`` after the last of those. Rate-limited per fabric: at most ``max_groups``
+groups at once and ``max_tuples`` 5-tuples per group; a request beyond that is refused (counted).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from producers import controller as ctl
+from producers.controller_ident import PathsOf, split_entries, structural_groups, switch_links
+from schemas.inventory import Inventory
+
+WINDOW_NS = 20_000_000_000
+BOUNCE_PPS = 10.0
+"""Rate of one bounced probe (probes/s): 200 crossings of its link per 20 s window, the rate
+R-Pingmesh asks of every link above the ToR (§4: more than 10 probes/s each way)."""
+
+
+BOUNCE_TUPLES = 8
+"""Bounced 5-tuples per link (source ports differ): a loss that hits only some 5-tuples through the link
+(selecting a share ``f`` of them by hash) misses all eight with probability ``(1 - f)^8``: 1.7 % at
+f = 0.4, 17 % at f = 0.2."""
+
+
+def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, pps: float = BOUNCE_PPS,
+                   seed: int = 0, per_link: int = BOUNCE_TUPLES, generation: int = 0) -> list[dict]:
+    """``per_link`` bounced probes per link ``a->b`` of ``group``: from an RNIC under ``a`` up to ``b`` and
+    back, each at ``pps / per_link`` probes/s (the link sees ``pps`` bounced probes/s in all).
+
+    Each entry is an ``inter_tor`` entry whose prober and responder are the same RNIC, with
+    ``bounce_path`` = the switches from its ToR up to ``b`` through ``a`` (comma-separated), e.g.
+    ``"T1,P0S1,X2"``; its forward path crosses exactly the links of that climb (both ways). Flow labels
+    are drawn from ``(seed, generation, link, j)``: a new ``generation`` gives new source ports (the
+    loop's answer when a group stays undetermined with its probes in force).
+
+    Raises:
+        ValueError: a link is not a switch link of ``inv``, or no ToR with RNICs is under its lower end.
+    """
+    known = set(switch_links(inv))
+    up: dict[str, list[str]] = {}
+    for ln in inv.links:
+        up.setdefault(ln.b, []).append(ln.a)  # upper -> lower ends
+    out = []
+    for k, lk in enumerate(sorted(group)):
+        if lk not in known:
+            raise ValueError(f"bounce_entries: {lk!r} is not a switch link of {inv.name}")
+        lower, upper = lk.split("->")
+        climb = [lower]
+        while climb[0] not in inv.tors:  # down to a ToR with RNICs, first in name order
+            below = sorted(x for x in up.get(climb[0], []) if x in inv.tors and inv.rnics_under_tor(x)) or \
+                sorted(up.get(climb[0], []))
+            if not below:
+                raise ValueError(f"bounce_entries: no ToR under {lower} to bounce {lk} from")
+            climb.insert(0, below[(seed + k) % len(below)])
+        rnics = inv.rnics_under_tor(climb[0])
+        if not rnics:
+            raise ValueError(f"bounce_entries: ToR {climb[0]} under {lower} has no RNIC")
+        for j in range(per_link):
+            r = rnics[(seed + k + j) % len(rnics)]
+            fl = random.Random(f"bounce/{seed}/{generation}/{lk}/{j}").randrange(1 << 20)
+            e = ctl.pinglist_entry("inter_tor", inv, reg, r, r, fl, pps / per_link, ctl.DEFAULT_TC)
+            e["bounce_path"] = ",".join([*climb, upper])
+            out.append(e)
+    return out
+
+
+@dataclass
+class _Active:
+    group: tuple[str, ...]
+    entries: list[dict]
+    until_ns: int
+    how: str  # "split" | "bounce" | "none"
+    since_ns: int = 0  # when these entries were put in force
+    generation: int = 0
+
+
+@dataclass
+class SplitLoop:
+    """Answers probe requests with short-lived pinglist entries (see the module docstring).
+
+    Attributes:
+        inv, reg: the fabric and its registry (QPNs of the new entries).
+        paths_of: the links a 5-tuple's paths cross (the tracer's paths; the simulator's ECMP model).
+        seed: seeds the candidate 5-tuples.
+        lifetime_ns: how long a group's entries stay after its last request or naming (two windows).
+        max_groups: groups probed at once per fabric (the rate limit).
+        max_tuples: 5-tuples per group.
+        bounce: answer structural groups with bounced probes (else they are refused as unsplittable).
+    """
+
+    inv: Inventory
+    reg: ctl.Registry
+    paths_of: PathsOf
+    seed: int = 0
+    lifetime_ns: int = 2 * WINDOW_NS
+    max_groups: int = 4
+    max_tuples: int = 4
+    bounce: bool = True
+    active: dict[tuple[str, ...], _Active] = field(default_factory=dict)
+    refused: int = 0
+    answered: int = 0
+    log: list[dict] = field(default_factory=list)
+    _structural: set[frozenset[str]] | None = None
+    _links: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._links = set(switch_links(self.inv))
+
+    def _is_structural(self, group: tuple[str, ...]) -> bool:
+        if self._structural is None:
+            self._structural = {frozenset(g) for g in structural_groups(self.inv)}
+        return any(set(group) <= s for s in self._structural)
+
+    def on_requests(self, requests: Iterable[dict], now_ns: int) -> list[dict]:
+        """Take ``probe_request`` records (``links``: the group); returns the entries newly added.
+
+        A request for a group already probed renews it; a request over links the fabric lacks (an
+        access link, a pseudo-link) is refused, as is one past ``max_groups``.
+        """
+        added: list[dict] = []
+        self._expire(now_ns)
+        for req in requests:
+            group = tuple(sorted(set(req["links"])))
+            if len(group) < 2 or not set(group) <= self._links:
+                self.refused += 1
+                continue
+            gen = 0
+            if group in self.active:
+                a = self.active[group]
+                a.until_ns = now_ns + self.lifetime_ns
+                # still undetermined over a window that began with these probes in force: they did not
+                # split it (a partial loss that spares their 5-tuples); draw new ones
+                if a.how == "none" or int(req.get("window_start_ns", -1)) < a.since_ns:
+                    continue
+                gen = a.generation + 1
+                del self.active[group]
+            elif len(self.active) >= self.max_groups:
+                self.refused += 1
+                continue
+            entries, how = self._answer(group, gen)
+            self.active[group] = _Active(group, entries, now_ns + self.lifetime_ns, how, now_ns, gen)
+            self.answered += 1
+            self.log.append({"at_ns": now_ns, "links": list(group), "how": how, "entries": len(entries),
+                             "generation": gen, "request": req.get("request_id")})
+            added += entries
+        return added
+
+    def _answer(self, group: tuple[str, ...], generation: int) -> tuple[list[dict], str]:
+        entries = split_entries(self.inv, self.reg, group, self.paths_of, seed=self.seed + 7919 * generation,
+                                max_tuples=self.max_tuples)
+        if entries:
+            return entries, "split"
+        if self.bounce and self._is_structural(group):
+            return bounce_entries(self.inv, self.reg, group, seed=self.seed, generation=generation), "bounce"
+        return [], "none"
+
+    def on_named(self, links: Iterable[str], now_ns: int) -> None:
+        """A window named these links: keep probing the groups that hold one (the fault is still there)."""
+        named = set(links)
+        for a in self.active.values():
+            if named & set(a.group):
+                a.until_ns = max(a.until_ns, now_ns + self.lifetime_ns)
+
+    def _expire(self, now_ns: int) -> None:
+        for g in [g for g, a in self.active.items() if a.until_ns <= now_ns]:
+            del self.active[g]
+
+    def entries(self, now_ns: int) -> list[dict]:
+        """The loop's entries in force at ``now_ns`` (expired groups withdrawn), in group order."""
+        self._expire(now_ns)
+        return [e for g in sorted(self.active) for e in self.active[g].entries]

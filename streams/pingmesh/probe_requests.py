@@ -1,0 +1,59 @@
+"""Probe requests: what the analyzer asks the controller to probe after an ``undetermined`` window.
+
+A tie in the vote (:func:`streams.pingmesh.tomography.vote_step`) names a group of switch links that
+explain the same failures: what was probed cannot tell them apart. The analyzer does not guess; it
+asks for probes that would (the controller's :class:`producers.controller_loop.SplitLoop` answers
+with 5-tuples, or bounced probes, that cross one member and not the others), and the next window
+names the link. A request is a plain record (``probe_request``)::
+
+    request_id      the verdict_id it answers
+    window_start_ns the window that ended undetermined
+    links           the group, sorted (switch links ``lower->upper``)
+    why             the verdict's reason
+
+Only ties over two or more switch links make a request: an ``undetermined`` over an access link
+(RNIC, cable or ToR port), over a pseudo-link ``X->*`` or over ``unexplained`` timeouts has no
+group to split.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import pyarrow as pa
+
+from streams.pingmesh.links import LINK_SEP, NO_ANSWER
+
+
+def requests_from_verdicts(verdicts: pa.Table | Iterable[dict]) -> list[dict]:
+    """``probe_request`` records for the verdicts that ended ``undetermined`` over a group of links.
+
+    Args:
+        verdicts: ``verdict.v1`` rows (a table or dicts); revisions are skipped.
+
+    Returns:
+        One record per such verdict, in input order.
+    """
+    rows = verdicts.to_pylist() if isinstance(verdicts, pa.Table) else list(verdicts)
+    out = []
+    for v in rows:
+        if v["kind"] != "undetermined" or v.get("revision_of") is not None:
+            continue
+        parts = str(v["location"]).split("|")
+        if len(parts) < 2 or not all(LINK_SEP in p and not p.endswith(LINK_SEP + NO_ANSWER) for p in parts):
+            continue
+        try:
+            why = json.loads(v.get("evidence") or "{}").get("why", "")
+        except json.JSONDecodeError:
+            why = ""
+        out.append({"request_id": v["verdict_id"], "window_start_ns": int(v["window_start_ns"]),
+                    "links": sorted(parts), "why": why})
+    return out
+
+
+def named_links(verdicts: pa.Table | Iterable[dict]) -> list[str]:
+    """The switch links the verdicts claim (``switch`` and ``switch_latency``), for the loop's renewal."""
+    rows = verdicts.to_pylist() if isinstance(verdicts, pa.Table) else list(verdicts)
+    return [str(v["location"]) for v in rows if v["kind"] in ("switch", "switch_latency")
+            and v.get("revision_of") is None]

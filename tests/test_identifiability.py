@@ -1,0 +1,198 @@
+"""Identifiability of the probe plan and the closed loop that splits an ``undetermined`` group.
+
+Simulator truth: a fault injected on one agg-to-core link of the benchmark's three-tier fabric (two
+pods) is named as that link once the loop has probed, and stays ``undetermined`` over the core's two
+links without the loop (no 5-tuple crosses one of them without the other).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.accuracy import BACKGROUND_LOSS, SIZES, Scenario, run_scenario
+from producers import controller as ctl
+from producers.controller_ident import (
+    identifiability,
+    make_identifiable,
+    split_entries,
+    structural_groups,
+    switch_links,
+)
+from producers.controller_loop import SplitLoop, bounce_entries
+from producers.sim import LinkDown, LossyLink, PartialTupleLoss, Simulator
+from producers.sim.fabrics import panel1, random_clos
+from producers.sim.plan import entry_links
+from producers.sim.topology import Topology
+from streams.pingmesh.probe_requests import named_links, requests_from_verdicts
+
+THREE_TIER = SIZES[3][1]  # the benchmark's "3-tier 8 ToRs (64)": 2 pods, 2 aggs each, 4 cores
+CORE_PAIRS = [("P0S1->X1", "P1S1->X1"), ("P0S1->X2", "P1S1->X2"), ("P0S2->X3", "P1S2->X3"),
+              ("P0S2->X4", "P1S2->X4")]
+
+
+def _plan(inv, seed=1, p=0.99):
+    reg = ctl.Registry.from_inventory(inv, seed=seed)
+    lists = ctl.build_pinglists(inv, reg, seed=seed, now_ns=0, p=p)
+    return reg, [e for k in ("tor_mesh", "inter_tor", "service") for e in lists[k]]
+
+
+def test_structural_groups_are_the_core_pairs_of_a_two_pod_fabric_and_none_elsewhere():
+    # every inter-pod path through core X climbs one pod's agg-X link and descends the other's
+    assert structural_groups(THREE_TIER(1)) == CORE_PAIRS
+    assert structural_groups(panel1()) == []
+    assert structural_groups(random_clos(5, 12, 2, 2, 2, n_pods=3, n_cores=4)) == []
+
+
+def test_identifiability_counts_a_hand_made_plan():
+    inv = panel1()
+    # two probes: one crossing A->S1 and B->S1, one crossing A->S1 only; C's links uncovered
+    rep = identifiability(inv, [{"A->S1", "B->S1"}, {"A->S1"}, {"B->S2", "C->S2", "A1->A"}], two_link=True)
+    assert rep.uncovered == ("A->S2", "A->S3", "A->S4", "B->S3", "B->S4", "C->S1", "C->S3", "C->S4")
+    assert rep.groups == (("B->S2", "C->S2"),)
+    assert rep.identifiable == ("A->S1", "B->S1")
+    assert not rep.all_identifiable and rep.structural == ()
+    # two-link faults: a pair with an uncovered link fails what the other link alone fails, a pair holding
+    # B->S2 fails what the same pair with C->S2 fails, and {A->S1, B->S1} fails what A->S1 alone fails:
+    # all 66 pairs of the 12 links are ambiguous
+    assert rep.two_link_ambiguous == 66
+
+
+def test_two_link_faults_at_one_spine_of_panel1_are_ambiguous_under_eq1():
+    # every probe through spine Sx crosses two of its three ToR links, so any two of them fail every
+    # probe through Sx: 3 pairs per spine, 4 spines
+    inv = panel1()
+    reg, entries = _plan(inv)
+    rep = identifiability(inv, entry_links(Topology(inv, 1))(entries), two_link=True)
+    assert rep.all_identifiable and rep.two_link_ambiguous == 12
+
+
+def test_eq1_plans_of_the_benchmark_fabrics_are_identifiable_but_for_the_core_pairs():
+    for _, build in SIZES:
+        inv = build(3)
+        reg, entries = _plan(inv, seed=3)
+        aug = make_identifiable(inv, reg, entries, entry_links(Topology(inv, 3)), seed=3)
+        assert aug.after.uncovered == ()
+        assert aug.after.groups == aug.after.structural  # what is left no 5-tuple can split
+        assert len(aug.extra) <= 0.25 * aug.base_entries
+    assert aug is not None
+    inv = THREE_TIER(3)
+    reg, entries = _plan(inv, seed=3)
+    rep = make_identifiable(inv, reg, entries, entry_links(Topology(inv, 3)), seed=3).after
+    assert rep.groups == tuple(CORE_PAIRS) and rep.structural == tuple(CORE_PAIRS)
+
+
+def test_make_identifiable_splits_what_a_thin_plan_leaves_within_its_budget():
+    inv = random_clos(4, 8, 4, 2, 2)  # two tiers, 32 links
+    topo = Topology(inv, 4)
+    reg, entries = _plan(inv, seed=4, p=0.2)
+    inter = [e for e in entries if e["pinglist"] == "inter_tor"][:6]  # far too few to cover 32 links
+    paths_of = entry_links(topo)
+    aug = make_identifiable(inv, reg, inter, paths_of, seed=4, budget=10.0)
+    assert not aug.before.all_identifiable
+    assert aug.after.all_identifiable, aug.after.summary()
+    # the simulator's own paths of the result agree: every link has its own set of probes
+    sets = paths_of([*inter, *aug.extra])
+    sigs = {lk: frozenset(i for i, s in enumerate(sets) if lk in s) for lk in switch_links(inv)}
+    assert all(sigs.values()) and len(set(sigs.values())) == len(sigs)
+    capped = make_identifiable(inv, reg, inter, paths_of, seed=4, budget=0.5)
+    assert len(capped.extra) == 3  # int(0.5 * 6): the budget holds
+
+
+def test_split_entries_split_a_group_or_say_none_can():
+    inv = random_clos(5, 12, 2, 2, 2, n_pods=3, n_cores=4)
+    reg = ctl.Registry.from_inventory(inv, seed=5)
+    paths_of = entry_links(Topology(inv, 5))
+    group = ("P0S1->X1", "P1S1->X1", "P2S1->X1")
+    got = split_entries(inv, reg, group, paths_of, seed=5)
+    assert 1 <= len(got) <= 4
+    sets = [s & set(group) for s in paths_of(got)]
+    assert any(0 < len(s) < 3 for s in sets)
+    inv2 = THREE_TIER(1)
+    reg2 = ctl.Registry.from_inventory(inv2, seed=1)
+    assert split_entries(inv2, reg2, CORE_PAIRS[1], entry_links(Topology(inv2, 1)), seed=1) == []
+    with pytest.raises(ValueError, match="unknown: A->S9"):
+        split_entries(panel1(), ctl.Registry.from_inventory(panel1()), ("A->S1", "A->S9"), paths_of, seed=1)
+
+
+def test_bounce_entries_cross_exactly_their_link():
+    inv = THREE_TIER(1)
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    es = bounce_entries(inv, reg, CORE_PAIRS[1], per_link=2)  # the k-th link from the k-th ToR under it
+    assert [e["bounce_path"] for e in es] == ["T1,P0S1,X2", "T1,P0S1,X2", "T6,P1S1,X2", "T6,P1S1,X2"]
+    assert all(e["prober_rnic"] == e["responder_rnic"] for e in es)
+    sim = Simulator(inv, seed=1, pinglists={"inter_tor": es})
+    plan = sim._plan_for(0)
+    names = sim.topo.node_names
+    first = [str(names[i]) for i in plan.fwd[0] if i >= 0]
+    assert first == [es[0]["prober_rnic"], "T1", "P0S1", "X2", "P0S1", "T1", es[0]["prober_rnic"]]
+    assert (plan.rev_links == 0).all()  # the ACK stays in the RNIC
+    with pytest.raises(ValueError, match="not a switch link"):
+        bounce_entries(inv, reg, ["T1->X9"])
+
+
+def _verdict(kind, location, vid="v1", revision_of=None, why=""):
+    return {"verdict_id": vid, "window_start_ns": 40, "kind": kind, "location": location,
+            "revision_of": revision_of, "evidence": json.dumps({"why": why})}
+
+
+def test_requests_come_from_ties_over_switch_links_only():
+    rows = [_verdict("undetermined", "P1S1->X2|P0S1->X2", why="probing limit"),
+            _verdict("undetermined", "A1"), _verdict("undetermined", "unexplained"),
+            _verdict("undetermined", "T1->*|T1->P0S1"), _verdict("switch", "A->S1"),
+            _verdict("undetermined", "A->S1|B->S1", revision_of="v0")]
+    assert requests_from_verdicts(rows) == [{"request_id": "v1", "window_start_ns": 40,
+                                             "links": ["P0S1->X2", "P1S1->X2"], "why": "probing limit"}]
+    assert named_links(rows) == ["A->S1"]
+
+
+def test_split_loop_rate_limits_renews_and_withdraws():
+    inv = THREE_TIER(1)
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1, max_groups=1, lifetime_ns=40)
+    added = loop.on_requests([{"links": list(CORE_PAIRS[1])}, {"links": list(CORE_PAIRS[2])},
+                              {"links": ["T1->P0S1", "T1r1->T1"]}], now_ns=0)
+    assert len(added) == 16 and loop.log[0]["how"] == "bounce"  # 8 bounced tuples per link
+    assert loop.refused == 2  # past max_groups, and an access link
+    loop.on_named(["P1S1->X2"], now_ns=30)  # still faulty: keep probing until 70
+    assert len(loop.entries(60)) == 16
+    assert loop.entries(70) == []
+
+
+def test_split_loop_draws_new_tuples_when_its_probes_did_not_split_the_group():
+    inv = THREE_TIER(1)
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1)
+    first = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 0}], now_ns=30)
+    # the window that was already running when they came in says nothing about them: same entries
+    assert loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 20}], now_ns=50) == []
+    again = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 40}], now_ns=70)
+    assert len(again) == len(first) == 16 and loop.log[-1]["generation"] == 1
+    assert {e["src_port"] for e in again}.isdisjoint({e["src_port"] for e in first})
+    assert loop.entries(80) == again
+
+
+def _run(fault, loop, seed=1):
+    inv = THREE_TIER(seed)
+    r = run_scenario(Scenario(seed, "3-tier", inv, [fault], 80), seed, BACKGROUND_LOSS, loop=loop)
+    return [sorted((v["kind"], v["location"]) for v in rows if v["revision_of"] is None and
+                   v["location"] != "unexplained") for _, rows in r.windows]
+
+
+@pytest.mark.parametrize("fault", [LossyLink("P0S1", "X2", rate=0.05), LossyLink("P1S1", "X2", rate=0.05),
+                                   PartialTupleLoss("P0S2", "X3", fraction=0.4)])
+def test_the_loop_names_an_agg_to_core_fault_the_plan_cannot(fault):
+    link = f"{fault.a}->{fault.b}"
+    pair = next("|".join(p) for p in CORE_PAIRS if link in p)
+    before = _run(fault, loop=False)
+    assert before == [[("undetermined", pair)]] * 4  # no 5-tuple splits the core's two links
+    after = _run(fault, loop=True)
+    assert after[0] == [("undetermined", pair)]  # the window that asks
+    assert after[1:] == [[("switch", link)]] * 3  # named from the next window on, nothing else claimed
+
+
+def test_a_dead_agg_to_core_link_is_named_with_or_without_the_loop():
+    # its traces stop at the dead hop, which tells the two links apart (no loop needed)
+    fault = LinkDown("P0S1", "X1")
+    assert _run(fault, loop=False) == _run(fault, loop=True) == [[("switch", "P0S1->X1")]] * 4
