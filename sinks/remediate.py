@@ -122,7 +122,8 @@ class History:
 
 def plan(verdicts: Iterable[Mapping], nodes: Sequence[NodeView], inv: Inventory, host_node: Mapping[str, str],
          history: History, now_ns: int, cfg: GuardConfig | None = None) -> list[Action]:
-    """The actions for the current verdicts, in order: resumes first (they free room), then drains.
+    """The actions for the current verdicts, in order: resumes first (they free room), then drains
+    (P0 before P1, then by node name), each checked against the guard as it is planned.
 
     Args:
         verdicts: ``verdict.v1`` rows of the last ``cfg.clear_ns`` (dicts; revised ones already dropped).
@@ -169,7 +170,7 @@ def plan(verdicts: Iterable[Mapping], nodes: Sequence[NodeView], inv: Inventory,
     for n in nodes:
         for p in n.partitions:
             part_size[p] = part_size.get(p, 0) + 1
-    for node, v in sorted(bad.items()):
+    for node, v in sorted(bad.items(), key=lambda nv: (nv[1]["impact"], nv[0])):  # P0 first
         n = by_name[node]
         if node in held or n.drain:
             continue  # already drained (by us: nothing to do; by an operator: not ours to touch)
