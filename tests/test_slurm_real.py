@@ -53,7 +53,7 @@ def slurm():
     conf = subprocess.run(["bash", str(SCRIPT), "env"], capture_output=True, text=True, check=True).stdout
     client = SlurmClient(conf=conf.strip().split("=", 1)[1])
     yield client
-    client.run(["scancel", "--name=fs-test", "--full"])
+    client.run(["scancel", "--name=fs-test"])
     for n in client.nodes():
         if n.drain and (n.reason.startswith(REASON_PREFIX) or n.reason.startswith("operator: fs-test")):
             client.resume(n.name)
@@ -214,3 +214,45 @@ def test_the_guard_refuses_past_half_the_partition_and_keeps_its_hourly_count_ac
     assert r.returncode == 4 and "3 drains in the last hour already (max_per_hour 3)" in r.stdout
     assert "H4" not in node_reasons(slurm)
     slurm.resume("H6")
+
+
+def _conf_pids(conf: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                env = (d / "environ").read_bytes().split(b"\0")
+                cmd = (d / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if f"SLURM_CONF={conf}".encode() in env or conf.encode() in cmd:
+                out.append(int(d.name))
+    return [p for p in out if p != os.getpid()]
+
+
+def test_the_script_starts_idempotently_and_stops_leaving_no_process(slurm, tmp_path):
+    # a second, two-node cluster of its own (own var, ports), so the shared one keeps running
+    env = {**os.environ, "FABRICSCOPE_VAR": str(tmp_path), "SLURM_NODES": "T1 T2", "SLURMCTLD_PORT": "26917",
+           "SLURMD_PORT": "26918"}
+    conf = str(tmp_path / "slurm" / "etc" / "slurm.conf")
+
+    def script(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, env=env, timeout=300)
+
+    try:
+        assert script("start").returncode == 0
+        pids = sorted((tmp_path / "slurm" / "run").glob("*.pid"))
+        first = {p.name: p.read_text() for p in pids}
+        assert sorted(first) == ["munged.pid", "slurmctld.pid", "slurmd-T1.pid", "slurmd-T2.pid"]
+        assert script("start").returncode == 0          # reuses what runs
+        assert {p.name: p.read_text() for p in pids} == first
+        other = SlurmClient(conf=conf)
+        jid = other.run(["sbatch", "--parsable", "-N", "2", "--wrap", "sleep 300"]).strip()
+        wait_for(lambda: job_in(other, jid), 120, what="the job RUNNING on the second cluster")
+        stop = script("stop")
+        assert stop.returncode == 0, stop.stderr
+        assert _conf_pids(conf) == []                   # daemons, slurmstepd and the job's sleep are gone
+        assert script("status").returncode == 1
+    finally:
+        script("stop", "--purge")
+    assert not (tmp_path / "slurm").exists()

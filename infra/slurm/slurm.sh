@@ -170,6 +170,30 @@ start() {
   say "running: slurmctld on 127.0.0.1:$ctld_port, nodes $(sinfo -h -o '%N'); export SLURM_CONF=$conf"
 }
 
+no_jobs() { [ -z "$(timeout 10 squeue -h -t R,CG,S -o %i 2>/dev/null)" ]; }
+
+none_alive() { local p; for p in "$@"; do kill -0 "$p" 2>/dev/null && return 1; done; return 0; }
+
+ours() {  # pids (not ours to keep: job steps and job processes) whose environment names this cluster's conf
+  local p self=$$ daemons
+  daemons=" $(daemon_pids) "
+  for p in $(ls /proc | grep -E '^[0-9]+$'); do
+    [ "$p" = "$self" ] && continue
+    case "$daemons" in *" $p "*) continue ;; esac
+    local env; env=$( { tr '\0' '\n' < "/proc/$p/environ"; } 2>/dev/null) || continue
+    if grep -qx "SLURM_CONF=$conf" <<<"$env"; then
+      # only job-side processes: slurmstepd or those with a SLURM_JOB_ID
+      if grep -q "^SLURM_JOB_ID=" <<<"$env" || [ "$( { cat "/proc/$p/comm"; } 2>/dev/null)" = slurmstepd ]; then
+        echo "$p"
+      fi
+    fi
+  done
+}
+
+daemon_pids() {
+  local f; for f in "$var"/run/*.pid; do [ -f "$f" ] && cat "$f"; done 2>/dev/null | tr '\n' ' '
+}
+
 stop_pid() {  # stop_pid PIDFILE NAME: TERM, wait up to 15 s, then KILL
   local pid
   if pid=$(pid_of "$1"); then
@@ -184,14 +208,22 @@ stop_pid() {  # stop_pid PIDFILE NAME: TERM, wait up to 15 s, then KILL
 stop() {
   local n
   [ -f "$conf" ] || { rm -rf "${purge:+$var}"; return 0; }
-  # Jobs first: slurmd's steps (slurmstepd and the job's processes) end with their job.
-  if answers; then timeout 10 scancel --state=RUNNING,PENDING --full 2>/dev/null || true; fi
+  # Jobs first: they end with scancel while slurmctld and the slurmds still run (up to 30 s).
+  if answers; then
+    local ids; ids=$(timeout 10 squeue -h -o %A 2>/dev/null | sort -u | tr '\n' ' ') || true
+    if [ -n "${ids// /}" ]; then timeout 10 scancel $ids 2>/dev/null || true; fi
+    wait_for 30 "jobs to end" no_jobs || echo "slurm: jobs still running after 30 s; killing them" >&2
+  fi
   for n in $nodes; do stop_pid "$var/run/slurmd-$n.pid" "slurmd $n"; done
-  # Any slurmstepd of ours still alive (its slurmd was killed): by its spool dir on the command line.
-  local p
-  for p in $(pgrep -f "slurmstepd" 2>/dev/null || true); do
-    if tr '\0' ' ' < "/proc/$p/environ" 2>/dev/null | grep -q "SLURM_CONF=$conf"; then kill "$p" 2>/dev/null || true; fi
-  done
+  # What is left of a job (slurmstepd, the job's processes, which slurmstepd re-parents to init) carries
+  # this cluster's SLURM_CONF in its environment: TERM, then KILL (slurmstepd ignores TERM).
+  local p left=""
+  for p in $(ours); do kill "$p" 2>/dev/null || true; left="$left $p"; done
+  if [ -n "$left" ]; then
+    wait_for 5 "job processes to exit" none_alive $left || true
+    for p in $left; do kill -9 "$p" 2>/dev/null || true; done
+    say "ended job processes:$left"
+  fi
   stop_pid "$var/run/slurmctld.pid" slurmctld
   stop_pid "$var/run/munged.pid" munged
   if [ -n "${purge:-}" ]; then rm -rf "$var"; say "removed $var"; fi
