@@ -155,6 +155,30 @@ def test_a_fault_on_a_slurm_jobs_path_is_p0_for_that_job_blamed_on_the_network_a
     pq.write_table(verdicts, vfile)
     inv_file = tmp_path / "inv.yaml"
     inv.dump(inv_file)
+    # the store: the job from Slurm (jobs sync), the verdicts and coverage as the sink writes them
+    sync = fabricscope(tmp_path, slurm, "jobs", "sync", "--inventory", str(inv_file))
+    assert sync.returncode == 0, sync.stderr
+    from sinks.clickhouse import migrate, open_store
+
+    store = open_store(tmp_path / "clickhouse")
+    try:
+        migrate(store)
+        store.insert_arrow("verdicts", verdicts)
+        store.insert_arrow("coverage", coverage)
+    finally:
+        store.close()
+    at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime((t0 + 5 * S) // S))
+    out = fabricscope(tmp_path, slurm, "blame", "--job", f"{jid}.batch", "--at", at, "--json")
+    assert out.returncode == 0, out.stderr
+    said = json.loads(out.stdout)
+    assert (said["job_id"], said["answer"]) == (jid, "network")
+    assert [(p["impact"], p["kind"], p["location"]) for p in said["problems"]][0] == ("P0", "rnic", "A1")
+    sj = said["scheduler_job"]
+    assert (sj["nodes"], sj["rnics"], sj["running_at"]) == (["H1", "H3"], ["A1", "A2", "B1", "B2"], True)
+    hit = fabricscope(tmp_path, slurm, "query", "jobs_hit", "--json")
+    assert hit.returncode == 0, hit.stderr
+    rows = {r["job_id"]: r for r in map(json.loads, hit.stdout.splitlines()) if r.get("job_id")}
+    assert rows[jid]["worst_impact"] == "P0" and rows[jid]["problems"] == ["rnic A1"]
     dry = fabricscope(tmp_path, slurm, "jobs", "remediate", "--verdicts", str(vfile), "--inventory", str(inv_file))
     assert dry.returncode == 0, dry.stderr
     assert "drain    H1       dry-run" in dry.stdout and "H1" not in node_reasons(slurm)

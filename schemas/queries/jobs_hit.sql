@@ -11,11 +11,11 @@ SELECT
     groupUniqArray(10)(concat(v.kind, ' ', v.location)) AS problems,
     min(v.window_start) AS first_window,
     max(v.window_start) AS last_window
-FROM (SELECT * FROM verdicts FINAL
+FROM (SELECT window_start, window_start_ns, window_end_ns, kind, location, impact, job_id FROM verdicts FINAL
       WHERE window_start >= now() - toIntervalSecond({since:UInt32})
         AND impact IN ('P0', 'P1')
         AND verdict_id NOT IN (SELECT revision_of FROM verdicts WHERE revision_of IS NOT NULL)) AS v
-CROSS JOIN (SELECT * FROM jobs FINAL) AS j
+CROSS JOIN (SELECT job_id, name, user, hosts, rnics, start_ns, end_ns FROM jobs FINAL) AS j
 WHERE (v.job_id = j.job_id
        OR has(j.rnics, v.location) OR has(j.hosts, v.location))
   AND j.start_ns > 0
