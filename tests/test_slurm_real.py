@@ -62,7 +62,7 @@ def slurm():
 
 
 def sbatch(client: SlurmClient, *args: str) -> str:
-    out = client.run(["sbatch", "--parsable", "--job-name=fs-test", *args])
+    out = client.run(["sbatch", "--parsable", "--job-name=fs-test", "--output=/dev/null", *args])
     return out.strip().split(";")[0]
 
 
@@ -271,7 +271,7 @@ def test_the_script_starts_idempotently_and_stops_leaving_no_process(slurm, tmp_
         assert script("start").returncode == 0          # reuses what runs
         assert {p.name: p.read_text() for p in pids} == first
         other = SlurmClient(conf=conf)
-        jid = other.run(["sbatch", "--parsable", "-N", "2", "--wrap", "sleep 300"]).strip()
+        jid = other.run(["sbatch", "--parsable", "--output=/dev/null", "-N", "2", "--wrap", "sleep 300"]).strip()
         wait_for(lambda: job_in(other, jid), 120, what="the job RUNNING on the second cluster")
         stop = script("stop")
         assert stop.returncode == 0, stop.stderr
