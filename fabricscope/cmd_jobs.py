@@ -183,11 +183,11 @@ def connections_cmd(slurm_conf: Path = _SLURM_CONF, inventory: Path = _INVENTORY
                     out: Path = typer.Option(None, "--out", help="write JSON lines here (default: stdout)")) -> None:
     """Service-pinglist connections of the running jobs (the controller's connections file): a bounded sample
     of each job's node pairs, rail-aligned RNIC to RNIC, both directions."""
-    from producers.scheduler.jobs import job_connections
+    from producers.scheduler.jobs import running_connections
 
     placements, inv = read_placements(slurm_conf, inventory, node_map, "0s", backend)
-    lines = [json.dumps(c, sort_keys=True) for p in placements if p.job.state == "RUNNING"
-             for c in job_connections(p, inv, max_pairs)]
+    lines = [json.dumps(c, sort_keys=True)
+             for c in running_connections([p.job for p in placements], inv, _node_map(node_map), max_pairs)]
     text = "\n".join(lines) + ("\n" if lines else "")
     if out is None:
         typer.echo(text, nl=False)

@@ -208,3 +208,10 @@ def job_connections(p: Placement, inv: Inventory, max_pairs: int = DEFAULT_MAX_P
                 fl = int.from_bytes(hashlib.sha1(f"{p.job.job_id}|{src}|{dst}|{i}".encode()).digest()[:2], "big")
                 out.append({"job_id": p.job.job_id, "src_rnic": src, "dst_rnic": dst, "flow_label": fl & 0xFFFFF})
     return out
+
+
+def running_connections(jobs: list[Job], inv: Inventory, node_map: NodeMap | None = None,
+                        max_pairs: int = DEFAULT_MAX_PAIRS) -> list[dict[str, Any]]:
+    """Service-pinglist connections of every ``RUNNING`` job of ``jobs`` (what ``up`` hands the controller:
+    ``lab.refresh_pinglists(connections=running_connections(SlurmClient().jobs(), inv))``)."""
+    return [c for j in jobs if j.state == "RUNNING" for c in job_connections(place(j, inv, node_map), inv, max_pairs)]

@@ -154,7 +154,9 @@ class SlurmClient:
         except subprocess.TimeoutExpired:
             raise SlurmError(f"{' '.join(argv)} did not answer in {self.timeout_s:.0f} s; is slurmctld up?") from None
         if r.returncode != 0:
-            raise SlurmError(f"{' '.join(argv)} failed (exit {r.returncode}): {r.stderr.strip()[:400]}")
+            hint = ("; point at the cluster with --slurm-conf or SLURM_CONF (`bash infra/slurm/slurm.sh env` "
+                    "prints the test cluster's)") if "configuration source" in r.stderr else ""
+            raise SlurmError(f"{' '.join(argv)} failed (exit {r.returncode}): {r.stderr.strip()[-400:]}{hint}")
         return r.stdout
 
     def _json(self, argv: Sequence[str]) -> dict[str, Any]:
