@@ -214,7 +214,13 @@ stop() {
     if [ -n "${ids// /}" ]; then timeout 10 scancel $ids 2>/dev/null || true; fi
     wait_for 30 "jobs to end" no_jobs || echo "slurm: jobs still running after 30 s; killing them" >&2
   fi
-  for n in $nodes; do stop_pid "$var/run/slurmd-$n.pid" "slurmd $n"; done
+  # All slurmds at once (each takes seconds to exit), then wait for them.
+  local killed=""
+  for n in $nodes; do
+    if pid_of "$var/run/slurmd-$n.pid" >/dev/null; then kill "$(cat "$var/run/slurmd-$n.pid")" 2>/dev/null || true; killed="$killed $n"; fi
+  done
+  for n in $nodes; do stop_pid "$var/run/slurmd-$n.pid" "slurmd $n" >/dev/null; done
+  if [ -n "$killed" ]; then say "stopped slurmd$killed"; fi
   # What is left of a job (slurmstepd, the job's processes, which slurmstepd re-parents to init) carries
   # this cluster's SLURM_CONF in its environment: TERM, then KILL (slurmstepd ignores TERM).
   local p left=""
