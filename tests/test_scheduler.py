@@ -245,3 +245,23 @@ def test_dry_run_calls_nothing_and_apply_records_failures():
 def test_a_guard_fraction_outside_0_1_is_refused():
     with pytest.raises(ValueError, match="between 0 and 1"):
         GuardConfig(max_fraction=1.5)
+
+
+def test_the_jobs_commands_name_what_is_wrong(tmp_path):
+    from typer.testing import CliRunner
+
+    from fabricscope.cli import app, register_all
+
+    register_all()
+    run = CliRunner().invoke
+    r = run(app, ["jobs", "list", "--from", "kubernetes"])
+    assert r.exit_code == 2 and "only 'slurm' is built" in r.output
+    r = run(app, ["jobs", "list", "--inventory", str(tmp_path / "none.yaml")])
+    assert r.exit_code == 2 and "none.yaml: no such file" in r.output
+    r = run(app, ["jobs", "list", "--slurm-conf", str(tmp_path / "slurm.conf")])
+    assert r.exit_code == 2 and "slurm.conf: no such file" in r.output
+    r = run(app, ["jobs", "remediate", "--apply"])
+    assert r.exit_code == 2 and "--production" in r.output
+    panel1().dump(tmp_path / "inv.yaml")
+    r = run(app, ["jobs", "remediate", "--max-fraction", "2", "--inventory", str(tmp_path / "inv.yaml")])
+    assert r.exit_code == 2 and "between 0 and 1" in r.output

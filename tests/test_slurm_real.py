@@ -280,3 +280,22 @@ def test_the_script_starts_idempotently_and_stops_leaving_no_process(slurm, tmp_
     finally:
         script("stop", "--purge")
     assert not (tmp_path / "slurm").exists()
+
+
+def test_a_drain_names_one_node_and_text_in_the_reason_cannot_widen_it(slurm):
+    from producers.scheduler.slurm import SlurmError
+
+    # scontrol itself would drain every node for NodeName=ALL (tried: it does), or a list for a hostlist
+    for bad in ("H5,H6", "H[1-6]", "H5 State=RESUME", "ALL", "all", ""):
+        with pytest.raises(SlurmError, match="one node name"):
+            slurm.drain(bad, "fabricscope: x")
+        with pytest.raises(SlurmError, match="one node name"):
+            slurm.resume(bad)
+    assert node_reasons(slurm) == {}
+    reason = "fabricscope: rnic X NodeName=H6 State=RESUME verdict 1"
+    slurm.drain("H5", reason)
+    try:
+        assert node_reasons(slurm) == {"H5": reason}  # H6 untouched, the text kept as the reason
+    finally:
+        slurm.resume("H5")
+    assert node_reasons(slurm) == {}

@@ -223,5 +223,6 @@ _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 def _check_node(node: str) -> None:
     # One node per action: a hostlist or a second key=value in the name would widen it.
-    if not _NODE.match(node):
-        raise SlurmError(f"node name {node!r}: one node name of letters, digits, '.', '_' or '-' only")
+    if not _NODE.match(node) or node.upper() == "ALL":  # scontrol reads NodeName=ALL as every node
+        raise SlurmError(f"node name {node!r}: one node name of letters, digits, '.', '_' or '-' only "
+                         "(not Slurm's ALL)")
