@@ -26,7 +26,7 @@ SUBAPPS = (("cmd_pipeline", "commands"), ("cmd_demo", "commands"), ("cmd_diagnos
            ("cmd_bench", "bench_app"), ("cmd_history", "alertmanager_app"), ("cmd_history", "verdict_app"),
            ("cmd_history", "history_app"), ("cmd_history", "report_app"), ("cmd_lab", "lab_app"),
            ("cmd_sim", "inventory_app"), ("cmd_sim", "sim_app"), ("cmd_store", "store_app"),
-           ("cmd_hostping", "hostping_app"))
+           ("cmd_hostping", "hostping_app"), ("cmd_jobs", "jobs_app"))
 
 _registered = False
 

@@ -3,11 +3,14 @@
 Only wiring and printing; the answer is :func:`streams.pingmesh.blame.blame` over the verdicts
 (``verdict.v1``) and per-job coverage rows of the window holding TIME. They come from
 Arrow/Parquet files given with ``--verdicts``/``--coverage``, else from the store
-(table ``verdicts``; coverage from table ``coverage`` once the store has one).
+(table ``verdicts``; coverage from table ``coverage`` once the store has one). A Slurm job id is
+answered with the job's scheduler row (table ``jobs``, written by ``fabricscope jobs sync``): its name,
+user, nodes and RNICs, and whether it ran at TIME.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 
@@ -72,7 +75,8 @@ def _from_store(ws: int) -> tuple[pa.Table, pa.Table, str]:
 
 
 def blame_cmd(
-    job: str = typer.Option(..., "--job", help="job id, as in the service pinglist"),
+    job: str = typer.Option(..., "--job", help="job id: Slurm's (1234, 1234_7, 1234+1; step 1234.0 names its job) "
+                                              "or the service pinglist's name"),
     at: str = typer.Option(..., "--at", help="time: ns since the epoch or ISO 8601 with a zone"),
     verdicts_file: Path = typer.Option(None, "--verdicts", help="verdict.v1 rows (Arrow IPC or Parquet)"),
     coverage_file: Path = typer.Option(None, "--coverage", help="coverage rows (Arrow IPC or Parquet)"),
@@ -84,16 +88,25 @@ def blame_cmd(
     at_ns = parse_time(at)
     ws = window_start(at_ns, WINDOW_NS)
     note = ""
+    job = _slurm_job_id(job)
     if verdicts_file is not None:
         verdicts = read_table(verdicts_file)
         coverage = read_table(coverage_file) if coverage_file else COVERAGE_SCHEMA.empty_table()
     else:
         verdicts, coverage, note = _from_store(ws)
     ans = blame(job, at_ns, verdicts, coverage)
+    sched = _scheduler_job(job, at_ns) if verdicts_file is None else None
     if as_json:
-        typer.echo(ans.to_json())
+        out = json.loads(ans.to_json())
+        if sched is not None:
+            out["scheduler_job"] = sched
+        typer.echo(json.dumps(out, sort_keys=True, default=str))
         raise typer.Exit(EXIT_UNKNOWN if ans.answer == "unknown" else 0)
     typer.echo(f"job {job}, window starting {ws} ns: {ans.answer.upper()} — {ans.reason}")
+    if sched is not None:
+        typer.echo(f"  scheduler: {sched['name']!r} of {sched['user']}, {sched['state']}, on "
+                   f"{','.join(sched['nodes']) or '-'} (RNICs {','.join(sched['rnics']) or '-'})"
+                   + ("" if sched["running_at"] else "; NOT running at that time"))
     for p in ans.problems:
         typer.echo(f"  {p['impact']} {p['kind']} at {p['location']} (confidence {p['confidence']:.2f})")
     for p in ans.other:
@@ -110,6 +123,35 @@ def blame_cmd(
         if hint:
             typer.echo(f"  note: {hint}")
         raise typer.Exit(EXIT_UNKNOWN)
+
+
+def _slurm_job_id(job: str) -> str:
+    """A Slurm step id names its job (``1234.0`` -> ``1234``); any other id is left as it is."""
+    from producers.scheduler.jobs import JobIdError, base_job_id
+
+    try:
+        return base_job_id(job)
+    except JobIdError:
+        return job  # not a Slurm id: the lab's job-lab, a connections file's names
+
+
+def _scheduler_job(job: str, at_ns: int) -> dict | None:
+    """The job's row in the store's ``jobs`` table (``fabricscope jobs sync``), or None when it has none."""
+    from fabricscope.settings import load
+    from fabricscope.store_access import run_query
+    from sinks.readonly_sql import sql_string
+
+    try:
+        t = run_query(load(), "SELECT job_id, name, user, state, nodes, rnics, start_ns, end_ns FROM jobs FINAL "
+                              f"WHERE job_id = {sql_string(job)} LIMIT 1")
+    except Exception:  # no jobs table (an older store) or no store: blame answers without it
+        return None
+    if t.num_rows == 0:
+        return None
+    row = t.to_pylist()[0]
+    row["running_at"] = bool(row["start_ns"] and row["start_ns"] <= at_ns
+                             and (row["end_ns"] is None or at_ns < row["end_ns"]))
+    return row
 
 
 def _unknown_hint(job: str, ws: int, coverage: pa.Table) -> str:

@@ -279,6 +279,54 @@ def test_precision_from_operator_feedback(month):
         assert got[kind]["precision"] == pytest.approx(c / (c + r), abs=1e-4)
 
 
+def test_jobs_hit_joins_verdicts_to_jobs_by_id_and_by_placement(month):
+    fab, now_s = month["fab"], month["now_s"]
+    day_ago = (now_s - 86400) * 10**9
+    ended, began = (now_s - 43200) * 10**9, (now_s - 2 * 86400) * 10**9
+    jobs = [  # (job_id, hosts, rnics, start_ns, end_ns)
+        ("4242", [], list(fab.rnics[:7]), began, None),    # holds every RNIC the rnic verdicts name
+        ("job-1", [], [], began, None),                     # named by the verdicts' job_id
+        ("77", list(fab.hosts[:6]), [], began, ended),      # every host verdict's host, but ended 12 h ago
+        ("78", list(fab.hosts[:6]), [], ended, None),       # the same hosts, started 12 h ago
+    ]
+    strs = pa.list_(pa.string())
+    month["store"].insert_arrow("jobs", pa.table({
+        "job_id": [j[0] for j in jobs], "parent_id": [j[0] for j in jobs], "name": ["n"] * 4, "user": ["u"] * 4,
+        "partition": ["p"] * 4, "state": ["RUNNING", "RUNNING", "COMPLETED", "RUNNING"],
+        "nodes": pa.array([[]] * 4, strs), "hosts": pa.array([j[1] for j in jobs], strs),
+        "rnics": pa.array([j[2] for j in jobs], strs), "unmapped": pa.array([[]] * 4, strs),
+        "submit_ns": [j[3] for j in jobs], "start_ns": [j[3] for j in jobs],
+        "end_ns": pa.array([j[4] for j in jobs], pa.int64()), "source": ["slurm"] * 4,
+        "observed_ns": [time.time_ns()] * 4}))
+    revised = {v["revision_of"] for v in month["verdicts"] if v["revision_of"]}
+    live = [v for v in month["verdicts"] if v["verdict_id"] not in revised and v["impact"] in ("P0", "P1")
+            and v["window_start_ns"] >= day_ago]
+    want = {}
+    for jid, hosts, rnics, start, end in jobs:
+        hit = [v for v in live if (v["job_id"] == jid or v["location"] in rnics or v["location"] in hosts)
+               and v["window_end_ns"] > start and (end is None or v["window_start_ns"] < end)]
+        if hit:
+            want[jid] = (min(v["impact"] for v in hit), len(hit))
+    assert set(want) == {"4242", "job-1", "77", "78"}  # the case is not empty
+    assert want["77"][1] + want["78"][1] == sum(1 for v in live if v["location"] in fab.hosts[:6])
+    rows = _run(month, "jobs_hit", since="86400")
+    assert {r["job_id"]: (r["worst_impact"], r["verdicts"]) for r in rows} == want
+
+
+def test_node_actions_newest_first(month):
+    now = time.time_ns()
+    rows = [{"action_id": f"a{i}", "at_ns": now - i * 3600 * 10**9, "action": a, "node": n, "host": n,
+             "verdict_id": f"v{i}", "kind": "rnic", "location": "X", "reason": "", "why": "w", "outcome": o,
+             "dry_run": o == "dry-run"}
+            for i, (a, n, o) in enumerate([("resume", "H1", "done"), ("drain", "H1", "done"),
+                                           ("refused", "H4", "refused"), ("drain", "H9", "dry-run")])]
+    rows[-1]["at_ns"] = now - 9 * 86400 * 10**9  # older than the default week
+    month["store"].insert_arrow("node_actions", pa.Table.from_pylist(rows))
+    got = _run(month, "node_actions")
+    assert [(r["action"], r["node"], r["outcome"]) for r in got] == [
+        ("resume", "H1", "done"), ("drain", "H1", "done"), ("refused", "H4", "refused")]
+
+
 def test_every_saved_query_is_covered(month):
     tested = set(month.get("ms", {}))
     assert set(names()) <= tested, set(names()) - tested
