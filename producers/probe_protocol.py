@@ -10,6 +10,7 @@ responder answers and what row it yields are defined here once.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,4 +172,54 @@ class Admission:
         if not b.take(now):
             self.counters["dropped_rate"] += 1
             return False
+        return True
+
+
+REPLY_FACTOR = 2.0  # the protocol answers one probe with ACK1 + ACK2: 2x in packets and bytes
+REPLY_WINDOW_S = 10.0
+
+
+@dataclass
+class ReplyBudget:
+    """What a responder may send to one address: at most ``factor`` x the bytes that address sent
+    it over the trailing ``window_s`` seconds, checked at every send (no amplification, even from
+    a spoofed source).
+
+    Every packet the agent sends in answer to traffic (ACK1, ACK2, trace replies, reverse traces)
+    is charged to the address it goes to; probes and forward traces of the agent's own pinglist
+    are not. Sources are tracked in one-second buckets, at most ``max_sources`` of them (the
+    least recently seen is forgotten first, so state stays bounded).
+    """
+
+    factor: float = REPLY_FACTOR
+    window_s: float = REPLY_WINDOW_S
+    max_sources: int = 65_536
+    _per: OrderedDict[str, deque[list[float]]] = field(default_factory=OrderedDict)
+
+    def _buckets(self, src: str, now: float) -> deque[list[float]]:
+        b = self._per.get(src)
+        if b is None:
+            b = self._per[src] = deque()
+            if len(self._per) > self.max_sources:
+                self._per.popitem(last=False)
+        else:
+            self._per.move_to_end(src)
+        while b and b[0][0] <= now - self.window_s:
+            b.popleft()
+        sec = float(int(now))
+        if not b or b[-1][0] != sec:
+            b.append([sec, 0.0, 0.0])
+        return b
+
+    def received(self, src: str, nbytes: int, now: float) -> None:
+        """Count ``nbytes`` of payload that arrived from ``src`` at ``now`` (monotonic seconds)."""
+        self._buckets(src, now)[-1][1] += nbytes
+
+    def allow(self, dst: str, nbytes: int, now: float) -> bool:
+        """Whether ``nbytes`` more to ``dst`` stay within the budget; if so they are counted as sent."""
+        b = self._buckets(dst, now)
+        got, sent = sum(x[1] for x in b), sum(x[2] for x in b)
+        if sent + nbytes > self.factor * got:
+            return False
+        b[-1][2] += nbytes
         return True

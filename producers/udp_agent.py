@@ -20,12 +20,15 @@ Config (JSON)::
      "registry_dir": "var/lab/registry", "registry_refresh_s": 30,
      "rates": {"tor_mesh": 10, "inter_tor": 10, "service": 10},   # probes/s per RNIC
      "upload_interval_s": 5, "trace_interval_s": 60,
+     "reverse_trace_peers": [],        # more addresses whose ACK paths to trace (the agent's own targets always)
      "output": {"kind": "kafka", "bootstrap": "127.0.0.1:9092", "topic_prefix": ""}}
 
 ``role`` is ``prober``, ``responder`` or ``both``; ``output.kind`` is ``kafka``,
 ``dir`` (``{"kind": "dir", "path": ...}``: one ``.arrow`` file per batch) or ``none``.
 The responder writes ``<registry_dir>/<host>.json`` with its QPN at start (the
 lab's registry; a restarted agent has a new QPN, R-Pingmesh's stale-QPN case).
+The responder never sends an address more than twice the bytes it received from it over
+10 s (:class:`producers.probe_protocol.ReplyBudget`), reverse traces included.
 """
 
 from __future__ import annotations
@@ -194,6 +197,9 @@ class Agent:
             self._schedule.append((now + int(self.rng.random() * e["_interval_ns"]), i))
         heapq.heapify(self._schedule)
         self._apply_registry()
+        if self.tracing:  # reverse traces only toward peers this agent probes, or that the config names
+            extra = set(self.cfg.get("reverse_trace_peers", []))
+            self.engine.reverse_peers = {e["dst_ip"] for e in self.entries} | extra
 
     def _reload_pinglist(self) -> None:
         path = self.cfg.get("pinglist_file")
