@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from pathlib import Path
 from typing import Literal
 
@@ -175,11 +176,11 @@ def loggable_path(target: bytes) -> str:
     path = target.split(b"?", 1)[0].split(b"#", 1)[0]
     cut = len(path) > LOGGED_PATH_CHARS
     text = path[:LOGGED_PATH_CHARS].decode("latin-1")
-    out = "".join(c if 0x20 < ord(c) < 0x7F and c != "\\" else f"\\x{ord(c):02x}" for c in text)
+    out = "".join(c if 0x20 <= ord(c) < 0x7F and c != "\\" else f"\\x{ord(c):02x}" for c in text)
     return out + ("..." if cut else "")
 
 
-class _RefusalLog:
+class RefusalLog:
     """One warning per refused request, at most ``burst`` per ``window_s``; the rest are counted
     and reported in one line when the window turns (a flood of bad requests cannot fill the disk)."""
 
@@ -229,6 +230,11 @@ class ReaderGate:
                 return True
             return None
 
+    def in_use(self) -> tuple[int, int]:
+        """(long-lane slots taken, short-lane slots taken)."""
+        with self._lock:
+            return self._long, self._short
+
     def release(self, short: bool) -> None:
         """Give back a lane taken by :meth:`acquire`."""
         with self._lock:
@@ -263,7 +269,7 @@ class QueryServer:
         self._token = secrets.token_urlsafe(32)
         self._expected = f"Bearer {self._token}".encode()
         self._open = 0
-        self._refused = _RefusalLog()
+        self.refusal_log = RefusalLog()
         # Threads only for admitted work: every lane plus the one typed write, so nothing queues here.
         self._pool = ThreadPoolExecutor(self.limits.readers + 2, thread_name_prefix="query-endpoint-run")
         self._loop = asyncio.new_event_loop()
@@ -290,13 +296,19 @@ class QueryServer:
         return self
 
     def stop(self) -> None:
-        """Stop serving and remove the socket and the token."""
+        """Stop serving (connections in progress are cancelled) and remove the socket and the token."""
         async def close() -> None:
             if self._server:
                 self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.wait(tasks, timeout=10) if tasks else None
+
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(30)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
+        self._loop.close()
         self._pool.shutdown(wait=False, cancel_futures=True)
         socket_file(self.store_path).unlink(missing_ok=True)
         token_file(self.store_path).unlink(missing_ok=True)
@@ -389,9 +401,11 @@ class QueryServer:
                 else:
                     raise h11.RemoteProtocolError("request cut short")
         except h11.RemoteProtocolError as err:
-            self._refuse("malformed", f"malformed request from {who}: {str(err)[:80]!r}")
-            msg = f"malformed HTTP request: {err}"[:300].encode()
-            raise _Refused("malformed", _Reply(err.error_status_hint, msg)) from None
+            # h11's message may quote the request line (a token in a URL): only its first words are kept.
+            why = loggable_path(str(err).split(":", 1)[0].encode()[:60])
+            self._refuse("malformed", f"malformed request from {who}: {why}")
+            raise _Refused("malformed", _Reply(err.error_status_hint, f"malformed HTTP request: {why}".encode())) \
+                from None
         except TimeoutError:
             self._refuse("timeout", f"request from {who} not received within its "
                                     f"{self.limits.request_timeout_s:g} s (or idle {self.limits.idle_timeout_s:g} s)")
@@ -400,13 +414,14 @@ class QueryServer:
     def _refuse(self, reason: str, msg: str) -> None:
         ENDPOINT_REQUESTS.labels(outcome=f"refused_{reason}").inc()
         if reason != "closed":
-            self._refused("query endpoint: refused %s", msg)
+            self.refusal_log("query endpoint: refused %s", msg)
 
     async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, reply: _Reply) -> None:
         headers = [("Content-Type", reply.ctype), ("Content-Length", str(len(reply.body))),
                    ("Connection", "close"), *reply.extra.items()]
         try:
-            data = conn.send(h11.Response(status_code=reply.code, headers=headers))
+            data = conn.send(h11.Response(status_code=reply.code, headers=headers,
+                                          reason=HTTPStatus(reply.code).phrase.encode()))
             data += conn.send(h11.Data(data=reply.body)) + conn.send(h11.EndOfMessage())
         except h11.LocalProtocolError:  # h11 cannot answer in this state (e.g. no request line)
             data = (f"HTTP/1.1 {reply.code} Refused\r\nContent-Length: {len(reply.body)}\r\n"
