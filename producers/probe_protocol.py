@@ -185,9 +185,9 @@ class ReplyBudget:
     it over the trailing ``window_s`` seconds, checked at every send (no amplification, even from
     a spoofed source).
 
-    Every packet the agent sends in answer to traffic (ACK1, ACK2, trace replies, reverse traces)
-    is charged to the address it goes to; probes and forward traces of the agent's own pinglist
-    are not. Sources are tracked in one-second buckets, at most ``max_sources`` of them (the
+    Every packet the responder sends in answer to a packet (ACK1, ACK2, trace replies) is charged
+    to the address it goes to; the agent's own probes and traces (forward, and reverse toward peers
+    it probes itself) are not. Sources are tracked in one-second buckets, at most ``max_sources`` of them (the
     least recently seen is forgotten first, so state stays bounded).
     """
 

@@ -27,8 +27,10 @@ Config (JSON)::
 ``dir`` (``{"kind": "dir", "path": ...}``: one ``.arrow`` file per batch) or ``none``.
 The responder writes ``<registry_dir>/<host>.json`` with its QPN at start (the
 lab's registry; a restarted agent has a new QPN, R-Pingmesh's stale-QPN case).
-The responder never sends an address more than twice the bytes it received from it over
-10 s (:class:`producers.probe_protocol.ReplyBudget`), reverse traces included.
+The responder never answers an address with more than twice the bytes it received from it
+over 10 s (:class:`producers.probe_protocol.ReplyBudget`), and traces the ACK paths (reverse
+traces) only toward peers this host probes itself or ``reverse_trace_peers`` names, at most 8
+flows per peer and round.
 """
 
 from __future__ import annotations
@@ -155,6 +157,7 @@ class Agent:
                 netns=config.get("netns"),
                 qpns=config.get("qpns"),
                 allowed_sources=config.get("allowed_sources", []),
+                reverse_peers=config.get("reverse_trace_peers", []),
                 responder=self.role in ("both", "responder"),
                 dst_port=int(config.get("dst_port", DEFAULT_DST_PORT)),
                 hardware=bool(config.get("hardware_timestamps", False)),
@@ -339,9 +342,13 @@ class Agent:
                     self._reload_registry()
                     next_registry = now + registry_ns
                 self.run_due(now)
-            elif self.tracing and now >= next_reverse:  # responder: trace the ACK paths it answered
-                self.engine.trace_reverse_paths(reverse_since)
-                reverse_since, next_reverse = now, now + trace_ns
+            elif self.tracing:  # responder: trace the ACK paths it answered, toward the host's probe targets
+                if now >= next_pinglist:
+                    self._reload_pinglist()
+                    next_pinglist = now + 1_000_000_000
+                if now >= next_reverse:
+                    self.engine.trace_reverse_paths(reverse_since)
+                    reverse_since, next_reverse = now, now + trace_ns
             if now >= next_upload:
                 self.upload()
                 next_upload += upload_ns

@@ -336,19 +336,16 @@ class UdpEngine:
     def trace_reverse_paths(self, since_mono: int) -> int:
         """Responder side: trace the ACK path (reverse 5-tuple) of probers answered since ``since_mono``.
 
-        Only flows from :attr:`reverse_peers` were kept, at most :data:`REVERSE_FLOWS_PER_PEER` per
-        peer are traced, and each trace is charged to the peer's :class:`ReplyBudget` (skipped when
-        it does not fit). Every candidate is forgotten after the round. Returns the traces sent.
+        Only flows from :attr:`reverse_peers` (peers this host probes itself, or that the controller
+        names) were kept, and at most :data:`REVERSE_FLOWS_PER_PEER` of them per peer are traced per
+        round: what a source sends can add no more than that constant, however many ports it uses.
+        Every candidate is forgotten after the round. Returns the traces sent.
         """
         n, per_peer = 0, {}
-        now = time.monotonic()
         seen, self.reverse_seen = self.reverse_seen, {}
         for (lip, lport, rip, rport), at in seen.items():
             ep = self.endpoints.get((lip, lport, 0))
             if at < since_mono or ep is None or per_peer.get(rip, 0) >= REVERSE_FLOWS_PER_PEER:
-                continue
-            if not self.budget.allow(rip, MAX_HOPS * PAYLOAD_BYTES, now):
-                self.counters["dropped_budget"] += 1
                 continue
             per_peer[rip] = per_peer.get(rip, 0) + 1
             self.trace(ep, (rip, rport), self.address_names.get(rip, rip), direction="reverse")
