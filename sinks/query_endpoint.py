@@ -289,10 +289,10 @@ class QueryServer:
         with _short_path(sock_path) as name:
             sock.bind(name)
         os.chmod(sock_path, 0o600)
-        sock.listen(128)
+        sock.listen(1024)  # a burst of connections is accepted, then capped, not refused by the kernel
         self._thread.start()
-        self._server = asyncio.run_coroutine_threadsafe(
-            asyncio.start_unix_server(self._connection, sock=sock, limit=64 * 1024), self._loop).result(30)
+        serving = asyncio.start_unix_server(self._connection, sock=sock, limit=64 * 1024, backlog=1024)
+        self._server = asyncio.run_coroutine_threadsafe(serving, self._loop).result(30)
         return self
 
     def stop(self) -> None:
@@ -548,8 +548,9 @@ class Endpoint:
                 raise StoreError(f"the process (pid {pid}, uid {uid}) on {self.socket_path} is not the store's "
                                  f"owner (uid {self.owner_uid}); refusing to talk to it")
             conn = h11.Connection(h11.CLIENT)
-            headers = [("Host", "store-writer"), ("Authorization", f"Bearer {self.token}"),
-                       ("Content-Length", str(len(content))), ("Connection", "close")]
+            headers = [("Host", "store-writer"), ("Content-Length", str(len(content))), ("Connection", "close")]
+            if self.token:
+                headers.append(("Authorization", f"Bearer {self.token}"))
             sock.sendall(conn.send(h11.Request(method=method, target=route, headers=headers))
                          + conn.send(h11.Data(data=content)) + conn.send(h11.EndOfMessage()))
             status, chunks = 0, []
