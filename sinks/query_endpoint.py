@@ -412,9 +412,10 @@ class QueryServer:
             raise _Refused("timeout", _Reply(408, b"request not received in time")) from None
 
     def _refuse(self, reason: str, msg: str) -> None:
+        if reason == "closed":  # a client that went away before a request: nothing to count or log
+            return
         ENDPOINT_REQUESTS.labels(outcome=f"refused_{reason}").inc()
-        if reason != "closed":
-            self.refusal_log("query endpoint: refused %s", msg)
+        self.refusal_log("query endpoint: refused %s", msg)
 
     async def _send(self, conn: h11.Connection, writer: asyncio.StreamWriter, reply: _Reply) -> None:
         headers = [("Content-Type", reply.ctype), ("Content-Length", str(len(reply.body))),
@@ -588,12 +589,18 @@ class Endpoint:
         return body
 
     def alive(self, timeout: float = 10.0) -> bool:
-        """Whether the store writer answers ``GET /health`` (no reader needed: busy is alive)."""
+        """Whether the store writer answers ``GET /health`` (no reader needed: busy is alive, and so is
+        a writer at its connection cap, which answers 503)."""
         try:
             status, body = self.request("GET", "/health", timeout=timeout)
         except (ConnectionError, TimeoutError, FileNotFoundError):
             return False
-        return status == 200 and json.loads(body).get("service") == SERVICE
+        if status == 503:
+            return True
+        try:
+            return status == 200 and json.loads(body).get("service") == SERVICE
+        except ValueError:
+            return False
 
     def query(self, sql: str, timeout: float = 60.0) -> pa.Table:
         """Run ``sql`` read-only on the owner's store."""
