@@ -16,7 +16,8 @@ Config (JSON)::
      "rnics": [{"name": "A1", "ip": "10.1.1.2", "netdev": "A1", "tor": "A"}],
      "dst_port": 4791, "allowed_sources": ["10.1.2.2", ...],
      "address_names": {"10.1.1.1": "A", ...},
-     "pinglist_file": "var/lab/pinglists/H1.json",      # {"entries": [probe.v1-shaped dicts]}
+     "pinglist_file": "var/lab/pinglists/H1.json",      # {"entries": [probe.v1-shaped dicts],
+                                                        #  "reverse_peers": [probers of this host]}
      "registry_dir": "var/lab/registry", "registry_refresh_s": 30,
      "rates": {"tor_mesh": 10, "inter_tor": 10, "service": 10},   # probes/s per RNIC
      "upload_interval_s": 5, "trace_interval_s": 60,
@@ -171,6 +172,7 @@ class Agent:
         self._schedule: list[tuple[int, int]] = []
         self._pinglist_mtime = 0.0
         self._registry_qpn: dict[str, int] = {}
+        self._controller_peers: set[str] = set()
         self._traced: dict[tuple[str, int, str, int], int] = {}
         self._stop = False
         self.rng = random.Random(config.get("seed"))
@@ -201,7 +203,7 @@ class Agent:
         heapq.heapify(self._schedule)
         self._apply_registry()
         if self.tracing:  # reverse traces only toward peers this agent probes, or that the config names
-            extra = set(self.cfg.get("reverse_trace_peers", []))
+            extra = set(self.cfg.get("reverse_trace_peers", [])) | self._controller_peers
             self.engine.reverse_peers = {e["dst_ip"] for e in self.entries} | extra
 
     def _reload_pinglist(self) -> None:
@@ -216,6 +218,8 @@ class Agent:
             return
         self._pinglist_mtime = mtime
         data = json.loads(Path(path).read_text())
+        if isinstance(data, dict):  # the controller may name the probers whose ACK paths this host traces
+            self._controller_peers = set(data.get("reverse_peers", []))
         self.set_entries(data["entries"] if isinstance(data, dict) else data)
         log.info("%s: %d pinglist entries from %s", self.agent_id, len(self.entries), path)
 
