@@ -12,5 +12,5 @@ CONSUMER_LAG = Gauge("fabricscope_sink_consumer_lag_messages", "messages behind 
 ENDPOINT_REQUESTS = Counter(
     "fabricscope_sink_endpoint_requests_total",
     "requests to the store writer's query endpoint by outcome: ok, short_lane, busy (503), limited (a query "
-    "stopped by a memory, time or result limit), bad_request, not_found, refused_<why> (token, length, size, "
-    "malformed, timeout, connections, peer)", ["outcome"])
+    "stopped by a memory, time or result limit), bad_request, not_found, error (a bug: logged), "
+    "refused_<why> (token, length, size, malformed, timeout, connections, peer)", ["outcome"])

@@ -461,6 +461,10 @@ class QueryServer:
         except (StoreError, UnicodeDecodeError, ValueError) as err:
             ENDPOINT_REQUESTS.labels(outcome="limited" if _over_limit(str(err)) else "bad_request").inc()
             return _Reply(400, str(err).encode())
+        except Exception:  # a bug here, not the client's input: worth its traceback, and an answer
+            log.exception("query endpoint: %s failed", path.decode())
+            ENDPOINT_REQUESTS.labels(outcome="error").inc()
+            return _Reply(500, b"the store writer failed on this request; its log has the details")
         finally:
             release()
         ENDPOINT_REQUESTS.labels(outcome="short_lane" if lane else "ok").inc()
