@@ -194,32 +194,39 @@ class ReplyBudget:
     factor: float = REPLY_FACTOR
     window_s: float = REPLY_WINDOW_S
     max_sources: int = 65_536
-    _per: OrderedDict[str, deque[list[float]]] = field(default_factory=OrderedDict)
+    # source -> [buckets [second, in, out], bytes in, bytes out over the buckets]; running sums, so a
+    # probe costs O(1) however busy the source
+    _per: OrderedDict[str, list] = field(default_factory=OrderedDict)
 
-    def _buckets(self, src: str, now: float) -> deque[list[float]]:
-        b = self._per.get(src)
-        if b is None:
-            b = self._per[src] = deque()
+    def _state(self, src: str, now: float) -> list:
+        st = self._per.get(src)
+        if st is None:
+            st = self._per[src] = [deque(), 0.0, 0.0]
             if len(self._per) > self.max_sources:
                 self._per.popitem(last=False)
         else:
             self._per.move_to_end(src)
-        while b and b[0][0] <= now - self.window_s:
-            b.popleft()
+        buckets = st[0]
+        while buckets and buckets[0][0] <= now - self.window_s:
+            _, got, sent = buckets.popleft()
+            st[1] -= got
+            st[2] -= sent
         sec = float(int(now))
-        if not b or b[-1][0] != sec:
-            b.append([sec, 0.0, 0.0])
-        return b
+        if not buckets or buckets[-1][0] != sec:
+            buckets.append([sec, 0.0, 0.0])
+        return st
 
     def received(self, src: str, nbytes: int, now: float) -> None:
         """Count ``nbytes`` of payload that arrived from ``src`` at ``now`` (monotonic seconds)."""
-        self._buckets(src, now)[-1][1] += nbytes
+        st = self._state(src, now)
+        st[0][-1][1] += nbytes
+        st[1] += nbytes
 
     def allow(self, dst: str, nbytes: int, now: float) -> bool:
         """Whether ``nbytes`` more to ``dst`` stay within the budget; if so they are counted as sent."""
-        b = self._buckets(dst, now)
-        got, sent = sum(x[1] for x in b), sum(x[2] for x in b)
-        if sent + nbytes > self.factor * got:
+        st = self._state(dst, now)
+        if st[2] + nbytes > self.factor * st[1]:
             return False
-        b[-1][2] += nbytes
+        st[0][-1][2] += nbytes
+        st[2] += nbytes
         return True
