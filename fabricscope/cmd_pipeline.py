@@ -249,7 +249,7 @@ def run_sink(s: Settings) -> None:
         inv = load_inventory_file(s.fabricscope_inventory)
         n = load_inventory(store, ((r.id, r.host, r.tor) for r in inv.rnics.values()))
         logging.info("loaded %d RNICs (ToR names) from %s into rnic_inventory", n, s.fabricscope_inventory)
-    server = serve(store, s.store_path) if not s.clickhouse_dsn() else None
+    server = serve(store, s.store_path, s.endpoint_limits()) if not s.clickhouse_dsn() else None
     stopping = stop_requested(signal.SIGTERM, signal.SIGINT)
     writer = StoreWriter(store, s.kafka_bootstrap, s.fabricscope_topic_prefix, kafka_config=s.kafka_client_config(),
                          block_rows=s.fabricscope_sink_block_rows, block_s=s.fabricscope_sink_block_s,

@@ -11,12 +11,15 @@ import difflib
 import os
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sinks.readonly_sql import QueryLimits
+
+if TYPE_CHECKING:
+    from sinks.query_endpoint import EndpointLimits
 
 ENV_FILE = ".env"
 
@@ -62,6 +65,25 @@ class Settings(BaseSettings):
     fabricscope_query_max_result_bytes: int = Field(256 * 1024 * 1024, gt=0, description="bytes per result")
     fabricscope_query_max_threads: int = Field(default_factory=lambda: max(1, (os.cpu_count() or 2) // 2), gt=0,
                                                description="threads per query: half the cores, the rest insert")
+    # What user queries and the store writer's endpoint may cost it (docs/security.md): the writer is the
+    # process that must never die, so every reader together stays under FABRICSCOPE_QUERY_MEMORY_TOTAL_BYTES.
+    fabricscope_query_max_memory_bytes: int = Field(512 * 1024 * 1024, ge=16 * 1024 * 1024,
+                                                    description="memory per query (max_memory_usage), bytes")
+    fabricscope_query_readers: int = Field(3, ge=1, le=64, description="queries at once on the long lane; one "
+                                           "more reader is kept for short queries, the rest are answered busy")
+    fabricscope_query_short_s: float = Field(2.0, gt=0, description="time limit of the reader kept for short "
+                                             "queries (used when the long lane is full)")
+    fabricscope_query_memory_total_bytes: int = Field(
+        2 * 1024 * 1024 * 1024, gt=0, description="what every reader together may take: (readers + 1) x memory "
+        "per query must fit, below what the writer's inserts need")
+    fabricscope_endpoint_max_connections: int = Field(64, ge=1, le=10_000,
+                                                      description="connections open at once to the endpoint")
+    fabricscope_endpoint_request_timeout_s: float = Field(10.0, gt=0, le=600,
+                                                          description="seconds for a whole request to arrive")
+    fabricscope_endpoint_idle_timeout_s: float = Field(5.0, gt=0, le=600,
+                                                       description="longest gap while a request arrives, seconds")
+    fabricscope_endpoint_max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
+                                                     description="largest request body (Content-Length), bytes")
     # Durability on a replicated cluster (docs/clusters.md): unset = fit the cluster that answers.
     kafka_replication_factor: int | None = Field(
         None, ge=1, description="replicas of every topic, Faust's own too; unset = min(3, brokers)")
@@ -76,6 +98,17 @@ class Settings(BaseSettings):
         if self.kafka_idempotence and self.kafka_acks != "all":
             raise ValueError(f"KAFKA_IDEMPOTENCE=true needs KAFKA_ACKS=all (got {self.kafka_acks}); "
                              "set KAFKA_IDEMPOTENCE=false to use weaker acks")
+        return self
+
+    @model_validator(mode="after")
+    def _readers_fit_the_memory_total(self) -> Settings:
+        need = (self.fabricscope_query_readers + 1) * self.fabricscope_query_max_memory_bytes
+        if need > self.fabricscope_query_memory_total_bytes:
+            raise ValueError(
+                f"FABRICSCOPE_QUERY_READERS={self.fabricscope_query_readers} (+1 short-query reader) x "
+                f"FABRICSCOPE_QUERY_MAX_MEMORY_BYTES={self.fabricscope_query_max_memory_bytes} = {need} bytes is over "
+                f"FABRICSCOPE_QUERY_MEMORY_TOTAL_BYTES={self.fabricscope_query_memory_total_bytes}; lower one of the "
+                "first two or raise the total")
         return self
 
     @property
@@ -104,7 +137,17 @@ class Settings(BaseSettings):
     def query_limits(self) -> QueryLimits:
         """The limits user queries run under."""
         return QueryLimits(self.fabricscope_query_max_execution_time_s, self.fabricscope_query_max_result_rows,
-                           self.fabricscope_query_max_result_bytes, self.fabricscope_query_max_threads)
+                           self.fabricscope_query_max_result_bytes, self.fabricscope_query_max_threads,
+                           self.fabricscope_query_max_memory_bytes, self.fabricscope_query_readers,
+                           self.fabricscope_query_short_s)
+
+    def endpoint_limits(self) -> EndpointLimits:
+        """What one client of the store writer's endpoint may cost it."""
+        from sinks.query_endpoint import EndpointLimits
+
+        return EndpointLimits(self.fabricscope_endpoint_max_connections, self.fabricscope_endpoint_request_timeout_s,
+                              self.fabricscope_endpoint_idle_timeout_s, self.fabricscope_endpoint_max_body_bytes,
+                              self.fabricscope_query_readers)
 
     def clickhouse_dsn(self) -> str | None:
         """The server URL, or None for the embedded store."""

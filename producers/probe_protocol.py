@@ -10,6 +10,7 @@ responder answers and what row it yields are defined here once.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,4 +172,61 @@ class Admission:
         if not b.take(now):
             self.counters["dropped_rate"] += 1
             return False
+        return True
+
+
+REPLY_FACTOR = 2.0  # the protocol answers one probe with ACK1 + ACK2: 2x in packets and bytes
+REPLY_WINDOW_S = 10.0
+
+
+@dataclass
+class ReplyBudget:
+    """What a responder may send to one address: at most ``factor`` x the bytes that address sent
+    it over the trailing ``window_s`` seconds, checked at every send (no amplification, even from
+    a spoofed source).
+
+    Every packet the responder sends in answer to a packet (ACK1, ACK2, trace replies) is charged
+    to the address it goes to; the agent's own probes and traces (forward, and reverse toward peers
+    it probes itself) are not. Sources are tracked in one-second buckets, at most ``max_sources`` of them (the
+    least recently seen is forgotten first, so state stays bounded).
+    """
+
+    factor: float = REPLY_FACTOR
+    window_s: float = REPLY_WINDOW_S
+    max_sources: int = 65_536
+    # source -> [buckets [second, in, out], bytes in, bytes out over the buckets]; running sums, so a
+    # probe costs O(1) however busy the source
+    _per: OrderedDict[str, list] = field(default_factory=OrderedDict)
+
+    def _state(self, src: str, now: float) -> list:
+        st = self._per.get(src)
+        if st is None:
+            st = self._per[src] = [deque(), 0.0, 0.0]
+            if len(self._per) > self.max_sources:
+                self._per.popitem(last=False)
+        else:
+            self._per.move_to_end(src)
+        buckets = st[0]
+        while buckets and buckets[0][0] <= now - self.window_s:
+            _, got, sent = buckets.popleft()
+            st[1] -= got
+            st[2] -= sent
+        sec = float(int(now))
+        if not buckets or buckets[-1][0] != sec:
+            buckets.append([sec, 0.0, 0.0])
+        return st
+
+    def received(self, src: str, nbytes: int, now: float) -> None:
+        """Count ``nbytes`` of payload that arrived from ``src`` at ``now`` (monotonic seconds)."""
+        st = self._state(src, now)
+        st[0][-1][1] += nbytes
+        st[1] += nbytes
+
+    def allow(self, dst: str, nbytes: int, now: float) -> bool:
+        """Whether ``nbytes`` more to ``dst`` stay within the budget; if so they are counted as sent."""
+        st = self._state(dst, now)
+        if st[2] + nbytes > self.factor * st[1]:
+            return False
+        st[0][-1][2] += nbytes
+        st[2] += nbytes
         return True

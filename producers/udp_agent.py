@@ -16,16 +16,22 @@ Config (JSON)::
      "rnics": [{"name": "A1", "ip": "10.1.1.2", "netdev": "A1", "tor": "A"}],
      "dst_port": 4791, "allowed_sources": ["10.1.2.2", ...],
      "address_names": {"10.1.1.1": "A", ...},
-     "pinglist_file": "var/lab/pinglists/H1.json",      # {"entries": [probe.v1-shaped dicts]}
+     "pinglist_file": "var/lab/pinglists/H1.json",      # {"entries": [probe.v1-shaped dicts],
+                                                        #  "reverse_peers": [probers of this host]}
      "registry_dir": "var/lab/registry", "registry_refresh_s": 30,
      "rates": {"tor_mesh": 10, "inter_tor": 10, "service": 10},   # probes/s per RNIC
      "upload_interval_s": 5, "trace_interval_s": 60,
+     "reverse_trace_peers": [],        # more addresses whose ACK paths to trace (the agent's own targets always)
      "output": {"kind": "kafka", "bootstrap": "127.0.0.1:9092", "topic_prefix": ""}}
 
 ``role`` is ``prober``, ``responder`` or ``both``; ``output.kind`` is ``kafka``,
 ``dir`` (``{"kind": "dir", "path": ...}``: one ``.arrow`` file per batch) or ``none``.
 The responder writes ``<registry_dir>/<host>.json`` with its QPN at start (the
 lab's registry; a restarted agent has a new QPN, R-Pingmesh's stale-QPN case).
+The responder never answers an address with more than twice the bytes it received from it
+over 10 s (:class:`producers.probe_protocol.ReplyBudget`), and traces the ACK paths (reverse
+traces) only toward peers this host probes itself or ``reverse_trace_peers`` names, at most 8
+flows per peer and round.
 """
 
 from __future__ import annotations
@@ -152,6 +158,7 @@ class Agent:
                 netns=config.get("netns"),
                 qpns=config.get("qpns"),
                 allowed_sources=config.get("allowed_sources", []),
+                reverse_peers=config.get("reverse_trace_peers", []),
                 responder=self.role in ("both", "responder"),
                 dst_port=int(config.get("dst_port", DEFAULT_DST_PORT)),
                 hardware=bool(config.get("hardware_timestamps", False)),
@@ -165,6 +172,7 @@ class Agent:
         self._schedule: list[tuple[int, int]] = []
         self._pinglist_mtime = 0.0
         self._registry_qpn: dict[str, int] = {}
+        self._controller_peers: set[str] = set()
         self._traced: dict[tuple[str, int, str, int], int] = {}
         self._stop = False
         self.rng = random.Random(config.get("seed"))
@@ -194,6 +202,9 @@ class Agent:
             self._schedule.append((now + int(self.rng.random() * e["_interval_ns"]), i))
         heapq.heapify(self._schedule)
         self._apply_registry()
+        if self.tracing:  # reverse traces only toward peers this agent probes, or that the config names
+            extra = set(self.cfg.get("reverse_trace_peers", [])) | self._controller_peers
+            self.engine.reverse_peers = {e["dst_ip"] for e in self.entries} | extra
 
     def _reload_pinglist(self) -> None:
         path = self.cfg.get("pinglist_file")
@@ -207,6 +218,8 @@ class Agent:
             return
         self._pinglist_mtime = mtime
         data = json.loads(Path(path).read_text())
+        if isinstance(data, dict):  # the controller may name the probers whose ACK paths this host traces
+            self._controller_peers = set(data.get("reverse_peers", []))
         self.set_entries(data["entries"] if isinstance(data, dict) else data)
         log.info("%s: %d pinglist entries from %s", self.agent_id, len(self.entries), path)
 
@@ -333,9 +346,13 @@ class Agent:
                     self._reload_registry()
                     next_registry = now + registry_ns
                 self.run_due(now)
-            elif self.tracing and now >= next_reverse:  # responder: trace the ACK paths it answered
-                self.engine.trace_reverse_paths(reverse_since)
-                reverse_since, next_reverse = now, now + trace_ns
+            elif self.tracing:  # responder: trace the ACK paths it answered, toward the host's probe targets
+                if now >= next_pinglist:
+                    self._reload_pinglist()
+                    next_pinglist = now + 1_000_000_000
+                if now >= next_reverse:
+                    self.engine.trace_reverse_paths(reverse_since)
+                    reverse_since, next_reverse = now, now + trace_ns
             if now >= next_upload:
                 self.upload()
                 next_upload += upload_ns

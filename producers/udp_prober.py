@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from producers import kernel_ts
-from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe
-from producers.udp_wire import ACK1, ACK2, PROBE, TRACE, TRACE_REPLY, Packet, decode
+from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe, ReplyBudget
+from producers.udp_wire import ACK1, ACK2, PAYLOAD_BYTES, PROBE, TRACE, TRACE_REPLY, Packet, decode
 
 log = logging.getLogger("fabricscope.agent.udp")
 
@@ -44,6 +44,8 @@ DEFAULT_DST_PORT = 4791  # RoCEv2's UDP port; the lab has no RDMA, so the udp ba
 MAX_HOPS = 8
 SO_RCVBUFFORCE = 33
 RESPONDER_RCVBUF = 4 * 1024 * 1024  # bytes
+MAX_REVERSE_FLOWS = 4096  # reverse-trace candidates kept between rounds (state stays bounded)
+REVERSE_FLOWS_PER_PEER = 8  # reverse traces per peer address and round
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,8 @@ class UdpEngine:
         qpns: RNIC -> QPN of its probe queue pair (default: random 24-bit per RNIC and
             start, so a restarted agent has new ones: R-Pingmesh's stale-QPN rule).
         allowed_sources: addresses the responder answers (the registry); others are ignored.
+        reverse_peers: addresses whose ACK paths the responder traces (the agent's own probe targets,
+            plus any the controller asks for); :attr:`reverse_peers` may be replaced later.
         responder: answer probes on ``dst_port`` of every RNIC.
         hardware: try NIC hardware timestamps (falls back to software per RNIC).
         rate_limit: per-source responder limit, packets/s (burst = the same number).
@@ -144,6 +148,7 @@ class UdpEngine:
         netns: str | None = None,
         qpns: dict[str, int] | None = None,
         allowed_sources: Iterable[str] = (),
+        reverse_peers: Iterable[str] = (),
         responder: bool = True,
         dst_port: int = DEFAULT_DST_PORT,
         hardware: bool = False,
@@ -172,9 +177,12 @@ class UdpEngine:
         self._trace_state: dict[int, Trace] = {}
         self._seq = int.from_bytes(os.urandom(4), "big") << 16
         self.reverse_seen: dict[tuple[str, int, str, int], int] = {}
-        self.counters = {"dropped_unregistered": 0, "dropped_rate": 0, "dropped_stale_qpn": 0, "answered": 0}
+        self.reverse_peers: set[str] = set(reverse_peers)
+        self.counters = {"dropped_unregistered": 0, "dropped_rate": 0, "dropped_stale_qpn": 0, "answered": 0,
+                         "dropped_budget": 0}
         self.admission = Admission(set(allowed_sources), rate_limit, self.counters)
         self.allowed = self.admission.allowed
+        self.budget = ReplyBudget()
         if responder:
             for r in self.rnics.values():
                 self.endpoint(r.name, self.dst_port, 0, responder=True)
@@ -326,14 +334,20 @@ class UdpEngine:
         )
 
     def trace_reverse_paths(self, since_mono: int) -> int:
-        """Responder side: trace the ACK path (reverse 5-tuple) of every prober answered since ``since_mono``."""
-        n = 0
-        for (lip, lport, rip, rport), seen in list(self.reverse_seen.items()):
-            if seen < since_mono:
-                continue
+        """Responder side: trace the ACK path (reverse 5-tuple) of probers answered since ``since_mono``.
+
+        Only flows from :attr:`reverse_peers` (peers this host probes itself, or that the controller
+        names) were kept, and at most :data:`REVERSE_FLOWS_PER_PEER` of them per peer are traced per
+        round: what a source sends can add no more than that constant, however many ports it uses.
+        Every candidate is forgotten after the round. Returns the traces sent.
+        """
+        n, per_peer = 0, {}
+        seen, self.reverse_seen = self.reverse_seen, {}
+        for (lip, lport, rip, rport), at in seen.items():
             ep = self.endpoints.get((lip, lport, 0))
-            if ep is None:
+            if at < since_mono or ep is None or per_peer.get(rip, 0) >= REVERSE_FLOWS_PER_PEER:
                 continue
+            per_peer[rip] = per_peer.get(rip, 0) + 1
             self.trace(ep, (rip, rport), self.address_names.get(rip, rip), direction="reverse")
             n += 1
         return n
@@ -361,6 +375,8 @@ class UdpEngine:
             pkt = decode(data)
             if pkt is None:
                 continue
+            if addr[0] in self.allowed or addr[0] in self.reverse_peers:  # bounded by the registry
+                self.budget.received(addr[0], len(data), time.monotonic())
             t_rx = kernel_ts.timestamp_from_cmsgs(anc, ep.hardware)
             self._on_packet(ep, pkt, addr, t_rx, t_user)
 
@@ -383,14 +399,24 @@ class UdpEngine:
             if pkt.qpn != qpn:
                 self.counters["dropped_stale_qpn"] += 1
                 return
+            if not self.budget.allow(addr[0], 2 * PAYLOAD_BYTES, time.monotonic()):  # ACK1 and ACK2
+                self.counters["dropped_budget"] += 1
+                return
             t3 = t_rx if t_rx is not None else t_user
             ack_ref = ("ack1", (addr, pkt.seq, t3, pkt.prober_qpn))
             if ep.send(Packet(ACK1, pkt.seq, qpn, pkt.prober_qpn), addr, ack_ref):
                 self.counters["answered"] += 1
-                self.reverse_seen[(ep.ip, ep.port, addr[0], addr[1])] = time.monotonic_ns()
+                flow = (ep.ip, ep.port, addr[0], addr[1])
+                if addr[0] in self.reverse_peers and (flow in self.reverse_seen
+                                                      or len(self.reverse_seen) < MAX_REVERSE_FLOWS):
+                    self.reverse_seen[flow] = time.monotonic_ns()
         elif pkt.kind == TRACE:
             if self.admission.admit(addr[0], time.monotonic()):
-                ep.send(Packet(TRACE_REPLY, pkt.seq, self.qpns[ep.rnic]), addr)
+                if not self.budget.allow(addr[0], PAYLOAD_BYTES, time.monotonic()):
+                    self.counters["dropped_budget"] += 1
+                    return
+                # QPN 0: a trace reply tells nothing a sender without the responder's QPN should learn.
+                ep.send(Packet(TRACE_REPLY, pkt.seq, 0), addr)
         elif pkt.kind == TRACE_REPLY:
             self._trace_hit(pkt.seq, None)
         elif pkt.kind == ACK1:

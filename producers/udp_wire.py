@@ -13,8 +13,9 @@ offset bytes  field
 2      1      version (1)
 3      1      kind: 1 probe, 2 ACK1, 3 ACK2, 4 trace, 5 trace reply
 4      8      sequence number (the prober's, echoed in every reply)
-12     4      QPN: in a probe the responder QPN it is addressed to; in replies
-              the responder's current QPN (a restarted responder has a new one)
+12     4      QPN: in a probe the responder QPN it is addressed to; in ACK1/ACK2
+              the responder's current QPN (a restarted responder has a new one);
+              0 in a trace reply (a trace does not know the QPN, so learns none)
 16     4      the prober's own QPN (echoed)
 20     8      ACK2: t3, the responder's receive time of the probe (ns); else 0
 28     8      ACK2: t4, the responder's send time of ACK1 (ns); else 0

@@ -52,8 +52,9 @@ class Store(Protocol):
     def query_arrow(self, sql: str) -> pa.Table:
         """Run one of the project's own queries and return its result as a pyarrow table."""
 
-    def query_readonly(self, sql: str) -> pa.Table:
-        """Run a user's SQL read-only under the store's limits.
+    def query_readonly(self, sql: str, short: bool = False) -> pa.Table:
+        """Run a user's SQL read-only under the store's limits (``short``: on the reader kept for
+        short queries, under :meth:`QueryLimits.short_lane`).
 
         Raises:
             sinks.readonly_sql.QueryRefused: it would write, change a setting or reach outside the store.
@@ -96,7 +97,7 @@ class ChdbStore:
             the message says to use ``fabricscope query`` through the running sink.
     """
 
-    def __init__(self, path: str | Path, limits: QueryLimits | None = None, readers: int = 4) -> None:
+    def __init__(self, path: str | Path, limits: QueryLimits | None = None, readers: int | None = None) -> None:
         from chdb import session
 
         self.path = private_dir(path)
@@ -110,30 +111,34 @@ class ChdbStore:
             ) from None
         # One session for the project's own statements (inserts, migrations), serialised here;
         # user queries use up to ``readers`` read-only sessions of their own (chdb runs sessions
-        # concurrently), so a long query never holds this lock.
+        # concurrently), so a long query never holds this lock; plus one reader kept for short
+        # queries (its own time limit), so they answer while long ones fill the others.
         self._lock = threading.Lock()
-        self._readers: queue.LifoQueue[Any] = queue.LifoQueue()
-        for _ in range(readers):
-            self._readers.put(None)  # opened on first use
+        self._readers: dict[bool, queue.LifoQueue[Any]] = {False: queue.LifoQueue(), True: queue.LifoQueue()}
+        for short, n in ((False, self.limits.readers if readers is None else readers), (True, 1)):
+            for _ in range(n):
+                self._readers[short].put(None)  # opened on first use
         self._all_readers: list[Any] = []
-        self.guard = ReadonlyGuard(self._reader_text)
+        self.guard = ReadonlyGuard(lambda q: self._reader_text(q, False))
+        self._short_guard = ReadonlyGuard(lambda q: self._reader_text(q, True))
 
-    def _open_reader(self) -> Any:
+    def _open_reader(self, short: bool) -> Any:
         from chdb import session
 
         s = session.Session(str(self.path))
+        limits = self.limits.short_lane() if short else self.limits
         # Limits first: once readonly = 1 is set, no setting of this session can change again.
-        s.query("SET " + ", ".join(f"{k} = {_setting_literal(v)}" for k, v in self.limits.settings().items()
+        s.query("SET " + ", ".join(f"{k} = {_setting_literal(v)}" for k, v in limits.settings().items()
                                    if k != "readonly"))
         s.query("SET readonly = 1")
         self._all_readers.append(s)
         return s
 
-    def _on_reader(self, sql: str, fmt: str) -> Any:
-        s = self._readers.get()
+    def _on_reader(self, sql: str, fmt: str, short: bool = False) -> Any:
+        s = self._readers[short].get()
         try:
             if s is None:
-                s = self._open_reader()
+                s = self._open_reader(short)
             return s.query(sql, fmt)
         except Exception as err:
             # chdb leaks a failed query's partial output into the session's next result: drop it.
@@ -143,13 +148,14 @@ class ChdbStore:
                 s = None
             raise StoreError(f"{err}\nquery: {sql[:300]}") from None
         finally:
-            self._readers.put(s)
+            self._readers[short].put(s)
 
-    def _reader_text(self, sql: str) -> str:
-        return self._on_reader(sql, "TabSeparatedRaw").bytes().decode()
+    def _reader_text(self, sql: str, short: bool) -> str:
+        return self._on_reader(sql, "TabSeparatedRaw", short).bytes().decode()
 
-    def query_readonly(self, sql: str) -> pa.Table:
-        return self._on_reader(self.guard.check(sql), "ArrowTable")
+    def query_readonly(self, sql: str, short: bool = False) -> pa.Table:
+        guard = self._short_guard if short else self.guard
+        return self._on_reader(guard.check(sql), "ArrowTable", short)
 
     def command(self, sql: str) -> None:
         with self._lock:
@@ -206,10 +212,11 @@ class ServerStore:
         except Exception as err:
             raise StoreError(f"{err}\nquery: {sql[:300]}") from None
 
-    def query_readonly(self, sql: str) -> pa.Table:
+    def query_readonly(self, sql: str, short: bool = False) -> pa.Table:
         checked = self.guard.check(sql)
+        limits = self.limits.short_lane() if short else self.limits
         try:
-            return self._client.query_arrow(checked, settings=self.limits.settings())
+            return self._client.query_arrow(checked, settings=limits.settings())
         except Exception as err:
             raise StoreError(f"{err}\nquery: {sql[:300]}") from None
 

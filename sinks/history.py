@@ -17,7 +17,7 @@ from sinks.clickhouse import Store, StoreError
 from sinks.readonly_sql import sql_string as quote
 
 DECISIONS = ("confirm", "reject")
-_VERDICT_ID = re.compile(r"^[A-Za-z0-9_.:/\-]{1,200}$")
+_VERDICT_ID = re.compile(r"[A-Za-z0-9_.:/\-]{1,200}")
 
 
 def load_inventory(store: Store, rnics: Iterable[tuple[str, str, str]], updated_ns: int | None = None) -> int:
@@ -48,7 +48,7 @@ def check_feedback(verdict_id: str, decision: str) -> None:
     """Raise :class:`StoreError` unless ``decision`` is confirm/reject and ``verdict_id`` is well formed."""
     if decision not in DECISIONS:
         raise StoreError(f"decision {decision!r}: use one of {', '.join(DECISIONS)}")
-    if not _VERDICT_ID.match(verdict_id):
+    if not _VERDICT_ID.fullmatch(verdict_id):  # match() with $ let a trailing newline through
         raise StoreError(f"verdict id {verdict_id!r} has characters outside [A-Za-z0-9_.:/-]")
 
 

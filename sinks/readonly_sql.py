@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sinks.store_errors import StoreError
 
@@ -99,7 +99,7 @@ class QueryLimits:
     """Limits every user query runs under (ClickHouse settings of the same names).
 
     A query past one of them stops with the engine's error (TIMEOUT_EXCEEDED,
-    TOO_MANY_ROWS_OR_BYTES) instead of stalling the store writer's host.
+    TOO_MANY_ROWS_OR_BYTES, MEMORY_LIMIT_EXCEEDED) instead of stalling the store writer's host.
 
     Attributes:
         max_execution_time_s: seconds of wall time.
@@ -107,12 +107,24 @@ class QueryLimits:
         max_result_bytes: uncompressed bytes in the result.
         max_threads: threads one query may use (the settings default to half the cores, so the
             inserts keep the other half).
+        max_memory_bytes: memory one query may take (``max_memory_usage``; a per-user cap would also
+            cap the writer's inserts, which chdb runs as the same ``default`` user).
+        readers: queries that may run at once on the long lane; one more reader is kept for short
+            queries, so every reader together takes at most ``(readers + 1) * max_memory_bytes``.
+        short_execution_time_s: the time limit on the reader kept for short queries.
     """
 
     max_execution_time_s: float = 60.0
     max_result_rows: int = 1_000_000
     max_result_bytes: int = 256 * 1024 * 1024
     max_threads: int = 2
+    max_memory_bytes: int = 512 * 1024 * 1024
+    readers: int = 3
+    short_execution_time_s: float = 2.0
+
+    def short_lane(self) -> QueryLimits:
+        """The limits of the reader kept for short queries: the same, with the short time limit."""
+        return replace(self, max_execution_time_s=min(self.max_execution_time_s, self.short_execution_time_s))
 
     def settings(self) -> dict[str, int | float | str]:
         """The per-query settings: ``readonly = 1`` (no writes, no settings changes) and the limits."""
@@ -124,6 +136,7 @@ class QueryLimits:
             "max_result_bytes": self.max_result_bytes,
             "result_overflow_mode": "throw",
             "max_threads": self.max_threads,
+            "max_memory_usage": self.max_memory_bytes,
             # The query's threads run at nice 10, so the inserts win the CPU when both want it.
             "os_thread_priority": 10,
         }
@@ -185,10 +198,10 @@ class ReadonlyGuard:
                 raise QueryRefused(f"{_SETTINGS_REFUSED} ({_clean_engine_error(err).split('(version')[0].strip()})") \
                     from None
             raise StoreError(_clean_engine_error(err)) from None
-        self._check_ast(ast)
+        self._check_ast(ast, text)
         return text
 
-    def _check_ast(self, lines: list[str]) -> None:
+    def _check_ast(self, lines: list[str], text: str = "") -> None:
         current, other_dbs, refused_tfs = self._engine_catalog()
         root = _LINE.match(lines[0])
         kind = root.group("type") if root else lines[0]
@@ -222,6 +235,29 @@ class ReadonlyGuard:
         if extra:
             raise QueryRefused("INTO OUTFILE, FORMAT and SETTINGS clauses are refused: results come back "
                                "to the caller only, in the caller's format")
+        # Statements that name a table without a TableIdentifier node: it must be one a query may read.
+        if kind in ("ShowCreateTableQuery", "ExistsTableQuery"):
+            ids = [(m.group("name") or "").strip() for m in map(_LINE.match, lines[1:])
+                   if m and m.group("type") == "Identifier" and len(m.group("indent")) == 1]
+            if len(ids) == 2:
+                _check_table(".".join(ids), current, other_dbs)
+        elif kind == "ShowColumns":
+            _check_table(_show_columns_table(text), current, other_dbs)
+
+
+_QUOTED_OR_BARE = r"`(?:[^`\\]|\\.)*`|[^\s`]+"
+_SHOW_COLUMNS = re.compile(rf"^SHOW (?:EXTENDED )?(?:FULL )?COLUMNS FROM (?P<t>{_QUOTED_OR_BARE})"
+                           rf"(?: FROM (?P<d>{_QUOTED_OR_BARE}))?(?: |$)")
+
+
+def _show_columns_table(text: str) -> str:
+    """``db.table`` (or ``table``) of a canonical ``SHOW COLUMNS`` text; refuses what it cannot read."""
+    m = _SHOW_COLUMNS.match(text)
+    if not m:
+        raise QueryRefused(f"cannot tell which table SHOW COLUMNS reads; {_LIMITS_HINT}")
+    table, db = m.group("t"), m.group("d")
+    unquote = lambda n: n[1:-1] if n.startswith("`") else n  # noqa: E731
+    return f"{unquote(db)}.{unquote(table)}" if db else unquote(table)
 
 
 def _statement_name(kind: str) -> str:

@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
@@ -92,7 +91,7 @@ def store_counts(store_path: Path, table: str = "probes") -> tuple[int, int] | N
         if not url:
             return None
         t = query_remote(url, f"SELECT count() AS n, uniqExact(agent_id, seq) AS u FROM {table}", timeout=5)
-    except (httpx.HTTPError, StoreError):
+    except (OSError, StoreError):  # a writer that is gone or going: ConnectionError, TimeoutError
         return None
     row = t.to_pylist()[0]
     return int(row["n"]), int(row["u"])
@@ -113,7 +112,7 @@ def query(store_path: Path, sql: str):  # noqa: ANN201 - a pyarrow table or None
     try:
         url = find_endpoint(store_path)
         return query_remote(url, sql, timeout=5) if url else None
-    except (httpx.HTTPError, StoreError):
+    except (OSError, StoreError):  # a writer that is gone or going: ConnectionError, TimeoutError
         return None
 
 

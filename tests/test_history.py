@@ -155,7 +155,7 @@ def test_feedback_through_the_running_sink_endpoint(tmp_path):
     import pyarrow as pa
 
     from schemas.arrow_pa import arrow_schema
-    from sinks.query_endpoint import endpoint_file, serve
+    from sinks.query_endpoint import serve
 
     path = tmp_path / "var" / "clickhouse"
     owner = ChdbStore(path)
@@ -173,6 +173,5 @@ def test_feedback_through_the_running_sink_endpoint(tmp_path):
         got = owner.query_arrow("SELECT verdict_id, decision, note FROM verdict_feedback").to_pylist()
         assert got == [{"verdict_id": "w1", "decision": "confirm", "note": "bad optic"}]
     finally:
-        server.shutdown()
-        endpoint_file(path).unlink(missing_ok=True)
+        server.stop()
         owner.close()

@@ -48,9 +48,9 @@ def test_lab_state_dir_is_created_and_tightened_to_0700(tmp_path):
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser"), reason="needs root to act as another user")
 def test_another_local_user_can_read_neither_the_store_nor_the_token():
-    """As `nobody`, in a directory every user may enter: the store, its token and its endpoint file are
+    """As `nobody`, in a directory every user may enter: the store, its token and its endpoint socket are
     closed; the parent directory is open (so the refusals come from the modes set here)."""
-    from sinks.query_endpoint import endpoint_file, serve, stop_serving, token_file
+    from sinks.query_endpoint import serve, socket_file, stop_serving, token_file
 
     base = Path(tempfile.mkdtemp(dir="/tmp"))
     try:
@@ -64,7 +64,7 @@ def test_another_local_user_can_read_neither_the_store_nor_the_token():
                                       timeout=30)
 
             assert as_nobody("ls", str(base)).returncode == 0
-            for target in (path, token_file(path), endpoint_file(path)):
+            for target in (path, token_file(path), socket_file(path)):
                 r = as_nobody("cat" if target.is_file() else "ls", str(target))
                 assert r.returncode != 0 and "Permission denied" in r.stderr, (target, r.stdout)
         finally:

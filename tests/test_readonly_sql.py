@@ -98,6 +98,11 @@ ATTACKS = [
     # A quoted alias with a newline adds a line to EXPLAIN AST; it cannot hide the real file() node.
     ("SELECT 1 AS `a\n      Function numbers (children 1)`, file('/etc/hostname')", "function file()"),
     ("   ", "empty query"),
+    # Statements that name a table without reading it (issue 28, 9): the same tables as SELECT.
+    ("SHOW COLUMNS FROM system.users", "table system.users is not one a query may read"),
+    ("SHOW FULL COLUMNS FROM `users` IN `system` LIKE 'n%'", "table system.users is not one a query may read"),
+    ("EXISTS TABLE system.users", "table system.users is not one a query may read"),
+    ("SHOW CREATE TABLE system.users", "table system.users is not one a query may read"),
 ]
 
 
@@ -143,6 +148,42 @@ class TestOnOneStore:
         assert store.query_readonly("SELECT 'after' AS s").to_pylist() == [{"s": "after"}]
 
 
+    def test_show_and_exists_name_only_tables_a_query_may_read(self, store):
+        q = store.query_readonly
+        assert "name" in q("SHOW COLUMNS FROM system.tables")["field"].to_pylist()
+        assert q("EXISTS TABLE system.tables").column(0).to_pylist() == [1]
+        assert q("EXISTS TABLE verdict_feedback").column(0).to_pylist() == [1]
+        assert "network_rtt_ns" in q("SHOW COLUMNS FROM probes")["field"].to_pylist()
+
+    def test_the_memory_bomb_stops_at_the_per_query_cap_and_rss_stays_under_2_gib(self, store):
+        """Issue 28, 1: 9.29 GB RSS before; now MEMORY_LIMIT_EXCEEDED at 512 MiB (the default cap)."""
+        bomb = ("SELECT sum(length(s)) FROM (SELECT groupArray(repeat(repeat('a', 1000), 1000000)) AS g "
+                "FROM numbers(4)) ARRAY JOIN g AS s")
+        with pytest.raises(StoreError, match="MEMORY_LIMIT_EXCEEDED") as err:
+            store.query_readonly(bomb)
+        assert "maximum: 512.00 MiB" in str(err.value)
+        peak_kib = int(next(x for x in Path("/proc/self/status").read_text().splitlines()
+                            if x.startswith("VmHWM")).split()[1])
+        assert peak_kib < 2 * 1024 * 1024, f"peak RSS {peak_kib} KiB"
+        assert store.query_readonly("SELECT 1 AS x").to_pylist() == [{"x": 1}]
+
+    def test_the_short_lane_has_its_own_reader_and_time_limit(self, store):
+        short = LIMITS.short_lane()
+        assert (short.max_execution_time_s, short.max_memory_bytes) == (2, LIMITS.max_memory_bytes)
+        assert QueryLimits(max_execution_time_s=60, short_execution_time_s=1.5).short_lane().max_execution_time_s == 1.5
+        assert store.query_readonly("SELECT getSetting('max_execution_time') AS t", short=True).to_pylist() == [
+            {"t": 2}]
+        with pytest.raises(QueryRefused, match="system.users"):
+            store.query_readonly("SELECT * FROM system.users", short=True)
+
+    def test_a_verdict_id_with_a_trailing_newline_is_refused(self, store):
+        """Issue 28, 9: Python's ``$`` matches before a final newline, so "v1\n" passed the check."""
+        from sinks.history import record_feedback
+
+        with pytest.raises(StoreError, match="verdict"):
+            record_feedback(store, "v1\n", "reject", "", "")
+        assert store.query_arrow("SELECT count() AS n FROM verdict_feedback")["n"].to_pylist() == [1]
+
     def test_a_syntax_error_is_the_engines_message_not_a_refusal(self, store):
         with pytest.raises(StoreError, match="Syntax error") as err:
             store.query_readonly("SELEC 1")
@@ -158,9 +199,30 @@ def test_query_limits_are_settings_with_checked_values(monkeypatch, tmp_path):
     assert s.query_limits().settings() == {
         "readonly": 1, "max_execution_time": 7.5, "timeout_overflow_mode": "throw", "max_result_rows": 500,
         "max_result_bytes": 256 * 1024 * 1024, "result_overflow_mode": "throw",
-        "max_threads": max(1, (os.cpu_count() or 2) // 2), "os_thread_priority": 10}
+        "max_threads": max(1, (os.cpu_count() or 2) // 2), "max_memory_usage": 512 * 1024 * 1024,
+        "os_thread_priority": 10}
     monkeypatch.setenv("FABRICSCOPE_QUERY_MAX_RESULT_ROWS", "0")
     with pytest.raises(ConfigError, match="FABRICSCOPE_QUERY_MAX_RESULT_ROWS='0': Input should be greater than 0"):
+        read_settings()
+
+
+def test_memory_and_endpoint_limits_are_settings_with_checked_values(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    s = read_settings()
+    assert (s.query_limits().readers, s.query_limits().max_memory_bytes) == (3, 512 * 1024 * 1024)
+    e = s.endpoint_limits()
+    assert (e.max_connections, e.request_timeout_s, e.idle_timeout_s, e.max_body_bytes, e.readers) == (
+        64, 10.0, 5.0, 4 * 1024 * 1024, 3)
+    monkeypatch.setenv("FABRICSCOPE_QUERY_READERS", "4")
+    monkeypatch.setenv("FABRICSCOPE_QUERY_MAX_MEMORY_BYTES", str(512 * 1024 * 1024))
+    with pytest.raises(ConfigError, match=r"FABRICSCOPE_QUERY_READERS=4 \(\+1 short-query reader\) x "
+                                          r"FABRICSCOPE_QUERY_MAX_MEMORY_BYTES=536870912 = 2684354560 bytes is over "
+                                          r"FABRICSCOPE_QUERY_MEMORY_TOTAL_BYTES=2147483648"):
+        read_settings()
+    monkeypatch.setenv("FABRICSCOPE_QUERY_MEMORY_TOTAL_BYTES", str(3 * 1024 ** 3))
+    assert read_settings().query_limits().readers == 4
+    monkeypatch.setenv("FABRICSCOPE_ENDPOINT_MAX_BODY_BYTES", "-1")
+    with pytest.raises(ConfigError, match="FABRICSCOPE_ENDPOINT_MAX_BODY_BYTES='-1': Input should be greater"):
         read_settings()
 
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from sinks.query_endpoint import find_endpoint
+
 from conftest import free_port, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -69,7 +71,7 @@ def test_command_stops_within_bound(command: str, sig: int, tmp_path: Path, kafk
            "FABRICSCOPE_TOPIC_PREFIX": topic_prefix, "FABRICSCOPE_VAR": str(var)}
     port = free_port()
     argv, ready = {
-        "sink": (["sink"], lambda: (var / "clickhouse.endpoint").exists()),
+        "sink": (["sink"], lambda: find_endpoint(var / "clickhouse") is not None),
         "worker": (["worker", "--metrics-port", str(port)], lambda: _answers(port)),
         "source-sim": (["source", "sim"], lambda: _published(kafka_bootstrap, f"{topic_prefix}probes.raw")),
         "source-synthetic": (["source", "synthetic"],

@@ -13,12 +13,13 @@ from infra.lab import nft
 from infra.lab.netns import LabError
 from infra.lab.topology import LabSpec, plan
 from producers import kernel_ts
-from producers.probe_protocol import TokenBucket
+from producers.probe_protocol import ReplyBudget, TokenBucket
 from producers.udp_agent import Agent
-from producers.udp_wire import ACK2, PAYLOAD_BYTES, PROBE, Packet, decode
+from producers.udp_prober import MAX_HOPS, REVERSE_FLOWS_PER_PEER, LocalRnic, UdpEngine
+from producers.udp_wire import ACK2, PAYLOAD_BYTES, PROBE, TRACE, TRACE_REPLY, Packet, decode
 from schemas.inventory_yaml import from_dict
 
-from conftest import free_port
+from conftest import free_port, wait_for
 
 
 def test_packets_are_50_bytes_and_round_trip() -> None:
@@ -164,3 +165,114 @@ def test_loopback_offers_software_timestamps_only() -> None:
     )
     assert kernel_ts.hardware_timestamping("lo") is False  # so rows say "software"
     assert kernel_ts.ts_capabilities("no-such-if0") == 0
+
+
+def test_reply_budget_allows_twice_the_bytes_in_over_the_trailing_window() -> None:
+    b = ReplyBudget(factor=2.0, window_s=10.0)
+    assert not b.allow("10.0.0.9", 1, 100.0)  # nothing received: nothing may go out
+    b.received("10.0.0.9", 50, 100.0)
+    assert b.allow("10.0.0.9", 50, 100.2) and b.allow("10.0.0.9", 50, 100.4)  # ACK1 + ACK2
+    assert not b.allow("10.0.0.9", 1, 100.5)
+    b.received("10.0.0.9", 50, 105.0)
+    assert b.allow("10.0.0.9", 100, 105.1) and not b.allow("10.0.0.9", 1, 105.2)
+    # At 110.5 the bytes of second 100 (50 in, 100 out) left the window: 50 in, 100 out remain.
+    assert not b.allow("10.0.0.9", 1, 110.5)
+    b.received("10.0.0.9", 50, 111.0)
+    assert b.allow("10.0.0.9", 100, 111.0) and not b.allow("10.0.0.9", 1, 111.0)
+    small = ReplyBudget(max_sources=2)
+    for i in range(5):
+        small.received(f"10.0.0.{i}", 50, 1.0)
+    assert len(small._per) == 2  # bounded state
+
+
+def _attack(engine: UdpEngine, port: int, sockets: list[socket.socket], kind: int, qpn: int) -> tuple[int, int]:
+    """Each socket sends one ``kind`` packet to the responder; returns (bytes sent, bytes received back)
+    once every reply the protocol allows (two ACKs per probe, one reply per trace) has arrived."""
+    per = 2 if kind == PROBE else 1
+    got: dict[int, list[bytes]] = {i: [] for i in range(len(sockets))}
+    for i, s in enumerate(sockets):
+        s.sendto(Packet(kind, 1000 + i, qpn).encode(), ("127.0.0.1", port))
+
+    def replies() -> bool:
+        engine.poll(0.02)
+        for i, s in enumerate(sockets):
+            while True:
+                try:
+                    got[i].append(s.recv(256))
+                except BlockingIOError:
+                    break
+        return all(len(v) >= per for v in got.values())
+
+    wait_for(replies, timeout=60, every=0.0, what="the protocol's replies to every packet")
+    return PAYLOAD_BYTES * len(sockets), sum(len(p) for v in got.values() for p in v)
+
+
+def _drain(sockets: list[socket.socket]) -> list[bytes]:
+    out = []
+    for s in sockets:
+        while True:
+            try:
+                out.append(s.recv(256))
+            except BlockingIOError:
+                break
+    return out
+
+
+def test_the_responder_never_sends_a_source_more_than_twice_what_it_sent() -> None:
+    """Issue 28, 8: from 300 source ports of one registered address, one probe each. Before: 15,000 B in,
+    30,000 B of ACKs out, then 120,000 B of TRACE packets on the next reverse-trace round (10x).
+    Now the factor is 2 (the protocol's own ACK1 + ACK2) and the round sends nothing to an address this
+    host does not probe; toward one it probes, at most 8 traces per round, however many ports sent."""
+    port = _free_udp_port()
+    engine = UdpEngine("R", "R", [LocalRnic("A1", "127.0.0.1")], allowed_sources=["127.0.0.1"], dst_port=port,
+                       rate_limit=10_000)
+    qpn = engine.qpns["A1"]
+    sockets = []
+    try:
+        for _ in range(300):
+            s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            s.bind(("127.0.0.1", 0))
+            s.setblocking(False)
+            sockets.append(s)
+        sent, back = _attack(engine, port, sockets, PROBE, qpn)
+        assert (sent, back) == (15_000, 30_000)
+        assert engine.reverse_seen == {}  # 127.0.0.1 is not a peer this responder probes
+        assert engine.trace_reverse_paths(0) == 0
+        engine.poll(0.05)
+        assert _drain(sockets) == []
+        # The attacker spoofs a peer this host probes itself: the round traces a fixed 8 of its flows (8 hops
+        # each, 3,200 B), whether it used 8 source ports or 300, and then forgets them all.
+        engine.reverse_peers = {"127.0.0.1"}
+        sent2, back2 = _attack(engine, port, sockets, PROBE, qpn)
+        assert (sent2, back2) == (15_000, 30_000)
+        assert len(engine.reverse_seen) == 300
+        assert engine.trace_reverse_paths(0) == REVERSE_FLOWS_PER_PEER == 8
+        assert engine.reverse_seen == {}
+        traces = wait_for(lambda: (engine.poll(0.02), len(_drain(sockets)))[1] or None, timeout=30, every=0.0,
+                          what="the reverse traces")
+        assert traces <= REVERSE_FLOWS_PER_PEER * MAX_HOPS
+        # A trace gets one reply of the same size, and learns no QPN.
+        sent3, back3 = _attack(engine, port, sockets[:10], TRACE, 0)
+        assert (sent3, back3) == (500, 500)
+    finally:
+        engine.close()
+        for s in sockets:
+            s.close()
+
+
+def test_a_trace_reply_carries_no_qpn() -> None:
+    """Issue 28, 8: a TRACE from a registered address returned the responder's QPN without knowing it."""
+    port = _free_udp_port()
+    engine = UdpEngine("R", "R", [LocalRnic("A1", "127.0.0.1")], allowed_sources=["127.0.0.1"], dst_port=port)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    s.setblocking(False)
+    try:
+        s.sendto(Packet(TRACE, 77, 0).encode(), ("127.0.0.1", port))
+        reply = wait_for(lambda: (engine.poll(0.02), _drain([s]))[1], timeout=30, every=0.0, what="the trace reply")
+    finally:
+        engine.close()
+        s.close()
+    assert len(reply) == 1
+    pkt = decode(reply[0])
+    assert (pkt.kind, pkt.seq, pkt.qpn) == (TRACE_REPLY, 77, 0) and engine.qpns["A1"] != 0

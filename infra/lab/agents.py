@@ -51,8 +51,11 @@ def write_pinglists(entries_by_host: dict[str, list[dict[str, Any]]], directory:
     d = lab_dir(directory) / "pinglists"
     d.mkdir(parents=True, exist_ok=True)
     for host, entries in entries_by_host.items():
+        # The controller names the probers that probe this host: its responder may trace their ACK paths.
+        probers = sorted({e["src_ip"] for es in entries_by_host.values() for e in es
+                          if e.get("responder_host") == host and e.get("src_ip")})
         tmp = d / f".{host}.tmp"
-        tmp.write_text(json.dumps({"entries": entries, "written_ns": time.time_ns()}))
+        tmp.write_text(json.dumps({"entries": entries, "reverse_peers": probers, "written_ns": time.time_ns()}))
         tmp.replace(d / f"{host}.json")
 
 
