@@ -1,7 +1,7 @@
 """Node actions on verdicts, bounded by a blast-radius guard: drain the node a verdict blames, resume the
 nodes fabricscope drained once their problem has been clear for a while, and nothing past the guard.
 
-The rules (DESIGN.md "Services and defaults": node actions are dry-run by default and bounded):
+The rules (docs/scheduler.md: node actions are dry-run by default and bounded):
 
 * Only a P0/P1 verdict of kind ``rnic``, ``host_down`` or ``busy_host`` is a node action: the node is the
   verdict's host (an RNIC's host through the inventory), named in the scheduler through the node map.

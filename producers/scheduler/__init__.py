@@ -1,4 +1,4 @@
-"""Jobs from the scheduler: which jobs ran on which nodes, when (DESIGN.md "Services and defaults": Jobs).
+"""Jobs from the scheduler: which jobs ran on which nodes, when (docs/scheduler.md).
 
 One backend per module, each returning :class:`producers.scheduler.jobs.Job` records:
 
