@@ -217,6 +217,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
         create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
                       replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
         env = dict(os.environ, FABRICSCOPE_VAR=str(var))
+        follow = None
         if source == "lab":
             from fabricscope.cmd_lab import start_lab_source
             from schemas.inventory_yaml import load as load_inventory
@@ -228,7 +229,9 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
             with console.status("building the netns lab and starting its agents…"):
                 lab = start_lab_source(s.kafka_bootstrap, s.fabricscope_topic_prefix, directory=lab_path,
                                        kafka_config=s.kafka_client_config() or None)
-                lab.refresh_pinglists(connections=lab_job_connections(load_inventory(inv_path)))
+                jobs = SchedulerJobs(load_inventory(inv_path))
+                lab.refresh_pinglists(connections=jobs.connections())
+            follow = jobs.refresh_pinglists_every(lab, JOBS_REFRESH_S)
             env["FABRICSCOPE_INVENTORY"] = str(inv_path.resolve())  # the store writer loads the ToR names
         sup.add("sink", [*exe, "sink"], logs / "sink.log", env)
         workers = workers or os.cpu_count() or 1  # each worker analyses its share of probes.raw's partitions
@@ -252,7 +255,7 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
                       f"logs in {logs}/; Ctrl-C stops"
                       + (f"; job {JOB_ID} on the service pinglist; inject faults with `fabricscope lab fault ...`"
                          if lab else ""), highlight=False, soft_wrap=True)
-        code = _watch(s, sup, duration, lambda: _record_children(record, sup, var))
+        code = _watch(s, sup, duration, lambda: (_record_children(record, sup, var), follow and follow()))
     except KeyboardInterrupt:
         pass
     except Exception as err:  # a start step failed: say which, clean up below, exit 1
@@ -277,6 +280,64 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
             lock.release()
             restore_signals()
     return code
+
+
+JOBS_REFRESH_S = 60.0
+"""How often `up` on the lab re-reads the scheduler's running jobs for the service pinglist (SLURM_CONF set)."""
+
+
+class SchedulerJobs:
+    """The jobs `up` follows on the service pinglist: the lab's ``job-lab``, plus Slurm's running jobs when
+    ``SLURM_CONF`` names a cluster (placed on the lab's hosts by node name; docs/scheduler.md).
+
+    A scheduler that does not answer is said once and the lab's own job is kept.
+    """
+
+    def __init__(self, inventory: Any) -> None:
+        self.inventory = inventory
+        self.conf = os.environ.get("SLURM_CONF") or None
+        self.followed: tuple[str, ...] = ()
+        self._warned = False
+
+    def connections(self) -> list[dict[str, Any]]:
+        """``job-lab``'s connections and those of every running Slurm job (their node pairs, sampled)."""
+        conns = lab_job_connections(self.inventory)
+        if not self.conf:
+            return conns
+        from producers.scheduler.jobs import running_connections
+        from producers.scheduler.slurm import SlurmClient, SlurmError
+
+        try:
+            slurm = running_connections(SlurmClient(self.conf).jobs(), self.inventory)
+        except SlurmError as err:
+            if not self._warned:
+                console.print(f"fabricscope up: Slurm jobs not followed: {err}", highlight=False, soft_wrap=True)
+                self._warned = True
+            return conns
+        followed = tuple(sorted({c["job_id"] for c in slurm}))
+        if followed != self.followed:
+            console.print(f"following Slurm jobs on the service pinglist: {', '.join(followed) or 'none running'}",
+                          highlight=False, soft_wrap=True)
+            self.followed = followed
+        return conns + slurm
+
+    def refresh_pinglists_every(self, lab: Any, every_s: float) -> Any:
+        """A tick for `up`'s loop that rebuilds the lab's pinglists every ``every_s`` when the job set changed;
+        None without a scheduler."""
+        if not self.conf:
+            return None
+        last = [time.monotonic()]
+
+        def tick() -> None:
+            if time.monotonic() - last[0] < every_s:
+                return
+            last[0] = time.monotonic()
+            before = self.followed
+            conns = self.connections()
+            if self.followed != before:
+                lab.refresh_pinglists(connections=conns)
+
+        return tick
 
 
 CLEANUP_S = 9.5

@@ -299,3 +299,21 @@ def test_a_drain_names_one_node_and_text_in_the_reason_cannot_widen_it(slurm):
     finally:
         slurm.resume("H5")
     assert node_reasons(slurm) == {}
+
+
+def test_up_follows_running_slurm_jobs_on_the_service_pinglist(slurm, monkeypatch):
+    from fabricscope.up import SchedulerJobs
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    assert {c["job_id"] for c in SchedulerJobs(panel1()).connections()} == {"job-lab"}  # no scheduler: the lab's
+    jid = sbatch(slurm, "-N", "2", "-w", "H1,H3", "--wrap", "sleep 60")
+    wait_for(lambda: job_in(slurm, jid), 120, what=f"job {jid} RUNNING")
+    monkeypatch.setenv("SLURM_CONF", slurm.conf)
+    jobs = SchedulerJobs(panel1())
+    conns = jobs.connections()
+    mine = [c for c in conns if c["job_id"] == jid]
+    assert mine and {c["src_rnic"][0] for c in mine} | {c["dst_rnic"][0] for c in mine} == {"A", "B"}  # H1, H3
+    assert jid in jobs.followed and "job-lab" in {c["job_id"] for c in conns}
+    slurm.run(["scancel", jid])
+    wait_for(lambda: job_in(slurm, jid, "CANCELLED"), 60, what=f"job {jid} CANCELLED")
+    assert jid not in {c["job_id"] for c in jobs.connections()}
