@@ -8,36 +8,26 @@ Arrow/Parquet files given with ``--verdicts``/``--coverage``, else from the stor
 
 from __future__ import annotations
 
-from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
 import typer
 
+from fabricscope.times import format_window, typer_time, tz_option
 from streams.pingmesh.blame import COVERAGE_SCHEMA, blame
 from streams.pingmesh.windows import WINDOW_NS, window_start
 
 EXIT_UNKNOWN = 3  # no coverage for the job then: neither "network" nor "innocent" can be said
 
 
-def parse_time(text: str) -> int:
-    """TIME as ns since the epoch: an integer (ns) or ISO 8601 (``2026-11-29T21:30:00Z``).
+def parse_time(text: str, tz: str = "utc") -> int:
+    """TIME as ns since the epoch (:func:`fabricscope.times.parse_time`: ``now``, ``-5m``, ``10 min ago``,
+    ISO 8601, ns).
 
     Raises:
-        typer.BadParameter: neither form; the message shows both.
+        typer.BadParameter: not a time; the message shows the forms.
     """
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is not a time; give ns since the epoch (1764451800000000000) or ISO 8601 "
-            "(2026-11-29T21:30:00Z)"
-        ) from None
-    if dt.tzinfo is None:
-        raise typer.BadParameter(f"{text!r} has no time zone; add Z or +00:00")
-    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+    return typer_time(text, tz, "--at")
 
 
 def read_table(path: Path) -> pa.Table:
@@ -73,15 +63,18 @@ def _from_store(ws: int) -> tuple[pa.Table, pa.Table, str]:
 
 def blame_cmd(
     job: str = typer.Option(..., "--job", help="job id, as in the service pinglist"),
-    at: str = typer.Option(..., "--at", help="time: ns since the epoch or ISO 8601 with a zone"),
+    at: str = typer.Option(..., "--at", help="time: now, -5m, '10 min ago', ISO 8601 (2026-12-01T18:29:00Z; "
+                           "no zone = --tz) or ns since the epoch"),
     verdicts_file: Path = typer.Option(None, "--verdicts", help="verdict.v1 rows (Arrow IPC or Parquet)"),
     coverage_file: Path = typer.Option(None, "--coverage", help="coverage rows (Arrow IPC or Parquet)"),
     as_json: bool = typer.Option(False, "--json", help="print the answer as JSON"),
+    tz: str = tz_option(),
+    ns: bool = typer.Option(False, "--ns", help="print the window as ns since the epoch"),
 ) -> None:
     """Say whether the network is to blame for a job at a time, with the coverage behind the answer.
     Exit 0 with an answer (network or innocent), 3 for unknown (no coverage), 2 on a usage error;
     the same with --json."""
-    at_ns = parse_time(at)
+    at_ns = parse_time(at, tz)
     ws = window_start(at_ns, WINDOW_NS)
     note = ""
     if verdicts_file is not None:
@@ -93,7 +86,8 @@ def blame_cmd(
     if as_json:
         typer.echo(ans.to_json())
         raise typer.Exit(EXIT_UNKNOWN if ans.answer == "unknown" else 0)
-    typer.echo(f"job {job}, window starting {ws} ns: {ans.answer.upper()} — {ans.reason}")
+    window = f"{ws}–{ws + WINDOW_NS} ns" if ns else format_window(ws, ws + WINDOW_NS, tz)
+    typer.echo(f"job {job}, window {window}: {ans.answer.upper()} — {ans.reason}")
     for p in ans.problems:
         typer.echo(f"  {p['impact']} {p['kind']} at {p['location']} (confidence {p['confidence']:.2f})")
     for p in ans.other:

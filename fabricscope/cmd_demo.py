@@ -21,6 +21,7 @@ from rich.console import Console
 from fabricscope.choices import DemoScenario, DemoSource, check_scenario, value
 from fabricscope.settings import Settings, load
 from fabricscope.stopping import interrupt_on_terminate
+from fabricscope.times import format_window
 
 EXIT_FAILED = 1
 
@@ -93,7 +94,8 @@ def demo(
         if as_json:
             print(json.dumps(v, default=str), flush=True)
         else:
-            Console().print(f"window {v['window_start_ns']}: [bold]{v['kind']}[/bold] at {v['location']} "
+            window = format_window(v["window_start_ns"], v.get("window_end_ns") or v["window_start_ns"])
+            Console().print(f"window {window}: [bold]{v['kind']}[/bold] at {v['location']} "
                             f"(impact {v['impact']}, confidence {v['confidence']:.2f})")
 
     code = 0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -12,14 +11,14 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from fabricscope.choices import Scenario, SourceKind, UpSource, WorkerRole, positive_seconds, value
+from fabricscope.result_output import DEFAULT_LIMIT, column_types, print_result
 from fabricscope.settings import Settings, load
 from fabricscope.stopping import stop_requested
+from fabricscope.times import typer_since, tz_option
 
 console = Console(stderr=True)
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -194,32 +193,53 @@ def up(
 @commands.command("query")
 def query(
     sql: str = typer.Argument(..., help="SQL, or the name of a saved query (`fabricscope queries` lists them)"),
-    as_json: bool = typer.Option(False, "--json", help="JSON lines for machines"),
-    as_csv: bool = typer.Option(False, "--csv", help="CSV"),
-    since: str = typer.Option(None, "--since", help="saved queries: how far back, e.g. 90d, 12h"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines for machines (every row)"),
+    as_csv: bool = typer.Option(False, "--csv", help="CSV (every row)"),
+    since: str = typer.Option(None, "--since", help="saved queries: how far back: 90d, 12h, '10 min', "
+                              "-2h, or a time (2026-12-01T18:00:00Z)"),
     param: list[str] = typer.Option([], "--param", "-p", help="saved queries: NAME=VALUE, repeatable"),
+    limit: int = typer.Option(DEFAULT_LIMIT, "--limit", min=1, help="table: show at most N rows"),
+    show_all: bool = typer.Option(False, "--all", help="table: show every row"),
+    vertical: bool = typer.Option(False, "--vertical", "-G", help="table: one field per line (like \\G)"),
+    tz: str = tz_option(),
+    ns: bool = typer.Option(False, "--ns", help="times as raw numbers (seconds or ns), as stored"),
 ) -> None:
-    """Run SQL on the store: through the running sink if there is one, else directly."""
+    """Run SQL on the store: through the running sink if there is one, else directly. Table mode shows
+    at most --limit rows and says how many there are; --csv and --json print every row."""
     from fabricscope.store_access import run_query
     from schemas.saved_queries import SavedQueryError, check_query_text, is_saved_query, render_named
 
+    if as_json and as_csv:
+        raise typer.BadParameter("choose one of --json and --csv", param_hint="'--json'")
+    values: dict[str, str] = {}
+    for p in param:
+        name, eq, val = p.partition("=")
+        if not eq or not name:
+            raise typer.BadParameter(f"{p!r}: write NAME=VALUE (e.g. -p rnic=A3)", param_hint="'-p'")
+        values[name] = val
+    if since is not None:
+        values["since"] = str(typer_since(since, tz))
+    s = load()
     try:
         check_query_text(sql)
         if is_saved_query(sql):
-            values = dict(p.split("=", 1) if "=" in p else (p, "") for p in param)
-            if since is not None:
-                values["since"] = since
             sql = render_named(sql, values)
         elif since is not None or param:
             raise SavedQueryError("--since and -p apply to saved queries only; `fabricscope queries` lists them")
-        result = run_query(load(), sql)
+        result = run_query(s, sql)
+        types = {} if ns else column_types(lambda q: run_query(s, q), sql, result)
     except SavedQueryError as err:
         console.print(f"fabricscope query: {err}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except Exception as err:
         console.print(f"[red]query failed:[/red] {err}")
         raise typer.Exit(1) from None
-    print_table(result, as_json, as_csv)
+    mode = "json" if as_json else "csv" if as_csv else "table"
+    try:
+        print_result(result, mode, types, tz, ns, None if show_all else limit, vertical)
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        sys.stderr.close()
+        raise typer.Exit(0) from None
 
 
 def _serve_metrics(port: int) -> None:
@@ -227,25 +247,6 @@ def _serve_metrics(port: int) -> None:
         from prometheus_client import start_http_server
 
         start_http_server(port, addr="127.0.0.1")
-
-
-def print_table(result: pa.Table, as_json: bool = False, as_csv: bool = False) -> None:
-    """Print a result table as a rich table, JSON lines or CSV on stdout."""
-    if as_json:
-        for row in result.to_pylist():
-            print(json.dumps(row, default=str))
-        return
-    if as_csv:
-        import pyarrow.csv as pacsv
-
-        sink = pa.BufferOutputStream()
-        pacsv.write_csv(result, sink)
-        sys.stdout.write(sink.getvalue().to_pybytes().decode())
-        return
-    t = Table(*result.column_names)
-    for row in result.to_pylist():
-        t.add_row(*(str(v) for v in row.values()))
-    Console().print(t)
 
 
 def run_sink(s: Settings) -> None:
