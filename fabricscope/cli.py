@@ -63,6 +63,19 @@ def _click_error(name: str) -> type[Exception]:
     return next(k for k in typer.BadParameter.__mro__ if k.__name__ == name)
 
 
+def command_path(command: object, argv: list[str]) -> str:
+    """``fabricscope lab fault`` for ``argv`` ``["lab", "fault", "nic-down", ...]``: the command words of a
+    command line, found by walking the command groups."""
+    words = ["fabricscope"]
+    for word in argv:
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is None:
+            break
+        words.append(word)
+        command = sub
+    return " ".join(words)
+
+
 def main() -> None:
     """Entry point of the console script.
 
@@ -83,6 +96,7 @@ def main() -> None:
             sys.exit(2)
         where = ctx.command_path if ctx else "fabricscope"
         msg = e.format_message().replace("Value error, ", "")  # type: ignore[attr-defined]
+        msg = " ".join(msg.split())  # click lists choices one per line: keep the one-line promise
         print(f"{where}: {msg} (see `{where} --help`)", file=sys.stderr)
         sys.exit(2)
     except click_exception as e:
@@ -91,6 +105,12 @@ def main() -> None:
     except typer.Abort:
         print("aborted", file=sys.stderr)
         sys.exit(130)
+    except OSError as e:
+        if not e.filename:
+            raise
+        # A path the command could not open or write (a typo, /proc, no permission): one line, not a traceback.
+        print(f"{command_path(command, sys.argv[1:])}: {e.filename}: {e.strerror or e}", file=sys.stderr)
+        sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

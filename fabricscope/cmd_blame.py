@@ -65,8 +65,10 @@ def blame_cmd(
     job: str = typer.Option(..., "--job", help="job id, as in the service pinglist"),
     at: str = typer.Option(..., "--at", help="time: now, -5m, '10 min ago', ISO 8601 (2026-12-01T18:29:00Z; "
                            "no zone = --tz) or ns since the epoch"),
-    verdicts_file: Path = typer.Option(None, "--verdicts", help="verdict.v1 rows (Arrow IPC or Parquet)"),
-    coverage_file: Path = typer.Option(None, "--coverage", help="coverage rows (Arrow IPC or Parquet)"),
+    verdicts_file: Path = typer.Option(None, "--verdicts", exists=True, dir_okay=False,
+                                       help="verdict.v1 rows (Arrow IPC or Parquet)"),
+    coverage_file: Path = typer.Option(None, "--coverage", exists=True, dir_okay=False,
+                                       help="coverage rows (Arrow IPC or Parquet)"),
     as_json: bool = typer.Option(False, "--json", help="print the answer as JSON"),
     tz: str = tz_option(),
     ns: bool = typer.Option(False, "--ns", help="print the window as ns since the epoch"),

@@ -128,7 +128,8 @@ history_app = typer.Typer(name="history", help="The tiered probe history (minute
 
 
 @history_app.command("inventory")
-def inventory(path: Path = typer.Argument(..., help="cluster inventory YAML (schemas/inventory_yaml.py)")) -> None:
+def inventory(path: Path = typer.Argument(..., exists=True, dir_okay=False,
+                                          help="cluster inventory YAML (schemas/inventory_yaml.py)")) -> None:
     """Load RNIC -> host, ToR from an inventory file, so new probes roll up per ToR pair."""
     from fabricscope.store_access import load_inventory
     from schemas.inventory_yaml import load as load_inventory_file
