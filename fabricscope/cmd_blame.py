@@ -14,6 +14,7 @@ import pyarrow as pa
 import typer
 
 from fabricscope.times import format_window, typer_time, tz_option
+from sinks.origin import OriginError
 from streams.pingmesh.blame import COVERAGE_SCHEMA, blame
 from streams.pingmesh.windows import WINDOW_NS, window_start
 
@@ -44,17 +45,20 @@ def read_table(path: Path) -> pa.Table:
         return pa.ipc.open_file(pa.BufferReader(data)).read_all()
 
 
-def _from_store(ws: int) -> tuple[pa.Table, pa.Table, str]:
+def _from_store(ws: int, origin: str | None = None) -> tuple[pa.Table, pa.Table, str]:
     from fabricscope.settings import load
-    from fabricscope.store_access import run_query
+    from fabricscope.store_access import run_query, selected_origin
     from schemas.arrow_pa import arrow_schema
 
     s = load()
+    chosen = selected_origin(s, origin)
+    # only the chosen origin's rows: a demo's or simulator's verdicts never blame the lab's job (or production's)
+    where = f"window_start_ns = {int(ws)}" + (f" AND origin = '{chosen}'" if chosen else "")
     names = ", ".join(arrow_schema("verdict.v1").names)
-    verdicts = run_query(s, f"SELECT {names} FROM verdicts FINAL WHERE window_start_ns = {int(ws)}")
-    note = ""
+    verdicts = run_query(s, f"SELECT {names} FROM verdicts FINAL WHERE {where}")
+    note = f"verdicts and coverage of origin {chosen} (--origin all for every origin)" if chosen else ""
     try:
-        coverage = run_query(s, f"SELECT * FROM coverage WHERE window_start_ns = {int(ws)}")
+        coverage = run_query(s, f"SELECT * EXCEPT (origin) FROM coverage WHERE {where}")
     except Exception as e:  # the store has no coverage table yet: answer 'unknown', say why
         coverage = COVERAGE_SCHEMA.empty_table()
         note = f"coverage not in the store ({type(e).__name__}); without coverage the answer cannot be 'innocent'"
@@ -72,6 +76,8 @@ def blame_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the answer as JSON"),
     tz: str = tz_option(),
     ns: bool = typer.Option(False, "--ns", help="print the window as ns since the epoch"),
+    origin: str = typer.Option(None, help="verdicts of this origin: production, lab, sim, demo or all "
+                               "(default: the running pipeline's)"),
 ) -> None:
     """Say whether the network is to blame for a job at a time, with the coverage behind the answer.
     Exit 0 with an answer (network or innocent), 3 for unknown (no coverage), 2 on a usage error;
@@ -83,7 +89,10 @@ def blame_cmd(
         verdicts = read_table(verdicts_file)
         coverage = read_table(coverage_file) if coverage_file else COVERAGE_SCHEMA.empty_table()
     else:
-        verdicts, coverage, note = _from_store(ws)
+        try:
+            verdicts, coverage, note = _from_store(ws, origin)
+        except OriginError as e:
+            raise typer.BadParameter(str(e), param_hint="'--origin'") from None
     ans = blame(job, at_ns, verdicts, coverage)
     if as_json:
         typer.echo(ans.to_json())

@@ -206,8 +206,10 @@ def query(
 ) -> None:
     """Run SQL on the store: through the running sink if there is one, else directly. Table mode shows
     at most --limit rows and says how many there are; --csv and --json print every row."""
-    from fabricscope.store_access import run_query
+    from fabricscope.store_access import run_query, selected_origin
     from schemas.saved_queries import SavedQueryError, check_query_text, is_saved_query, render_named
+    from schemas.saved_queries import load as load_saved
+    from sinks.origin import OriginError
 
     if as_json and as_csv:
         raise typer.BadParameter("choose one of --json and --csv", param_hint="'--json'")
@@ -223,12 +225,19 @@ def query(
     try:
         check_query_text(sql)
         if is_saved_query(sql):
+            if any(p.name == "origin" for p in load_saved(sql).params):
+                asked = values.get("origin")
+                values["origin"] = origin = selected_origin(s, asked)
+                if asked is None and not (as_json or as_csv):
+                    why = "the running pipeline's" if origin else "no pipeline running: every origin"
+                    console.print(f"origin {origin or 'all'} ({why}); -p origin=all|production|lab|sim|demo chooses",
+                                  style="dim", highlight=False, soft_wrap=True)
             sql = render_named(sql, values)
         elif since is not None or param:
             raise SavedQueryError("--since and -p apply to saved queries only; `fabricscope queries` lists them")
         result = run_query(s, sql)
         types = {} if ns else column_types(lambda q: run_query(s, q), sql, result)
-    except SavedQueryError as err:
+    except (SavedQueryError, OriginError) as err:
         console.print(f"fabricscope query: {err}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except Exception as err:
@@ -253,6 +262,8 @@ def run_sink(s: Settings) -> None:
     """The store writer process: migrate, serve queries, consume result topics until SIGTERM/SIGINT."""
     from sinks.clickhouse import migrate, open_store
     from sinks.kafka_sink import StoreWriter
+    from sinks.origin import clear_running as clear_running_origin
+    from sinks.origin import write_running as write_running_origin
     from sinks.query_endpoint import serve, stop_serving
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sink %(levelname)s %(message)s")
@@ -271,10 +282,14 @@ def run_sink(s: Settings) -> None:
     writer = StoreWriter(store, s.kafka_bootstrap, s.fabricscope_topic_prefix, kafka_config=s.kafka_client_config(),
                          block_rows=s.fabricscope_sink_block_rows, block_s=s.fabricscope_sink_block_s,
                          block_min_rows=s.fabricscope_sink_block_min_rows,
-                         block_slow_max_s=s.fabricscope_sink_block_slow_max_s)
+                         block_slow_max_s=s.fabricscope_sink_block_slow_max_s, origin=s.fabricscope_origin)
+    if server:  # `fabricscope query` in another shell shows this writer's origin by default
+        write_running_origin(s.store_path, s.fabricscope_origin)
     try:
         writer.run(stopping)
     finally:
+        if server:
+            clear_running_origin(s.store_path)
         writer.close()
         if server:
             stop_serving(server, s.store_path)

@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     clickhouse_url: SecretStr | None = Field(None, description="http://user:pw@host:8123/db; unset = embedded chdb")
     fabricscope_var: Path = Field(Path("var"), description="local state: Kafka data, embedded store, lab state")
     fabricscope_topic_prefix: str = ""
+    fabricscope_origin: Literal["production", "lab", "sim", "demo"] = Field(
+        "production", description="origin the store writer stamps on verdicts and coverage (`up` sets it from its "
+        "source); saved queries, blame and the live feed show the running writer's origin by default")
     fabricscope_inventory: Path | None = Field(
         None, description="inventory YAML the store writer loads into rnic_inventory at start (ToR names)")
     # The store writer's blocks of probe rows and tiers (README "Exactly-once rows"): only raw history and the
