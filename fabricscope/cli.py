@@ -22,7 +22,8 @@ PIPELINE_ONLY = {"pyarrow", "faust", "aiokafka", "chdb", "clickhouse_connect", "
                  "httpx", "pyroute2", "mode"}
 # Top-level commands first, then the command groups, in the order `fabricscope --help` lists them.
 SUBAPPS = (("cmd_pipeline", "commands"), ("cmd_demo", "commands"), ("cmd_diagnose", "commands"),
-           ("cmd_history", "commands"), ("cmd_blame", "commands"), ("cmd_pipeline", "kafka_app"),
+           ("cmd_history", "commands"), ("cmd_blame", "commands"), ("cmd_verdicts", "commands"),
+           ("cmd_pipeline", "kafka_app"),
            ("cmd_bench", "bench_app"), ("cmd_history", "alertmanager_app"), ("cmd_history", "verdict_app"),
            ("cmd_history", "history_app"), ("cmd_history", "report_app"), ("cmd_lab", "lab_app"),
            ("cmd_sim", "inventory_app"), ("cmd_sim", "sim_app"), ("cmd_store", "store_app"),
