@@ -45,13 +45,8 @@ def test_probe_noise_is_counted_not_shown():
 
 
 @pytest.fixture
-def store(tmp_path):
-    from sinks.clickhouse import migrate, open_store
-
-    s = open_store(tmp_path / "clickhouse")
-    migrate(s)
-    yield s
-    s.close()
+def store(migrated_store):
+    return migrated_store
 
 
 def _insert(store, rows: list[dict], origin: str) -> None:

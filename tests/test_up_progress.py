@@ -12,13 +12,8 @@ from fabricscope.up import STATS_SQL, Progress, Stats, stats_sql
 
 
 @pytest.fixture
-def store(tmp_path):
-    from sinks.clickhouse import migrate, open_store
-
-    s = open_store(tmp_path / "clickhouse")
-    migrate(s)
-    yield s
-    s.close()
+def store(migrated_store):
+    return migrated_store
 
 
 def _dead(reasons: list[str]) -> pa.Table:
