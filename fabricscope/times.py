@@ -140,12 +140,12 @@ def parse_since(text: str, tz: str = "utc", now_ns: int | None = None) -> int:
     return max(1, (now_ns - at) // NS)
 
 
-def _zone(tz: str) -> Any:  # noqa: ANN401 - a tzinfo
+def zone(tz: str) -> Any:  # noqa: ANN401 - a tzinfo
     return UTC if _check_tz(tz) == "utc" else datetime.now().astimezone().tzinfo
 
 
 def _iso(dt: datetime, tz: str) -> str:
-    dt = dt.astimezone(_zone(tz))
+    dt = dt.astimezone(zone(tz))
     text = dt.isoformat(timespec="milliseconds" if dt.microsecond else "seconds")
     return text.replace("+00:00", "Z") if tz == "utc" else text
 
@@ -158,7 +158,7 @@ def format_time(ns: int, tz: str = "utc") -> str:
 
 def format_clock(ns: int, tz: str = "utc") -> str:
     """The time of day of an instant, ``18:28:42`` (for feeds whose date is obvious)."""
-    return datetime.fromtimestamp(ns / NS, _zone(tz)).strftime("%H:%M:%S")
+    return datetime.fromtimestamp(ns / NS, zone(tz)).strftime("%H:%M:%S")
 
 
 def format_span(ns: int) -> str:
