@@ -129,7 +129,7 @@ def read_stats(store_path: Path, since_ns: int | None = None) -> Stats | None:
     if feed is None or feed.since_ns != since:
         feed = _feeds[store_path] = VerdictFeed(since, read_running(store_path) or "")
     tick(feed, lambda sql: query_remote(url, sql, timeout=10.0), stats.events.append)
-    stats.problems = f"{feed.new} problems new, {feed.cleared} cleared, {len(feed.active)} active" \
+    stats.problems = f"problems: {feed.new} new, {feed.cleared} cleared, {len(feed.active)} active" \
         if feed.new else ""
     return stats
 
