@@ -77,14 +77,18 @@ class Stats:
         return self.dead > 0 and self.dead >= self.rows
 
 
-def stats_sql(since_ns: int = 0) -> str:
-    """The progress query: this run's rows (uploaded since ``since_ns``), timeouts, verdicts, dead letters and
-    their top reason. Reasons carry the RNIC or column in quotes; grouping without them finds the common cause."""
+def stats_sql(since_ns: int = 0, origin: str = "") -> str:
+    """The progress query: this run's rows (uploaded since ``since_ns``), timeouts, verdicts (of ``origin``
+    when given: one of :data:`sinks.origin.ORIGINS`), dead letters and their top reason. Reasons carry the RNIC
+    or column in quotes; grouping without them finds the common cause."""
+    from sinks.origin import ORIGINS
+
     t = int(since_ns)
+    mine = f" AND origin = '{origin}'" if origin in ORIGINS else ""
     return rf"""SELECT
   (SELECT count() FROM probes WHERE upload_ns >= {t}) AS rows,
   (SELECT countIf(status = 'timeout') FROM probes WHERE upload_ns >= {t}) AS timeouts,
-  (SELECT count() FROM verdicts WHERE emitted_ns >= {t}) AS verdicts,
+  (SELECT count() FROM verdicts WHERE emitted_ns >= {t}{mine}) AS verdicts,
   (SELECT count() FROM deadletters WHERE received_ns >= {t}) AS dead,
   (SELECT any(r) FROM (SELECT replaceRegexpAll(reason, '\x27[^\x27]*\x27', '…') AS r, count() AS n
    FROM deadletters WHERE received_ns >= {t} GROUP BY r ORDER BY n DESC LIMIT 1)) AS top_reason"""
@@ -93,6 +97,7 @@ def stats_sql(since_ns: int = 0) -> str:
 STATS_SQL = stats_sql(0)
 """The progress query over the whole store."""
 
+UPLOAD_ALIGN_NS = 5_000_000_000
 _run_start_ns: int | None = None  # set when `up` starts showing progress (Progress.__enter__) or on the first read
 _feeds: dict[Path, Any] = {}  # store path -> its live verdict feed (fabricscope.live_feed.VerdictFeed)
 
@@ -112,22 +117,24 @@ def read_stats(store_path: Path, since_ns: int | None = None) -> Stats | None:
     from sinks.origin import read_running
     from sinks.query_endpoint import find_endpoint, query_remote
 
-    since = _run_start() if since_ns is None else since_ns
+    # a source aligns its first upload to 5 s: probes up to 5 s before the start are this run's
+    since = _run_start() - UPLOAD_ALIGN_NS if since_ns is None else since_ns
     try:
         url = find_endpoint(store_path)
     except Exception:
         return None
     if not url:
         return None
+    origin = read_running(store_path) or ""
     try:
-        row = query_remote(url, stats_sql(since), timeout=10.0).to_pylist()[0]
+        row = query_remote(url, stats_sql(since, origin), timeout=10.0).to_pylist()[0]
     except Exception:
         return None
     stats = Stats(int(row["rows"]), int(row["timeouts"]), int(row["verdicts"]), int(row["dead"]),
                   str(row["top_reason"] or ""))
     feed = _feeds.get(store_path)
     if feed is None or feed.since_ns != since:
-        feed = _feeds[store_path] = VerdictFeed(since, read_running(store_path) or "")
+        feed = _feeds[store_path] = VerdictFeed(since, origin)
     tick(feed, lambda sql: query_remote(url, sql, timeout=10.0), stats.events.append)
     stats.problems = f"problems: {feed.new} new, {feed.cleared} cleared, {len(feed.active)} active" \
         if feed.new else ""
