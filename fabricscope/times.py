@@ -195,13 +195,19 @@ def _base_type(ch_type: str) -> str:
 
 
 def is_datetime_type(ch_type: str) -> bool:
-    """Whether a ClickHouse type (``Nullable(DateTime('UTC'))`` ...) is a DateTime or DateTime64."""
-    return _base_type(ch_type).startswith("DateTime")
+    """Whether a ClickHouse type (``Nullable(DateTime('UTC'))``, ``Array(DateTime)`` ...) holds DateTime or
+    DateTime64 values."""
+    t = _base_type(ch_type)
+    while t.startswith("Array("):
+        t = _base_type(t[len("Array("):-1])
+    return t.startswith("DateTime")
 
 
 def _cell(v: Any, seconds: bool, tz: str) -> Any:  # noqa: ANN401
     if v is None:
         return None
+    if isinstance(v, list):
+        return [_cell(x, seconds, tz) for x in v]
     if isinstance(v, datetime):
         return _iso(v if v.tzinfo else v.replace(tzinfo=UTC), tz)
     if isinstance(v, date):

@@ -96,6 +96,8 @@ def test_format_span(ns, text):
 
 
 def test_format_columns_uses_the_clickhouse_types():
+    assert format_columns({"a": [[NOW // NS], []]}, {"a": "Array(Nullable(DateTime))"}) == {
+        "a": [["2026-12-01T18:29:00Z"], []]}
     cols = {"t": [NOW // NS, None], "n": [NOW // NS, 1],
             "t64": [datetime(2026, 12, 1, 18, 29, tzinfo=UTC), None]}
     out = format_columns(cols, {"t": "Nullable(DateTime('UTC'))", "n": "UInt32"})
