@@ -3,6 +3,7 @@ types, CSV/JSON with every row. Results come from the real embedded engine (chdb
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import os
@@ -79,9 +80,13 @@ def test_csv_and_json_stream_every_row_with_iso_times(engine):
     types = column_types(engine, SQL, result)
     buf = io.StringIO()
     print_result(result, "csv", types, out=buf)
-    lines = buf.getvalue().splitlines()
-    assert len(lines) == 251 and lines[0] == "t,t64,n,f"
-    assert lines[1].startswith("2026-12-01T18:29:00Z,2026-12-01T18:29:00Z,0,0.0")
+    lines = list(csv.reader(io.StringIO(buf.getvalue())))
+    assert len(lines) == 251 and lines[0] == ["t", "t64", "n", "f"]
+    assert lines[1] == ["2026-12-01T18:29:00Z", "2026-12-01T18:29:00.000Z", "0", "0"]
+    assert lines[250][0] == "2026-12-01T18:33:09Z"
+    buf = io.StringIO()
+    print_result(result, "csv", types, tz="local", out=buf)  # the row-by-row path
+    assert len(buf.getvalue().splitlines()) == 251
     buf = io.StringIO()
     print_result(result, "json", types, out=buf)
     rows = [json.loads(x) for x in buf.getvalue().splitlines()]
@@ -105,4 +110,4 @@ def test_the_command_prints_now_as_a_time_and_caps_the_table(tmp_path):
     assert "2026-12-01T18:29:00Z" in r.stdout and str(T0) not in r.stdout
     assert "1,000 rows (showing 100;" in r.stdout
     r = _fs(tmp_path, "query", f"SELECT toDateTime({T0}, 'UTC') AS t", "--csv", "--ns")
-    assert r.stdout.splitlines() == ["t", str(T0)]
+    assert list(csv.reader(io.StringIO(r.stdout))) == [["t"], [str(T0)]]
