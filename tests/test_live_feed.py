@@ -79,3 +79,28 @@ def test_tick_survives_a_store_that_does_not_answer():
 
     lines: list[str] = []
     assert tick(VerdictFeed(T0), down, lines.append) == [] and lines == []
+
+
+def test_verdicts_command_prints_the_problems_of_the_period(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from sinks.clickhouse import migrate, open_store
+
+    ws = time.time_ns() // W * W - 5 * W
+    store = open_store(tmp_path / "var" / "clickhouse")
+    try:
+        migrate(store)
+        _insert(store, [_v("x", ws, location="A->S3"), _v("y", ws, kind="stale_qpn", location="C3", job=None)], "lab")
+        _insert(store, [_v("z", ws, kind="busy_host", location="H2")], "demo")
+    finally:
+        store.close()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "FABRICSCOPE_VAR": str(tmp_path / "var"), "KAFKA_BOOTSTRAP": "127.0.0.1:1"}
+    r = subprocess.run([sys.executable, "-m", "fabricscope", "verdicts", "--since", "10 min", "--origin", "lab"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert [ln[9:] for ln in r.stdout.splitlines()] == ["NEW P1 switch A->S3 (job job-lab)"]
+    assert "2 verdicts (1 probe noise): 1 new, 0 cleared, 1 active (P1 1)" in r.stderr
