@@ -22,7 +22,8 @@ PIPELINE_ONLY = {"pyarrow", "faust", "aiokafka", "chdb", "clickhouse_connect", "
                  "httpx", "pyroute2", "mode"}
 # Top-level commands first, then the command groups, in the order `fabricscope --help` lists them.
 SUBAPPS = (("cmd_pipeline", "commands"), ("cmd_demo", "commands"), ("cmd_diagnose", "commands"),
-           ("cmd_history", "commands"), ("cmd_blame", "commands"), ("cmd_pipeline", "kafka_app"),
+           ("cmd_history", "commands"), ("cmd_blame", "commands"), ("cmd_verdicts", "commands"),
+           ("cmd_pipeline", "kafka_app"),
            ("cmd_bench", "bench_app"), ("cmd_history", "alertmanager_app"), ("cmd_history", "verdict_app"),
            ("cmd_history", "history_app"), ("cmd_history", "report_app"), ("cmd_lab", "lab_app"),
            ("cmd_sim", "inventory_app"), ("cmd_sim", "sim_app"), ("cmd_store", "store_app"),
@@ -63,6 +64,19 @@ def _click_error(name: str) -> type[Exception]:
     return next(k for k in typer.BadParameter.__mro__ if k.__name__ == name)
 
 
+def command_path(command: object, argv: list[str]) -> str:
+    """``fabricscope lab fault`` for ``argv`` ``["lab", "fault", "nic-down", ...]``: the command words of a
+    command line, found by walking the command groups."""
+    words = ["fabricscope"]
+    for word in argv:
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is None:
+            break
+        words.append(word)
+        command = sub
+    return " ".join(words)
+
+
 def main() -> None:
     """Entry point of the console script.
 
@@ -83,6 +97,7 @@ def main() -> None:
             sys.exit(2)
         where = ctx.command_path if ctx else "fabricscope"
         msg = e.format_message().replace("Value error, ", "")  # type: ignore[attr-defined]
+        msg = " ".join(msg.split())  # click lists choices one per line: keep the one-line promise
         print(f"{where}: {msg} (see `{where} --help`)", file=sys.stderr)
         sys.exit(2)
     except click_exception as e:
@@ -91,6 +106,12 @@ def main() -> None:
     except typer.Abort:
         print("aborted", file=sys.stderr)
         sys.exit(130)
+    except OSError as e:
+        if not e.filename:
+            raise
+        # A path the command could not open or write (a typo, /proc, no permission): one line, not a traceback.
+        print(f"{command_path(command, sys.argv[1:])}: {e.filename}: {e.strerror or e}", file=sys.stderr)
+        sys.exit(1)
     sys.exit(rv if isinstance(rv, int) else 0)
 
 

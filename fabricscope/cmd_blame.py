@@ -11,36 +11,27 @@ user, nodes and RNICs, and whether it ran at TIME.
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
 import typer
 
+from fabricscope.times import format_window, typer_time, tz_option
+from sinks.origin import OriginError
 from streams.pingmesh.blame import COVERAGE_SCHEMA, blame
 from streams.pingmesh.windows import WINDOW_NS, window_start
 
 EXIT_UNKNOWN = 3  # no coverage for the job then: neither "network" nor "innocent" can be said
 
 
-def parse_time(text: str) -> int:
-    """TIME as ns since the epoch: an integer (ns) or ISO 8601 (``2026-11-29T21:30:00Z``).
+def parse_time(text: str, tz: str = "utc") -> int:
+    """TIME as ns since the epoch (:func:`fabricscope.times.parse_time`: ``now``, ``-5m``, ``10 min ago``,
+    ISO 8601, ns).
 
     Raises:
-        typer.BadParameter: neither form; the message shows both.
+        typer.BadParameter: not a time; the message shows the forms.
     """
-    if text.lstrip("-").isdigit():
-        return int(text)
-    try:
-        dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is not a time; give ns since the epoch (1764451800000000000) or ISO 8601 "
-            "(2026-11-29T21:30:00Z)"
-        ) from None
-    if dt.tzinfo is None:
-        raise typer.BadParameter(f"{text!r} has no time zone; add Z or +00:00")
-    return int(dt.timestamp()) * 1_000_000_000 + dt.microsecond * 1000
+    return typer_time(text, tz, "--at")
 
 
 def read_table(path: Path) -> pa.Table:
@@ -57,17 +48,20 @@ def read_table(path: Path) -> pa.Table:
         return pa.ipc.open_file(pa.BufferReader(data)).read_all()
 
 
-def _from_store(ws: int) -> tuple[pa.Table, pa.Table, str]:
+def _from_store(ws: int, origin: str | None = None) -> tuple[pa.Table, pa.Table, str]:
     from fabricscope.settings import load
-    from fabricscope.store_access import run_query
+    from fabricscope.store_access import run_query, selected_origin
     from schemas.arrow_pa import arrow_schema
 
     s = load()
+    chosen = selected_origin(s, origin)
+    # only the chosen origin's rows: a demo's or simulator's verdicts never blame the lab's job (or production's)
+    where = f"window_start_ns = {int(ws)}" + (f" AND origin = '{chosen}'" if chosen else "")
     names = ", ".join(arrow_schema("verdict.v1").names)
-    verdicts = run_query(s, f"SELECT {names} FROM verdicts FINAL WHERE window_start_ns = {int(ws)}")
-    note = ""
+    verdicts = run_query(s, f"SELECT {names} FROM verdicts FINAL WHERE {where}")
+    note = f"verdicts and coverage of origin {chosen} (--origin all for every origin)" if chosen else ""
     try:
-        coverage = run_query(s, f"SELECT * FROM coverage WHERE window_start_ns = {int(ws)}")
+        coverage = run_query(s, f"SELECT * EXCEPT (origin) FROM coverage WHERE {where}")
     except Exception as e:  # the store has no coverage table yet: answer 'unknown', say why
         coverage = COVERAGE_SCHEMA.empty_table()
         note = f"coverage not in the store ({type(e).__name__}); without coverage the answer cannot be 'innocent'"
@@ -77,15 +71,22 @@ def _from_store(ws: int) -> tuple[pa.Table, pa.Table, str]:
 def blame_cmd(
     job: str = typer.Option(..., "--job", help="job id: Slurm's (1234, 1234_7, 1234+1; step 1234.0 names its job) "
                                               "or the service pinglist's name"),
-    at: str = typer.Option(..., "--at", help="time: ns since the epoch or ISO 8601 with a zone"),
-    verdicts_file: Path = typer.Option(None, "--verdicts", help="verdict.v1 rows (Arrow IPC or Parquet)"),
-    coverage_file: Path = typer.Option(None, "--coverage", help="coverage rows (Arrow IPC or Parquet)"),
+    at: str = typer.Option(..., "--at", help="time: now, -5m, '10 min ago', ISO 8601 (2026-12-01T18:29:00Z; "
+                           "no zone = --tz) or ns since the epoch"),
+    verdicts_file: Path = typer.Option(None, "--verdicts", exists=True, dir_okay=False,
+                                       help="verdict.v1 rows (Arrow IPC or Parquet)"),
+    coverage_file: Path = typer.Option(None, "--coverage", exists=True, dir_okay=False,
+                                       help="coverage rows (Arrow IPC or Parquet)"),
     as_json: bool = typer.Option(False, "--json", help="print the answer as JSON"),
+    tz: str = tz_option(),
+    ns: bool = typer.Option(False, "--ns", help="print the window as ns since the epoch"),
+    origin: str = typer.Option(None, help="verdicts of this origin: production, lab, sim, demo or all "
+                               "(default: the running pipeline's)"),
 ) -> None:
     """Say whether the network is to blame for a job at a time, with the coverage behind the answer.
     Exit 0 with an answer (network or innocent), 3 for unknown (no coverage), 2 on a usage error;
     the same with --json."""
-    at_ns = parse_time(at)
+    at_ns = parse_time(at, tz)
     ws = window_start(at_ns, WINDOW_NS)
     note = ""
     job = _slurm_job_id(job)
@@ -93,7 +94,10 @@ def blame_cmd(
         verdicts = read_table(verdicts_file)
         coverage = read_table(coverage_file) if coverage_file else COVERAGE_SCHEMA.empty_table()
     else:
-        verdicts, coverage, note = _from_store(ws)
+        try:
+            verdicts, coverage, note = _from_store(ws, origin)
+        except OriginError as e:
+            raise typer.BadParameter(str(e), param_hint="'--origin'") from None
     ans = blame(job, at_ns, verdicts, coverage)
     sched = _scheduler_job(job, at_ns) if verdicts_file is None else None
     if as_json:
@@ -102,7 +106,8 @@ def blame_cmd(
             out["scheduler_job"] = sched
         typer.echo(json.dumps(out, sort_keys=True, default=str))
         raise typer.Exit(EXIT_UNKNOWN if ans.answer == "unknown" else 0)
-    typer.echo(f"job {job}, window starting {ws} ns: {ans.answer.upper()} — {ans.reason}")
+    window = f"{ws}–{ws + WINDOW_NS} ns" if ns else format_window(ws, ws + WINDOW_NS, tz)
+    typer.echo(f"job {job}, window {window}: {ans.answer.upper()} — {ans.reason}")
     if sched is not None:
         typer.echo(f"  scheduler: {sched['name']!r} of {sched['user']}, {sched['state']}, on "
                    f"{','.join(sched['nodes']) or '-'} (RNICs {','.join(sched['rnics']) or '-'})"

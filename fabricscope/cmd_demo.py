@@ -21,6 +21,7 @@ from rich.console import Console
 from fabricscope.choices import DemoScenario, DemoSource, check_scenario, value
 from fabricscope.settings import Settings, load
 from fabricscope.stopping import Cleanup, interrupt_on_terminate
+from fabricscope.times import format_window
 
 EXIT_FAILED = 1
 EXIT_STOPPED = 130  # stopped by SIGINT/SIGTERM before its windows closed (128 + SIGINT, as shells report it)
@@ -47,7 +48,7 @@ def forward_verdicts(s: Settings, verdicts: list[dict]) -> int:
     cols = {f.name: [v.get(f.name) for v in verdicts] for f in VERDICT_V1.fields}
     producer = AgentProducer(s.kafka_bootstrap, kafka_config=s.kafka_producer_config())
     producer.publish(topic_name(VERDICTS, s.fabricscope_topic_prefix), encode_columns("verdict.v1", cols),
-                     "verdict.v1", key="demo")
+                     "verdict.v1", key="demo", headers=[("origin", b"demo")])
     return producer.flush()
 
 
@@ -90,7 +91,8 @@ def demo(
         if as_json:
             print(json.dumps(v, default=str), flush=True)
         else:
-            Console().print(f"window {v['window_start_ns']}: [bold]{v['kind']}[/bold] at {v['location']} "
+            window = format_window(v["window_start_ns"], v.get("window_end_ns") or v["window_start_ns"])
+            Console().print(f"window {window}: [bold]{v['kind']}[/bold] at {v['location']} "
                             f"(impact {v['impact']}, confidence {v['confidence']:.2f})")
 
     code = 0

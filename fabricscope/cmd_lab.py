@@ -135,19 +135,110 @@ def start_lab_source(
     return lab
 
 
+def _job_paths(d: Path) -> list[dict[str, Any]]:
+    """The service pinglist's entries that carry a job id (the job's connections), from the pinglist files."""
+    out = []
+    for f in sorted((d / "pinglists").glob("*.json")):
+        try:
+            entries = json.loads(f.read_text()).get("entries", [])
+        except (OSError, ValueError):
+            continue
+        out += [{k: e.get(k) for k in ("job_id", "prober_rnic", "prober_host", "responder_rnic", "responder_host",
+                                       "src_port", "flow_label")}
+                for e in entries if e.get("pinglist") == "service" and e.get("job_id")]
+    return out
+
+
 def status(directory: str | Path | None = None) -> dict[str, Any]:
-    """The lab's namespaces, processes (alive or not) and active faults."""
+    """The lab's namespaces, processes (alive or not), active faults, and, when it is up, its nodes:
+    ``spines``, ``tors`` (each with its hosts), ``hosts`` (each with its ToR and RNICs), ``rnics``
+    (name, host, ToR, address, QPN) and ``job_paths`` (the service pinglist's job connections)."""
     d = lab_dir(directory)
     state = read_state(d)
     prefix = state.get("spec", {}).get("prefix", lab_infra.LabSpec().prefix)
-    return {
+    qpns = agents.registry(d) if (d / "registry").is_dir() else {}
+    out: dict[str, Any] = {
         "directory": str(d),
         "up": bool(state.get("ready")),
         "namespaces": lab_namespaces(prefix),
         "processes": {n: {"pid": e["pid"], "alive": procs.alive(e)} for n, e in state.get("processes", {}).items()},
         "faults": state.get("faults", []),
-        "registry": agents.registry(d) if (d / "registry").is_dir() else {},
+        "registry": qpns,
+        "spines": [], "tors": [], "hosts": [], "rnics": [], "job_paths": [],
     }
+    if out["up"] and state.get("spec"):
+        fab = lab_infra.plan(lab_infra.LabSpec(**state["spec"]))
+        out["spines"] = list(fab.spines)
+        out["tors"] = [{"tor": t, "hosts": sorted({r.host for r in fab.rnics if r.tor == t})} for t in fab.tors]
+        out["hosts"] = [{"host": h, "tor": fab.tor_of(h), "rnics": [r.name for r in fab.host_rnics(h)]}
+                        for h in fab.hosts]
+        out["rnics"] = [{"rnic": r.name, "host": r.host, "tor": r.tor, "ip": r.ip, "qpn": qpns.get(r.name)}
+                        for r in fab.rnics]
+        out["job_paths"] = _job_paths(d)
+    return out
+
+
+def _fault_target(kind: str, targets: list[str], fab: lab_infra.Fabric, seed: int) -> dict[str, str]:
+    """The ``faults.inject`` target of ``kind`` from the command line (or drawn from ``seed`` when none),
+    checked against the lab's names.
+
+    Raises:
+        typer.BadParameter: a wrong count of names, or a name the lab has not; the message lists the valid ones.
+    """
+    def bad(msg: str) -> typer.BadParameter:
+        return typer.BadParameter(msg + " (`fabricscope lab status` lists the lab's names)", param_hint="TARGETS")
+
+    if kind in ("link-down", "link-loss", "partial-5tuple"):
+        if not targets:
+            return faults.pick_target(kind, fab, seed)
+        if len(targets) != 2:
+            raise bad(f"{kind} takes a ToR and a spine (e.g. A S3); got {' '.join(targets)}")
+        a, b = targets
+        if not ({a, b} & set(fab.tors) and {a, b} & set(fab.spines)):
+            raise bad(f"{a} {b} is not a ToR-spine link; ToRs are {', '.join(fab.tors)}, "
+                      f"spines {', '.join(fab.spines)}")
+        return {"a": a, "b": b}
+    if len(targets) > 1:
+        raise bad(f"{kind} takes one name; got {' '.join(targets)}")
+    if kind == "nic-down":
+        names = [r.name for r in fab.rnics]
+        if targets and targets[0] not in names:
+            raise bad(f"no RNIC {targets[0]!r} in the lab; RNICs are {', '.join(names)}")
+        return {"rnic": targets[0]} if targets else faults.pick_target(kind, fab, seed)
+    if targets and targets[0] not in fab.hosts:
+        raise bad(f"no host {targets[0]!r} in the lab; hosts are {', '.join(fab.hosts)}")
+    return {"host": targets[0]} if targets else faults.pick_target(kind, fab, seed)
+
+
+def _print_table(title: str, columns: tuple[str, ...], rows: list[tuple[Any, ...]], empty: str,
+                 note: str = "") -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    if not rows:
+        typer.echo(f"{title}: {empty}")
+        return
+    t = Table(*columns, title=title, title_justify="left")
+    for r in rows:
+        t.add_row(*("" if v is None else str(v) for v in r))
+    Console().print(t)
+    if note:
+        typer.echo(note)
+
+
+def _fault_rows(active: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    from fabricscope.times import format_time
+
+    rows = []
+    for f in active:
+        detail = ", ".join(f"{k} {f[k]}" for k in ("loss", "fraction") if k in f)
+        since = format_time(f["injected_ns"]) if f.get("injected_ns") else ""
+        rows.append((f["id"], f["kind"], f.get("target", ""), detail, since))
+    return rows
+
+
+FAULT_COLUMNS = ("id", "kind", "target", "detail", "injected")
+CLEAR_HINT = "clear one with `fabricscope lab fault clear ID`, every one with `fabricscope lab fault clear`"
 
 
 def _fail(e: Exception) -> typer.Exit:
@@ -218,16 +309,35 @@ def status_cmd(
     directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
     as_json: bool = typer.Option(False, "--json", help="JSON for machines"),
 ) -> None:
-    """Namespaces, agent processes and active faults."""
+    """The lab's ToRs, spines, hosts, RNICs, the job's paths, agent processes and active faults."""
     st = status(directory)
     if as_json:
         typer.echo(json.dumps(st, indent=1))
         return
     typer.echo(f"lab {'up' if st['up'] else 'down'} ({st['directory']}): {len(st['namespaces'])} namespaces")
-    for name, p in sorted(st["processes"].items()):
-        typer.echo(f"  {name:<16} pid {p['pid']:<8} {'alive' if p['alive'] else 'DEAD'}")
-    for f in st["faults"]:
-        typer.echo(f"  fault {f['id']}: {f['kind']} {f.get('target', '')}")
+    if not st["up"]:
+        typer.echo("no lab is up here; `fabricscope lab up` (or `fabricscope up --source lab`) builds one")
+        return
+    typer.echo(f"spines: {', '.join(st['spines'])}")
+    _print_table("ToRs", ("ToR", "hosts", "uplinks"),
+                 [(t["tor"], ", ".join(t["hosts"]), ", ".join(f"{t['tor']}-{sp}" for sp in st["spines"]))
+                  for t in st["tors"]], "none")
+    _print_table("hosts", ("host", "ToR", "RNICs"), [(h["host"], h["tor"], ", ".join(h["rnics"]))
+                                                     for h in st["hosts"]], "none")
+    _print_table("RNICs", ("RNIC", "host", "ToR", "address", "QPN"),
+                 [(r["rnic"], r["host"], r["tor"], r["ip"], r["qpn"]) for r in st["rnics"]], "none")
+    tor_of = {r["rnic"]: r["tor"] for r in st["rnics"]}
+    _print_table("job paths (service pinglist; the spine is the ECMP hash's choice)",
+                 ("job", "from", "to", "ToRs", "UDP src port"),
+                 [(p["job_id"], f"{p['prober_rnic']} ({p['prober_host']})", f"{p['responder_rnic']} "
+                   f"({p['responder_host']})", f"{tor_of.get(p['prober_rnic'], '?')} -> spine -> "
+                   f"{tor_of.get(p['responder_rnic'], '?')}", p["src_port"]) for p in st["job_paths"]],
+                 "no job on the service pinglist (`fabricscope up --source lab` adds job-lab)")
+    _print_table("agent processes", ("name", "pid", "state"),
+                 [(n, p["pid"], "alive" if p["alive"] else "DEAD") for n, p in sorted(st["processes"].items())],
+                 "none running")
+    _print_table("active faults", FAULT_COLUMNS, _fault_rows(st["faults"]),
+                 "none (`fabricscope lab fault KIND TARGET` injects one)", CLEAR_HINT)
 
 
 @lab_app.command("fault")
@@ -235,34 +345,38 @@ def fault_cmd(
     kind: LabFault = typer.Argument(..., help="the fault to inject, or clear | list"),
     targets: list[str] = typer.Argument(None, help="link: TOR SPINE; nic-down: RNIC; host faults: HOST; clear: ID"),
     seed: int = typer.Option(1, help="draws the target when none is given; partial-5tuple hash seed"),
-    loss: float = typer.Option(0.05, help="link-loss drop probability"),
-    fraction: float = typer.Option(0.25, help="partial-5tuple share of tuples dropped"),
+    loss: float = typer.Option(0.05, min=0.001, max=1.0, help="link-loss drop probability"),
+    fraction: float = typer.Option(0.25, min=0.001, max=1.0, help="partial-5tuple share of tuples dropped"),
     stop_ms: float = typer.Option(700.0, help="busy-host: SIGSTOP burst length (ms)"),
     run_ms: float = typer.Option(300.0, help="busy-host: run time between bursts (ms)"),
     directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
+    as_json: bool = typer.Option(False, "--json", help="list: one JSON record per fault (with its undo data)"),
 ) -> None:
     """Inject a fault (``fault link-down A S3``), list them, or clear one or all."""
     targets = targets or []
     kind = value(kind)
     try:
         if kind == "list":
-            for f in faults.active(directory):
-                typer.echo(json.dumps(f))
+            if as_json:
+                for f in faults.active(directory):
+                    typer.echo(json.dumps(f))
+                return
+            _print_table("active faults", FAULT_COLUMNS, _fault_rows(faults.active(directory)),
+                         "none (`fabricscope lab fault KIND TARGET` injects one)", CLEAR_HINT)
             return
         if kind == "clear":
+            ids = [f["id"] for f in faults.active(directory)]
+            if len(targets) > 1 or (targets and targets[0] not in ids):
+                raise typer.BadParameter(f"no active fault {' '.join(targets)!r}; active faults: "
+                                         f"{', '.join(ids) or 'none'}", param_hint="ID")
             cleared = faults.clear(targets[0] if targets else None, directory)
-            typer.echo(f"cleared {', '.join(cleared) or 'nothing'}")
+            typer.echo(f"cleared {', '.join(cleared) or 'nothing (no fault was active)'}")
             return
         fab, _ = lab_infra.load(directory)
-        if kind in ("link-down", "link-loss", "partial-5tuple"):
-            tgt = {"a": targets[0], "b": targets[1]} if len(targets) == 2 else faults.pick_target(kind, fab, seed)
-        elif kind == "nic-down":
-            tgt = {"rnic": targets[0]} if targets else faults.pick_target(kind, fab, seed)
-        else:
-            tgt = {"host": targets[0]} if targets else faults.pick_target(kind, fab, seed)
+        tgt = _fault_target(kind, targets, fab, seed)
         rec = faults.inject(
             kind, directory, loss=loss, fraction=fraction, stop_ms=stop_ms, run_ms=run_ms, seed=seed, **tgt
         )
-    except (LabError, IndexError) as e:
+    except (LabError, KeyError) as e:
         raise _fail(e) from None
     typer.echo(f"fault {rec['id']}: {rec['kind']} {rec.get('target', '')}")

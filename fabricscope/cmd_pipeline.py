@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -11,15 +10,15 @@ import sys
 import time
 from pathlib import Path
 
-import pyarrow as pa
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from fabricscope.choices import Scenario, SourceKind, UpSource, WorkerRole, positive_seconds, value
 from fabricscope.local_services import kafka_script, lab_available  # noqa: F401 - re-exported
+from fabricscope.result_output import DEFAULT_LIMIT, column_types, print_result
 from fabricscope.settings import Settings, load
 from fabricscope.stopping import stop_requested
+from fabricscope.times import typer_since, tz_option
 
 console = Console(stderr=True)
 def _replication(s: Settings) -> int | None:
@@ -178,32 +177,62 @@ def up(
 @commands.command("query")
 def query(
     sql: str = typer.Argument(..., help="SQL, or the name of a saved query (`fabricscope queries` lists them)"),
-    as_json: bool = typer.Option(False, "--json", help="JSON lines for machines"),
-    as_csv: bool = typer.Option(False, "--csv", help="CSV"),
-    since: str = typer.Option(None, "--since", help="saved queries: how far back, e.g. 90d, 12h"),
+    as_json: bool = typer.Option(False, "--json", help="JSON lines for machines (every row)"),
+    as_csv: bool = typer.Option(False, "--csv", help="CSV (every row)"),
+    since: str = typer.Option(None, "--since", help="saved queries: how far back: 90d, 12h, '10 min', "
+                              "-2h, or a time (2026-12-01T18:00:00Z)"),
     param: list[str] = typer.Option([], "--param", "-p", help="saved queries: NAME=VALUE, repeatable"),
+    limit: int = typer.Option(DEFAULT_LIMIT, "--limit", min=1, help="table: show at most N rows"),
+    show_all: bool = typer.Option(False, "--all", help="table: show every row"),
+    vertical: bool = typer.Option(False, "--vertical", "-G", help="table: one field per line (like \\G)"),
+    tz: str = tz_option(),
+    ns: bool = typer.Option(False, "--ns", help="times as raw numbers (seconds or ns), as stored"),
 ) -> None:
-    """Run SQL on the store: through the running sink if there is one, else directly."""
-    from fabricscope.store_access import run_query
+    """Run SQL on the store: through the running sink if there is one, else directly. Table mode shows
+    at most --limit rows and says how many there are; --csv and --json print every row."""
+    from fabricscope.store_access import run_query, selected_origin
     from schemas.saved_queries import SavedQueryError, check_query_text, is_saved_query, render_named
+    from schemas.saved_queries import load as load_saved
+    from sinks.origin import OriginError
 
+    if as_json and as_csv:
+        raise typer.BadParameter("choose one of --json and --csv", param_hint="'--json'")
+    values: dict[str, str] = {}
+    for p in param:
+        name, eq, val = p.partition("=")
+        if not eq or not name:
+            raise typer.BadParameter(f"{p!r}: write NAME=VALUE (e.g. -p rnic=A3)", param_hint="'-p'")
+        values[name] = val
+    if since is not None:
+        values["since"] = str(typer_since(since, tz))
+    s = load()
     try:
         check_query_text(sql)
         if is_saved_query(sql):
-            values = dict(p.split("=", 1) if "=" in p else (p, "") for p in param)
-            if since is not None:
-                values["since"] = since
+            if any(p.name == "origin" for p in load_saved(sql).params):
+                asked = values.get("origin")
+                values["origin"] = origin = selected_origin(s, asked)
+                if asked is None and not (as_json or as_csv):
+                    why = "the running pipeline's" if origin else "no pipeline running: every origin"
+                    console.print(f"origin {origin or 'all'} ({why}); -p origin=all|production|lab|sim|demo chooses",
+                                  style="dim", highlight=False, soft_wrap=True)
             sql = render_named(sql, values)
         elif since is not None or param:
             raise SavedQueryError("--since and -p apply to saved queries only; `fabricscope queries` lists them")
-        result = run_query(load(), sql)
-    except SavedQueryError as err:
+        result = run_query(s, sql)
+        types = {} if ns else column_types(lambda q: run_query(s, q), sql, result)
+    except (SavedQueryError, OriginError) as err:
         console.print(f"fabricscope query: {err}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
     except Exception as err:
         console.print(f"[red]query failed:[/red] {err}")
         raise typer.Exit(1) from None
-    print_table(result, as_json, as_csv)
+    mode = "json" if as_json else "csv" if as_csv else "table"
+    try:
+        print_result(result, mode, types, tz, ns, None if show_all else limit, vertical)
+    except BrokenPipeError:  # `| head`: the reader has what it wanted
+        sys.stderr.close()
+        raise typer.Exit(0) from None
 
 
 def _serve_metrics(port: int) -> None:
@@ -213,29 +242,12 @@ def _serve_metrics(port: int) -> None:
         start_http_server(port, addr="127.0.0.1")
 
 
-def print_table(result: pa.Table, as_json: bool = False, as_csv: bool = False) -> None:
-    """Print a result table as a rich table, JSON lines or CSV on stdout."""
-    if as_json:
-        for row in result.to_pylist():
-            print(json.dumps(row, default=str))
-        return
-    if as_csv:
-        import pyarrow.csv as pacsv
-
-        sink = pa.BufferOutputStream()
-        pacsv.write_csv(result, sink)
-        sys.stdout.write(sink.getvalue().to_pybytes().decode())
-        return
-    t = Table(*result.column_names)
-    for row in result.to_pylist():
-        t.add_row(*(str(v) for v in row.values()))
-    Console().print(t)
-
-
 def run_sink(s: Settings) -> None:
     """The store writer process: migrate, serve queries, consume result topics until SIGTERM/SIGINT."""
     from sinks.clickhouse import migrate, open_store
     from sinks.kafka_sink import StoreWriter
+    from sinks.origin import clear_running as clear_running_origin
+    from sinks.origin import write_running as write_running_origin
     from sinks.query_endpoint import serve, stop_serving
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s sink %(levelname)s %(message)s")
@@ -254,10 +266,14 @@ def run_sink(s: Settings) -> None:
     writer = StoreWriter(store, s.kafka_bootstrap, s.fabricscope_topic_prefix, kafka_config=s.kafka_client_config(),
                          block_rows=s.fabricscope_sink_block_rows, block_s=s.fabricscope_sink_block_s,
                          block_min_rows=s.fabricscope_sink_block_min_rows,
-                         block_slow_max_s=s.fabricscope_sink_block_slow_max_s)
+                         block_slow_max_s=s.fabricscope_sink_block_slow_max_s, origin=s.fabricscope_origin)
+    if server:  # `fabricscope query` in another shell shows this writer's origin by default
+        write_running_origin(s.store_path, s.fabricscope_origin)
     try:
         writer.run(stopping)
     finally:
+        if server:
+            clear_running_origin(s.store_path)
         writer.close()
         if server:
             stop_serving(server, s.store_path)

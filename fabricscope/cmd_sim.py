@@ -16,7 +16,7 @@ sim_app = typer.Typer(
 
 
 @inventory_app.command("check")
-def check(path: Path = typer.Argument(..., help="inventory YAML")) -> None:
+def check(path: Path = typer.Argument(..., exists=True, dir_okay=False, help="inventory YAML")) -> None:
     """Validate an inventory file; print its size, or every problem with its fix."""
     from schemas.inventory import InventoryError
     from schemas.inventory_yaml import load
@@ -52,8 +52,9 @@ def write(
 
 @inventory_app.command("lldp")
 def lldp(
-    path: Path = typer.Argument(..., help="inventory YAML, updated in place"),
-    lldp_json: Path = typer.Option(..., "--json", help="file with the output of `lldpctl -f json`"),
+    path: Path = typer.Argument(..., exists=True, dir_okay=False, help="inventory YAML, updated in place"),
+    lldp_json: Path = typer.Option(..., "--json", exists=True, dir_okay=False,
+                                   help="file with the output of `lldpctl -f json`"),
     host: str | None = typer.Option(None, help="the host whose LLDP table this is"),
     switch: str | None = typer.Option(None, help="the ToR or switch whose LLDP table this is"),
 ) -> None:
@@ -93,7 +94,8 @@ def run(
     scenario: str = typer.Option("healthy", help="fault scenario (see producers/sim/scenarios.py)"),
     seed: int = typer.Option(0),
     seconds: int = typer.Option(20, help="event time to simulate, in 5 s batches"),
-    inventory_file: Path | None = typer.Option(None, "--inventory", help="inventory YAML (default Panel 1)"),
+    inventory_file: Path | None = typer.Option(None, "--inventory", exists=True, dir_okay=False,
+                                              help="inventory YAML (default Panel 1)"),
 ) -> None:
     """Simulate without Kafka; print the truth and a JSON line per batch (uploads, probes, timeouts)."""
     from producers.sim.engine import Simulator

@@ -77,7 +77,7 @@ class _Collector:
 def _children(s: Settings, prefix: str, var: Path, workers: int, thresholds: dict | None = None
               ) -> list[subprocess.Popen]:
     env = {**os.environ, "KAFKA_BOOTSTRAP": s.kafka_bootstrap, "FABRICSCOPE_TOPIC_PREFIX": prefix,
-           "FABRICSCOPE_VAR": str(var), "FABRICSCOPE_PARTITION_IDLE_S": "5",
+           "FABRICSCOPE_VAR": str(var), "FABRICSCOPE_PARTITION_IDLE_S": "5", "FABRICSCOPE_ORIGIN": "demo",
            "FABRICSCOPE_JOB_THRESHOLDS": json.dumps(thresholds or {})}
     exe = [sys.executable, "-m", "fabricscope"]
     var.mkdir(parents=True, exist_ok=True)

@@ -45,6 +45,9 @@ class Settings(BaseSettings):
     fabricscope_var: Path = Field(Path("var"), description="local state: Kafka data, embedded store, lab state")
     fabricscope_topic_prefix: str = Field(
         "", description="prefix of every topic and consumer group: several pipelines on one broker")
+    fabricscope_origin: Literal["production", "lab", "sim", "demo"] = Field(
+        "production", description="origin the store writer stamps on verdicts and coverage (`up` sets it from its "
+        "source); saved queries, blame and the live feed show the running writer's origin by default")
     fabricscope_inventory: Path | None = Field(
         None, description="inventory YAML the store writer loads into rnic_inventory at start (ToR names)")
     # The store writer's blocks of probe rows and tiers (docs/storage.md, "Exactly-once rows"): only raw history and the

@@ -63,3 +63,28 @@ def load_inventory(s: Settings, rnics: Iterable[tuple[str, str, str]]) -> int:
 
     rows = list(rnics)
     return _on_store(s, lambda e: e.load_inventory(rows), lambda store: history.load_inventory(store, rows))
+
+
+def selected_origin(s: Settings, asked: str | None = None) -> str:
+    """The verdict origin a command shows: ``asked`` (``all`` or ``''`` = every origin), else the running store
+    writer's (``up --source lab`` shows lab verdicts), else ``FABRICSCOPE_ORIGIN`` when set, else every origin
+    (``''``).
+
+    Raises:
+        sinks.origin.OriginError: ``asked`` is none of production, lab, sim, demo, all.
+    """
+    import os
+
+    from sinks.origin import check, read_running
+    from sinks.query_endpoint import find_endpoint
+
+    if asked is not None:
+        return "" if asked in ("", "all") else check(asked)
+    if not s.clickhouse_dsn():
+        try:
+            running = read_running(s.store_path) if find_endpoint(s.store_path) else None
+        except Exception:  # an endpoint we may not read: no running origin to follow
+            running = None
+        if running:
+            return running
+    return s.fabricscope_origin if os.environ.get("FABRICSCOPE_ORIGIN") else ""

@@ -18,7 +18,7 @@ import logging
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -46,18 +46,28 @@ JOB_ID = "job-lab"  # the lab's demo job: its connections are copied into the se
 
 @dataclass
 class Stats:
-    """What the store holds so far (one query through the store writer's endpoint)."""
+    """What this run stored so far (one query through the store writer's endpoint), and the live feed's news.
+
+    ``rows``, ``timeouts``, ``verdicts`` and ``dead`` count what arrived since the run started (probes by
+    upload time, verdicts by emission, dead letters by receipt), not the whole store. ``events`` are the
+    live feed's lines since the last read (:mod:`fabricscope.live_feed`), ``problems`` its counts.
+    """
 
     rows: int = 0
     timeouts: int = 0
     verdicts: int = 0
     dead: int = 0
     top_reason: str = ""
+    events: list[str] = field(default_factory=list)
+    problems: str = ""
 
-    def line(self, elapsed_s: float) -> str:
-        """One progress line."""
-        text = (f"{elapsed_s:.0f} s: {self.rows:,} probe rows stored, {self.timeouts:,} timeouts, "
-                f"{self.verdicts:,} verdicts")
+    def line(self, elapsed_s: float, rows_per_s: float | None = None) -> str:
+        """One progress line: ``11 s: 800 probe rows this run (72/s), 3 timeouts, 1 verdict``."""
+        rate = f" ({rows_per_s:,.0f}/s)" if rows_per_s is not None else ""
+        text = (f"{elapsed_s:.0f} s: {self.rows:,} probe rows this run{rate}, {self.timeouts:,} timeouts, "
+                f"{self.verdicts:,} verdict{'' if self.verdicts == 1 else 's'}")
+        if self.problems:
+            text += f" ({self.problems})"
         if self.dead:
             text += f", {self.dead:,} rows dead-lettered (top reason: {self.top_reason})"
         return text
@@ -67,33 +77,73 @@ class Stats:
         return self.dead > 0 and self.dead >= self.rows
 
 
-# Reasons carry the RNIC or column in quotes; grouping without them finds the common cause.
-STATS_SQL = r"""SELECT
-  (SELECT count() FROM probes) AS rows,
-  (SELECT countIf(status = 'timeout') FROM probes) AS timeouts,
-  (SELECT count() FROM verdicts) AS verdicts,
-  (SELECT count() FROM deadletters) AS dead,
+def stats_sql(since_ns: int = 0, origin: str = "") -> str:
+    """The progress query: this run's rows (uploaded since ``since_ns``), timeouts, verdicts (of ``origin``
+    when given: one of :data:`sinks.origin.ORIGINS`), dead letters and their top reason. Reasons carry the RNIC
+    or column in quotes; grouping without them finds the common cause."""
+    from sinks.origin import ORIGINS
+
+    t = int(since_ns)
+    mine = f" AND origin = '{origin}'" if origin in ORIGINS else ""
+    return rf"""SELECT
+  (SELECT count() FROM probes WHERE upload_ns >= {t}) AS rows,
+  (SELECT countIf(status = 'timeout') FROM probes WHERE upload_ns >= {t}) AS timeouts,
+  (SELECT count() FROM verdicts WHERE emitted_ns >= {t}{mine}) AS verdicts,
+  (SELECT count() FROM deadletters WHERE received_ns >= {t}) AS dead,
   (SELECT any(r) FROM (SELECT replaceRegexpAll(reason, '\x27[^\x27]*\x27', '…') AS r, count() AS n
-   FROM deadletters GROUP BY r ORDER BY n DESC LIMIT 1)) AS top_reason"""
+   FROM deadletters WHERE received_ns >= {t} GROUP BY r ORDER BY n DESC LIMIT 1)) AS top_reason"""
 
 
-def read_stats(store_path: Path) -> Stats | None:
-    """Stats through the running store writer (never by opening the embedded store: it holds its lock)."""
+STATS_SQL = stats_sql(0)
+"""The progress query over the whole store."""
+
+UPLOAD_ALIGN_NS = 5_000_000_000
+_run_start_ns: int | None = None  # set when `up` starts showing progress (Progress.__enter__) or on the first read
+_feeds: dict[Path, Any] = {}  # store path -> its live verdict feed (fabricscope.live_feed.VerdictFeed)
+
+
+def _run_start() -> int:
+    global _run_start_ns
+    if _run_start_ns is None:
+        _run_start_ns = time.time_ns()
+    return _run_start_ns
+
+
+def read_stats(store_path: Path, since_ns: int | None = None) -> Stats | None:
+    """This run's Stats through the running store writer (never by opening the embedded store: it holds its
+    lock), with the live feed's new lines (NEW / CLEARED problems of the writer's origin since ``since_ns``,
+    default: when this run started). None while no writer answers."""
+    from fabricscope.live_feed import VerdictFeed, tick
+    from sinks.origin import read_running
     from sinks.query_endpoint import find_endpoint, query_remote
 
-    url = find_endpoint(store_path)
-    if not url:
-        return None
+    # a source aligns its first upload to 5 s: probes up to 5 s before the start are this run's
+    since = _run_start() - UPLOAD_ALIGN_NS if since_ns is None else since_ns
     try:
-        row = query_remote(url, STATS_SQL, timeout=10.0).to_pylist()[0]
+        url = find_endpoint(store_path)
     except Exception:
         return None
-    return Stats(int(row["rows"]), int(row["timeouts"]), int(row["verdicts"]), int(row["dead"]),
-                 str(row["top_reason"] or ""))
+    if not url:
+        return None
+    origin = read_running(store_path) or ""
+    try:
+        row = query_remote(url, stats_sql(since, origin), timeout=10.0).to_pylist()[0]
+    except Exception:
+        return None
+    stats = Stats(int(row["rows"]), int(row["timeouts"]), int(row["verdicts"]), int(row["dead"]),
+                  str(row["top_reason"] or ""))
+    feed = _feeds.get(store_path)
+    if feed is None or feed.since_ns != since:
+        feed = _feeds[store_path] = VerdictFeed(since, origin)
+    tick(feed, lambda sql: query_remote(url, sql, timeout=10.0), stats.events.append)
+    stats.problems = f"problems: {feed.new} new, {feed.cleared} cleared, {len(feed.active)} active" \
+        if feed.new else ""
+    return stats
 
 
 class Progress:
-    """Progress on stderr: a rich status line on a terminal, else a plain log line every ``every_s``."""
+    """Progress on stderr: a rich status line on a terminal, else a plain log line every ``every_s``; the live
+    feed's lines (a new problem, one that cleared) as they come, above the status line."""
 
     def __init__(self, tty: bool | None = None, every_s: float = 10.0) -> None:
         self.tty = sys.stderr.isatty() if tty is None else tty
@@ -101,8 +151,10 @@ class Progress:
         self._last = 0.0
         self._status: Any = None
         self._warned_dead = 0
+        self._rate_from: tuple[float, int] | None = None
 
     def __enter__(self) -> Progress:
+        _run_start()
         if self.tty:
             self._status = console.status("waiting for rows…")
             self._status.__enter__()
@@ -112,9 +164,23 @@ class Progress:
         if self._status is not None:
             self._status.__exit__(*exc)
 
+    def _rate(self, stats: Stats, elapsed_s: float) -> float | None:
+        """Rows per second over the last ``every_s`` or more (rows arrive in blocks: a shorter span jumps)."""
+        if self._rate_from is None:
+            self._rate_from = (elapsed_s, stats.rows)
+            return None
+        t0, n0 = self._rate_from
+        if elapsed_s - t0 >= self.every_s:
+            self._rate_from = (elapsed_s, stats.rows)
+            self._last_rate = (stats.rows - n0) / (elapsed_s - t0)
+        return getattr(self, "_last_rate", None)
+
     def show(self, stats: Stats | None, elapsed_s: float) -> None:
-        """Update the status line, or print a line when ``every_s`` passed since the last one."""
-        text = stats.line(elapsed_s) if stats else f"{elapsed_s:.0f} s: waiting for the store writer…"
+        """Print the feed's lines, update the status line, or print a line when ``every_s`` passed since the last."""
+        for event in stats.events if stats else []:
+            console.print(event, highlight=False, soft_wrap=True)  # it starts with its own time of day
+        text = stats.line(elapsed_s, self._rate(stats, elapsed_s)) if stats else \
+            f"{elapsed_s:.0f} s: waiting for the store writer…"
         if stats and stats.mostly_dead() and stats.dead > self._warned_dead:
             self._warned_dead = stats.dead * 2  # again when it doubles, not every tick
             self.say(f"[bold red]most rows are dead-lettered[/bold red] ({stats.dead:,} dead, {stats.rows:,} "
@@ -216,7 +282,10 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
             record.save(var)
         create_topics(s.kafka_bootstrap, s.fabricscope_topic_prefix, s.kafka_client_config(),
                       replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
-        env = dict(os.environ, FABRICSCOPE_VAR=str(var))
+        from sinks.origin import for_source
+
+        # the store writer stamps this run's verdicts with where they came from (lab, sim, production)
+        env = dict(os.environ, FABRICSCOPE_VAR=str(var), FABRICSCOPE_ORIGIN=for_source(source))
         follow = None
         if source == "lab":
             from fabricscope.cmd_lab import start_lab_source

@@ -39,6 +39,9 @@ from sinks.blocks import (
     writer_block_inserts,
 )
 from sinks.clickhouse import Store, StoreError
+from sinks.origin import check as origin_check
+from sinks.origin import from_headers as origin_from_headers
+from sinks.origin import stamp as stamp_origin
 from sinks.probe_tiers import TIER_INSERT_SETTINGS, TIER_TABLES, tor_of_rnic
 
 log = logging.getLogger("fabricscope.sink")
@@ -125,6 +128,8 @@ class StoreWriter:
         block_slow_max_s: ... up to this many seconds (:class:`sinks.blocks.BlockBudget`; None: the defaults
             there, a fifth of ``block_rows`` and 3 x ``block_s``). A block whose input went quiet for 6 s (or
             ``block_s`` if shorter) is due at once.
+        origin: stamped on every ``verdicts``/``coverage`` row whose message has no ``origin`` header
+            (:mod:`sinks.origin`): ``production``, ``lab``, ``sim`` or ``demo``.
     """
 
     def __init__(
@@ -138,8 +143,10 @@ class StoreWriter:
         block_s: float = 10.0,
         block_min_rows: int | None = None,
         block_slow_max_s: float | None = None,
+        origin: str = "production",
     ) -> None:
         self.store = store
+        self.origin = origin_check(origin)  # stamped on verdicts and coverage without an origin header
         self.prefix = prefix
         self.stats = SinkStats()
         self.block_rows, self.block_s = block_rows, block_s
@@ -310,6 +317,7 @@ class StoreWriter:
             try:
                 _, data = decode(msg.value(), schema_key_from_headers(msg.headers()))
                 token = dedup_token(msg, data)
+                data = stamp_origin(table_name, data, origin_from_headers(msg.headers(), self.origin))
             except CodecError as err:
                 self.stats.undecodable += 1
                 M.UNDECODABLE.inc()

@@ -40,6 +40,17 @@ def kafka_bootstrap() -> str:
 
 
 @pytest.fixture
+def migrated_store(tmp_path: Path) -> Iterator:
+    """A fresh embedded store (chdb) with every migration applied; closed afterwards."""
+    from sinks.clickhouse import migrate, open_store
+
+    s = open_store(tmp_path / "clickhouse")
+    migrate(s)
+    yield s
+    s.close()
+
+
+@pytest.fixture
 def new_topic(kafka_bootstrap: str) -> Iterator:
     """A factory ``new_topic(suffix, partitions=1) -> name`` of fresh, uniquely named topics (replication 1);
     every topic it made is deleted afterwards."""

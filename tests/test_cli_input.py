@@ -89,7 +89,7 @@ def test_a_misspelt_saved_query_suggests_the_name_and_is_never_run_as_sql(tmp_pa
 
 def test_since_units_are_checked(tmp_path: Path) -> None:
     line = _one_line_error(fs(tmp_path, "query", "top_suspects", "--since", "5x"))
-    assert "--since '5x': write a duration like 90d, 12h, 30m, 45s or 2w" in line
+    assert "--since '5x': give a duration (1h, 30d, '10 min'), a relative time (-1h" in line
     _nothing_started(tmp_path)
 
 

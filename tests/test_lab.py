@@ -339,10 +339,25 @@ def test_cli_lab_up_fault_status_down(tmp_path: Path) -> None:
         assert r.exit_code == 0 and "fault f1: link-loss A-S2" in r.output, r.output
         assert "numgen random mod 1000 < 500" in ns_exec("fst2-S2", ["nft", "list", "ruleset"])
         r = run.invoke(app, ["lab", "fault", "link-down", "A", "B", *d])
-        assert r.exit_code == 1 and "not a ToR-spine link" in r.output
+        assert r.exit_code == 2 and "not a ToR-spine link" in r.output
+        for bad, says in ((["nic-down", "ZZ9"], "no RNIC 'ZZ9' in the lab; RNICs are A1, A2, A3, A4, B1"),
+                          (["host-down", "H9"], "no host 'H9' in the lab; hosts are H1, H2, H3, H4"),
+                          (["clear", "f7"], "no active fault 'f7'; active faults: f1")):
+            r = run.invoke(app, ["lab", "fault", *bad, *d])
+            flat = " ".join(r.output.replace("│", " ").split())  # rich boxes and wraps a usage error
+            assert r.exit_code == 2 and says in flat, r.output
         st = json.loads(run.invoke(app, ["lab", "status", "--json", *d]).output)
         assert st["up"] and len(st["namespaces"]) == 8 and [f["id"] for f in st["faults"]] == ["f1"]
+        assert st["spines"] == ["S1", "S2"] and [t["tor"] for t in st["tors"]] == ["A", "B"]
+        assert st["hosts"][0] == {"host": "H1", "tor": "A", "rnics": ["A1", "A2"]}
+        assert [r["rnic"] for r in st["rnics"]] == ["A1", "A2", "A3", "A4", "B1", "B2", "B3", "B4"]
+        text = run.invoke(app, ["lab", "status", *d], env={"COLUMNS": "120"}).output
+        assert "spines: S1, S2" in text and "│ A   │ H1, H2 │ A-S1, A-S2 │" in text
+        assert "│ f1 │ link-loss │ A-S2   │ loss 0.5 │ 20" in text
+        listed = run.invoke(app, ["lab", "fault", "list", *d], env={"COLUMNS": "120"}).output
+        assert "│ f1 │ link-loss │ A-S2   │ loss 0.5 │ 20" in listed and "fabricscope lab fault clear ID" in listed
         assert run.invoke(app, ["lab", "fault", "clear", *d]).output.strip() == "cleared f1"
+        assert run.invoke(app, ["lab", "fault", "list", *d]).output.startswith("active faults: none")
         assert "fs_f1" not in ns_exec("fst2-S2", ["nft", "list", "ruleset"])
     finally:
         r = run.invoke(app, ["lab", "down", *d])

@@ -94,7 +94,7 @@ def test_second_up_refused_killed_up_takes_children_synthetic_after_lab(tmp_path
 
         assert (tmp_path / "first.out").read_text() == ""  # progress is on stderr only
         progress = wait_for(lambda: [ln for ln in (tmp_path / "first.err").read_text().splitlines()
-                                     if "probe rows stored" in ln], timeout=90, what="a progress line (every 10 s)")
+                                     if "probe rows this run" in ln], timeout=90, what="a progress line (every 10 s)")
         assert all(ln[2] == ":" and ln[5] == ":" for ln in progress)  # plain time-stamped lines
 
         kids = _children(first.pid)

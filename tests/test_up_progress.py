@@ -8,17 +8,12 @@ import time
 import pyarrow as pa
 import pytest
 
-from fabricscope.up import STATS_SQL, Progress, Stats
+from fabricscope.up import STATS_SQL, Progress, Stats, stats_sql
 
 
 @pytest.fixture
-def store(tmp_path):
-    from sinks.clickhouse import migrate, open_store
-
-    s = open_store(tmp_path / "clickhouse")
-    migrate(s)
-    yield s
-    s.close()
+def store(migrated_store):
+    return migrated_store
 
 
 def _dead(reasons: list[str]) -> pa.Table:
@@ -46,13 +41,25 @@ def test_progress_is_plain_lines_every_10_s_and_loud_when_most_rows_fail(capsys)
         p.show(Stats(rows=100), 5.0)  # within 10 s of the last line: nothing
         p.show(Stats(rows=800, timeouts=3, verdicts=1), 11.0)
         p.show(Stats(rows=800, dead=900, top_reason="unknown RNIC … (not in the registry)"), 12.0)
+        p.show(Stats(rows=2900, verdicts=2, events=["18:28:42 NEW P1 switch A->S3 (job job-lab)"]), 26.0)
     lines = capsys.readouterr().err.splitlines()
+    assert lines[3] == "18:28:42 NEW P1 switch A->S3 (job job-lab)"  # the feed's line, as it arrived
+    del lines[3]
     assert [ln[9:] for ln in lines] == [
         "0 s: waiting for the store writer…",
-        "11 s: 800 probe rows stored, 3 timeouts, 1 verdicts",
+        "11 s: 800 probe rows this run, 3 timeouts, 1 verdict",
         'most rows are dead-lettered (900 dead, 800 stored): unknown RNIC … (not in the registry). '
         '`fabricscope query "SELECT reason, count() FROM deadletters GROUP BY reason"`',
+        "26 s: 2,900 probe rows this run (133/s), 0 timeouts, 2 verdicts",  # (2900 - 100) / (26 - 5) s
     ]
     assert all(ln[2] == ln[5] == ":" and "\x1b" not in ln for ln in lines)
     assert Stats(rows=10, dead=2, top_reason="x").line(3) == (
-        "3 s: 10 probe rows stored, 0 timeouts, 0 verdicts, 2 rows dead-lettered (top reason: x)")
+        "3 s: 10 probe rows this run, 0 timeouts, 0 verdicts, 2 rows dead-lettered (top reason: x)")
+
+
+def test_stats_count_this_run_only(store):
+    now = time.time_ns()
+    store.insert_arrow("deadletters", _dead(["old"] * 4))
+    row = store.query_arrow(stats_sql(now + 10**12)).to_pylist()[0]  # a run that starts after those rows
+    assert row["dead"] == 0
+    assert store.query_arrow(stats_sql(now - 10**12)).to_pylist()[0]["dead"] == 4

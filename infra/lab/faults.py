@@ -20,6 +20,7 @@ Each active fault is recorded in the state file with what undoes it, so
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +93,7 @@ def inject(
     d = lab_dir(directory)
     fab, state = load(d)
     fid = _fault_id(state)
-    rec: dict[str, Any] = {"id": fid, "kind": kind}
+    rec: dict[str, Any] = {"id": fid, "kind": kind, "injected_ns": time.time_ns()}  # `lab fault list` shows it
     if kind in ("link-down", "link-loss", "partial-5tuple"):
         tor, spine = _switch_link(fab, a, b)
         ln = fab.link(tor, spine)

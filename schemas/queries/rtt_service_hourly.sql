@@ -1,7 +1,9 @@
 -- P50/P99/P999 network RTT (ns) per service (the job whose 5-tuples the service
--- pinglist copies) per hour. Reads raw `probes`, so it reaches back 14 days (the raw TTL);
+-- pinglist copies) per hour, or per -p step=SECONDS (60: per minute; the column keeps the name hour).
+-- Reads raw `probes`, so it reaches back 14 days (the raw TTL);
 -- quantiles use the rollups' histogram buckets, so they compare with the other queries.
 -- param since UInt32 604800 seconds back from now (--since 7d)
+-- param step UInt32 3600 seconds per point (3600 = hourly, 60 = per minute)
 SELECT
     hour,
     job,
@@ -13,7 +15,7 @@ SELECT
 FROM
 (
     SELECT
-        toDateTime64(toStartOfHour(event_time), 0, 'UTC') AS hour,
+        toDateTime64(toStartOfInterval(event_time, toIntervalSecond({step:UInt32})), 0, 'UTC') AS hour,
         assumeNotNull(job_id) AS job,
         count() AS probes,
         countIf(status = 'timeout') AS timeouts,
