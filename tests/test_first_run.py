@@ -261,3 +261,39 @@ def test_lab_demo_four_scenarios_in_a_row_without_a_terminal(on_suite_broker: Ne
             locs = {json.loads(v)["location"] for v in p.stdout.splitlines() if json.loads(v)["kind"] == kind}
             assert locs & set(injected["locations"]), (scenario, injected, p.stdout)
         assert _namespaces() == [] and not _ours(n.var), scenario
+
+
+def test_the_readme_walkthrough_on_the_lab(on_suite_broker: Newcomer) -> None:
+    """README "The first hour, on the lab", step by step, as a second terminal types it (cwd = the checkout)."""
+    n = on_suite_broker
+    up = n.start("up", "up", "--source", "lab")
+    wait_for(lambda: "fabricscope up (pid" in n.err("up") or up.poll() is not None, timeout=240, what="start")
+    assert up.poll() is None, n.err("up")
+    wait_for(lambda: n.rows(), timeout=180, what="rows")
+    fault = n.run("lab", "fault", "link-down", "A", "S3")
+    assert fault.returncode == 0 and fault.stdout.strip() == "fault f1: link-down A-S3", fault.stdout + fault.stderr
+    status = n.run("lab", "status")
+    assert status.returncode == 0 and "link-down" in status.stdout and "S3" in status.stdout, status.stdout
+
+    def named() -> bool:
+        q = n.run("query", "top_suspects", "--since", "1h", "--csv")
+        return q.returncode == 0 and any(ln.startswith(('"switch","A->S3"', '"switch","S3->A"'))
+                                         for ln in q.stdout.splitlines())
+
+    wait_for(named, timeout=120, every=2, what="switch A->S3 in top_suspects")
+    blame = n.run("blame", "--job", "job-lab", "--at", "now")
+    answers = {"NETWORK": 0, "INNOCENT": 0, "UNKNOWN": 3}
+    word = next((w for w in answers if w in blame.stdout), None)
+    assert word is not None and blame.returncode == answers[word], blame.stdout + blame.stderr
+    assert "coverage:" in blame.stdout or word == "UNKNOWN", blame.stdout
+    report = n.run("report", "tail-rtt", "--since", "1h", "--out", "report/", timeout=180)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert {p.name for p in (n.tmp / "report").glob("*.png")} == {"tail_rtt_by_pinglist.png",
+                                                                  "tail_rtt_by_service.png", "tor_heatmap.png"}
+    clear = n.run("lab", "fault", "clear")
+    assert clear.returncode == 0 and clear.stdout.strip() == "cleared f1", clear.stdout + clear.stderr
+    code, _ = n.stop(up, signal.SIGINT)
+    assert code == 0 and "Traceback" not in n.err("up"), n.err("up")[-2000:]
+    n.assert_nothing_left()
+    for step in ("fault", "status", "blame", "report", "clear"):  # what the README shows, from this run
+        (n.tmp / f"readme-{step}.txt").write_text(locals()[step].stdout)
