@@ -27,12 +27,32 @@ def _on_store(s: Settings, remote: Callable, local: Callable[..., T]) -> T:  # n
         endpoint = find_endpoint(s.store_path)
         if endpoint:
             return remote(endpoint)
+        _refuse_while_a_writer_starts(s)
     store = open_store(s.store_path, s.clickhouse_dsn(), s.query_limits())
     try:
         migrate(store)
         return local(store)
     finally:
         store.close()
+
+
+def _refuse_while_a_writer_starts(s: Settings) -> None:
+    """Opening the embedded store here while ``up`` (or ``demo``) starts its store writer would take the store from
+    it (chdb allows one process): say so instead.
+
+    Raises:
+        sinks.store_errors.StoreError: a live ``up``/``demo`` holds this ``FABRICSCOPE_VAR`` and its store writer
+            serves no endpoint yet.
+    """
+    import os
+
+    from infra.runlock import holder
+    from sinks.store_errors import StoreError
+
+    pid = holder(s.fabricscope_var / "up.lock")
+    if pid is not None and pid != os.getpid():
+        raise StoreError(f"the store writer of the pipeline running here (pid {pid or '?'}) has not opened "
+                         f"{s.store_path} yet; try again in a few seconds")
 
 
 def run_query(s: Settings, sql: str) -> pa.Table:
