@@ -212,7 +212,7 @@ def query(
             if any(p.name == "origin" for p in load_saved(sql).params):
                 asked = values.get("origin")
                 values["origin"] = origin = selected_origin(s, asked)
-                if asked is None and not (as_json or as_csv):
+                if asked is None:  # on stderr in every mode: an empty CSV must not look like "nothing happened"
                     why = "the running pipeline's" if origin else "no pipeline running: every origin"
                     console.print(f"origin {origin or 'all'} ({why}); -p origin=all|production|lab|sim|demo chooses",
                                   style="dim", highlight=False, soft_wrap=True)
