@@ -195,6 +195,29 @@ def env_file_typos(path: str | Path = ENV_FILE) -> list[str]:
     return out
 
 
+READ_BY_THE_SCRIPTS = frozenset({"KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "KAFKA_CLUSTER_PORT",
+                                 "KAFKA_CLUSTER_CONTROLLER_PORT", "KAFKA_SASL_PLAIN_USER", "KAFKA_SASL_PLAIN_PASSWORD"})
+"""Variables ``infra/kafka/kafka.sh`` reads (the broker's side), not settings of this process."""
+
+
+def environment_typos(environ: dict[str, str] | None = None) -> list[str]:
+    """Environment variables that look like a misspelt setting (``FABRICSCOPE_VRA``): a silent no-op otherwise.
+
+    Only names within a close edit of a setting's are reported, so variables read elsewhere (docs/configuration.md,
+    "Other variables") are not.
+    """
+    fields = [f.upper() for f in Settings.model_fields]
+    env = os.environ if environ is None else environ
+    out = []
+    for key in sorted(env):
+        if key in fields or key in READ_BY_THE_SCRIPTS or not key.startswith(("FABRICSCOPE_", "KAFKA_", "CLICKHOUSE_")):
+            continue
+        close = difflib.get_close_matches(key, fields, n=1, cutoff=0.85)
+        if close and close[0] not in env:
+            out.append(f"{key} in the environment is not a setting; did you mean {close[0]}?")
+    return out
+
+
 def read_settings() -> Settings:
     """Read and validate settings (environment, then ``.env``).
 
@@ -213,6 +236,8 @@ def read_settings() -> Settings:
 
 def load() -> Settings:
     """Settings for a command: on a :class:`ConfigError` print its message (no traceback) and exit 2."""
+    for typo in environment_typos():  # a warning, not a refusal: another tool may own a variable of that shape
+        print(f"fabricscope: warning: {typo}", file=sys.stderr)
     try:
         return read_settings()
     except ConfigError as err:

@@ -194,3 +194,14 @@ def test_the_whole_pipeline_runs_on_a_sasl_broker_and_never_logs_the_password(ka
     logs = "".join(f.read_text() for f in tmp_path.glob("*.log"))
     assert "Sending username and password in the clear" in logs  # aiokafka's SASL PLAIN warning: Faust used it
     assert SECRET not in logs
+
+
+def test_a_misspelt_setting_in_the_environment_is_named_not_ignored():
+    from fabricscope.settings import environment_typos
+
+    env = {"FABRICSCOPE_VRA": "/tmp/x", "FABRICSCOPE_RAW_RETENTION": "full", "KAFKA_BOOTSTRAPP": "h:1", "HOME": "/"}
+    assert environment_typos(env) == [
+        "FABRICSCOPE_VRA in the environment is not a setting; did you mean FABRICSCOPE_VAR?",
+        "KAFKA_BOOTSTRAPP in the environment is not a setting; did you mean KAFKA_BOOTSTRAP?"]
+    # the real name set beside it: the look-alike is another tool's, not a typo
+    assert environment_typos({"FABRICSCOPE_VRA": "x", "FABRICSCOPE_VAR": "y"}) == []
