@@ -201,7 +201,7 @@ READ_BY_THE_SCRIPTS = frozenset({"KAFKA_PORT", "KAFKA_CONTROLLER_PORT", "KAFKA_C
 
 
 def environment_typos(environ: dict[str, str] | None = None) -> list[str]:
-    """Environment variables that look like a misspelt setting (``FABRICSCOPE_VRA``): a silent no-op otherwise.
+    """Environment variables that look like a misspelt setting (a silent no-op otherwise).
 
     Only names within a close edit of a setting's are reported, so variables read elsewhere (docs/configuration.md,
     "Other variables") are not.
