@@ -42,8 +42,19 @@ def column_types(run: Callable[[str], pa.Table], sql: str, result: pa.Table) -> 
         return {}
 
 
+def raw_times(result: pa.Table) -> pa.Table:
+    """``result`` with every Arrow timestamp column as the integer it stores (seconds for ``DateTime``, the
+    column's unit for ``DateTime64``): what ``--ns`` prints, whichever way the engine handed the column over."""
+    for i, field in enumerate(result.schema):
+        if pa.types.is_timestamp(field.type):
+            result = result.set_column(i, field.name, result.column(i).cast(pa.int64()))
+    return result
+
+
 def _rows(result: pa.Table, types: dict[str, str], tz: str, ns: bool, limit: int | None = None
           ) -> Iterator[list[Any]]:
+    if ns:
+        result = raw_times(result)
     taken = 0
     for batch in result.to_batches(max_chunksize=10_000):
         if limit is not None and taken >= limit:
@@ -96,7 +107,7 @@ def write_csv(result: pa.Table, out: TextIO, types: dict[str, str] | None = None
     """A header line and one CSV line per row; times as ISO strings (numbers with ``ns``). In UTC the
     conversion and the writing are Arrow's (a second for 186,871 rows of 31 columns); DateTime64 keeps its
     fraction (``18:29:00.000Z``)."""
-    fast = result if ns else _arrow_iso_utc(result, types or {}) if tz == "utc" else None
+    fast = raw_times(result) if ns else _arrow_iso_utc(result, types or {}) if tz == "utc" else None
     if fast is not None:
         import pyarrow.csv as pacsv
 

@@ -111,3 +111,19 @@ def test_the_command_prints_now_as_a_time_and_caps_the_table(tmp_path):
     assert "1,000 rows (showing 100;" in r.stdout
     r = _fs(tmp_path, "query", f"SELECT toDateTime({T0}, 'UTC') AS t", "--csv", "--ns")
     assert list(csv.reader(io.StringIO(r.stdout))) == [["t"], [str(T0)]]
+
+
+def test_ns_prints_the_stored_integers_of_timestamp_columns_in_every_mode():
+    import datetime as dt
+    import io
+
+    import pyarrow as pa
+
+    from fabricscope.result_output import print_result
+
+    t = pa.table({"window_start": pa.array([dt.datetime(2026, 12, 1, 20, 56, 40, tzinfo=dt.timezone.utc)],
+                                           pa.timestamp("s", tz="UTC")), "kind": ["switch"]})
+    for mode in ("json", "csv"):
+        out = io.StringIO()
+        print_result(t, mode, ns=True, out=out)
+        assert "1796158600" in out.getvalue() and "2026" not in out.getvalue(), (mode, out.getvalue())
