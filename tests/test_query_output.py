@@ -121,7 +121,7 @@ def test_ns_prints_the_stored_integers_of_timestamp_columns_in_every_mode():
 
     from fabricscope.result_output import print_result
 
-    t = pa.table({"window_start": pa.array([dt.datetime(2026, 12, 1, 20, 56, 40, tzinfo=dt.timezone.utc)],
+    t = pa.table({"window_start": pa.array([dt.datetime(2026, 12, 1, 20, 56, 40, tzinfo=dt.UTC)],
                                            pa.timestamp("s", tz="UTC")), "kind": ["switch"]})
     for mode in ("json", "csv"):
         out = io.StringIO()
