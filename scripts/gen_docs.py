@@ -28,8 +28,6 @@ OTHER_VARIABLES: dict[str, tuple[str, str]] = {
     "FABRICSCOPE_RAW_SAMPLE": ("`0.01`", "`anomalies`: the uniform sample of the other rows (worker)"),
     "FABRICSCOPE_RAW_SAMPLE_SEED": ("`0`", "seed of that sample (a hash of agent, seq and seed: a replay keeps "
                                     "the same rows)"),
-    "KAFKA_PORT": ("from `KAFKA_BOOTSTRAP`", "`infra/kafka/kafka.sh`: the local broker's port"),
-    "KAFKA_CONTROLLER_PORT": ("the next port", "`infra/kafka/kafka.sh`: the local broker's KRaft controller port"),
     "KAFKA_CLUSTER_PORT": ("`19092`", "`kafka.sh cluster`: node k listens on this port + k - 1"),
     "KAFKA_CLUSTER_CONTROLLER_PORT": ("`19192`", "`kafka.sh cluster`: node k's controller on this port + k - 1"),
     "KAFKA_SASL_PLAIN_USER": ("unset", "`kafka.sh`: with the password, the broker's client listener is "
