@@ -59,12 +59,14 @@ def test_startup_profile_loads_the_same_index_per_message_and_coalesced(kafka_bo
     p = bench_scale.profile_startup(kafka_bootstrap, rnics=64, rate=0.1, rounds=2, modes=(0, 400, 200_000))
     per_message, small, whole = p.loads
     assert p.rnics == 64 and p.probe_rows > 0
-    # 8 agents (hosts) x 2 rounds, each upload with traces (a tuple is traced when first probed)
-    assert per_message.messages == small.messages == whole.messages == per_message.apply_calls == 16
+    # 8 agents (hosts) x 2 rounds; an upload carries a paths message only when it probed a tuple it had not
+    # traced yet, so the second round of an agent may have none: how many depends on the round's start time
+    n = per_message.messages
+    assert n == small.messages == whole.messages == per_message.apply_calls and 8 < n <= 16
     assert whole.apply_calls == 1  # every path row of the fabric in one update
-    assert math.ceil(p.path_rows / 400) <= small.apply_calls < 16  # a few messages per update of <= 400 rows
+    assert math.ceil(p.path_rows / 400) <= small.apply_calls < n  # a few messages per update of <= 400 rows
     assert per_message.entries == small.entries == whole.entries > 0
-    assert "16 messages in 1 index updates" in bench_scale.startup_report(p)
+    assert f"{n} messages in 1 index updates" in bench_scale.startup_report(p)
 
 
 def test_longest_stall_after_a_restart_by_hand() -> None:
