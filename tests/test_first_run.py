@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from fabricscope.cmd_pipeline import lab_available
+from fabricscope.local_services import kafka_answers
 
 from conftest import free_port, wait_for
 
@@ -63,15 +63,6 @@ def _ours(var: Path) -> list[tuple[int, str, int]]:
         except OSError:
             continue
     return found
-
-
-def _answers(port: int) -> bool:
-    """Whether anything accepts on the broker's port (a stopped broker accepts nothing)."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2):
-            return True
-    except OSError:
-        return False
 
 
 class Newcomer:
@@ -117,7 +108,7 @@ class Newcomer:
         wait_for(lambda: not _ours(self.var), timeout=10, what="no process of this run left")
         assert _namespaces() == [], _namespaces()
         if self.port is not None:
-            assert not _answers(self.port), "the broker this run started is still running"
+            assert not kafka_answers(f"127.0.0.1:{self.port}"), "the broker this run started is still running"
 
     def cleanup(self) -> None:
         """After a failed assertion: leave the machine as the next test needs it."""
@@ -165,7 +156,7 @@ def test_building_and_removing_the_lab_forks_nothing(tmp_path: Path, no_fork: li
 
 def test_newcomer_up_stores_rows_without_a_terminal_and_stops_clean(newcomer: Newcomer) -> None:
     n = newcomer
-    assert not _answers(n.port)
+    assert not kafka_answers(f"127.0.0.1:{n.port}")
     up = n.start("up", "up")
     wait_for(lambda: "fabricscope up (pid" in n.err("up") or up.poll() is not None, timeout=240,
              what="up's start line")
@@ -205,7 +196,7 @@ def _signal_in_phase(n: Newcomer, reached, sig: int = signal.SIGTERM) -> str:  #
 
 def test_sigterm_during_the_broker_start_stops_the_half_started_broker(newcomer: Newcomer) -> None:
     pidfile = newcomer.var / "kafka" / "broker.pid"
-    _signal_in_phase(newcomer, lambda: pidfile.exists() and not _answers(newcomer.port))
+    _signal_in_phase(newcomer, lambda: pidfile.exists() and not kafka_answers(f"127.0.0.1:{newcomer.port}"))
 
 
 def test_sigterm_during_the_lab_build_removes_the_half_built_lab(on_suite_broker: Newcomer) -> None:
@@ -234,7 +225,7 @@ def test_the_next_up_takes_over_what_a_killed_up_left(newcomer: Newcomer) -> Non
     wait_for(lambda: n.rows(), timeout=300, what="rows")
     os.kill(up.pid, signal.SIGKILL)
     up.wait()
-    assert _answers(n.port) and _namespaces()  # the broker and the lab outlive a kill -9
+    assert kafka_answers(f"127.0.0.1:{n.port}") and _namespaces()  # the broker and the lab outlive a kill -9
     again = n.start("again", "up", "--duration", "20")
     assert again.wait(timeout=300) == 0, n.err("again")
     err = n.err("again")
