@@ -4,5 +4,9 @@ if __name__ == "__main__":
     die_with_parent_from_env()  # a child of `up`: stop with it, even after its kill -9
 
     from fabricscope.cli import main
+    from fabricscope.stopping import forget_caught_interrupts
 
-    main()
+    try:
+        main()
+    finally:
+        forget_caught_interrupts()  # exit with main's code, not by SIGINT (see there)

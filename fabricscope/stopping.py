@@ -113,6 +113,22 @@ class Cleanup:
         os._exit(1)
 
 
+def forget_caught_interrupts() -> None:
+    """Let ``python -m`` exit with the code the program chose after a KeyboardInterrupt it caught.
+
+    CPython (3.8-3.11) records a KeyboardInterrupt that leaves an ``exec()``/``eval()`` of source text
+    (a dataclass or namedtuple being defined, for one) in a process-wide flag, even when the program
+    catches it further up; ``python -m`` then ends the process by SIGINT (exit status -2) after the
+    program exited 0 or 1. A SIGTERM that lands while ``up`` defines a dataclass hits it. Called by
+    ``fabricscope/__main__.py`` on the way out; an interrupt nobody caught sets the flag again after
+    this and still exits by SIGINT. Without the flag (another interpreter) it does nothing.
+    """
+    import ctypes
+
+    with contextlib.suppress(ValueError, AttributeError, OSError):
+        ctypes.c_int.in_dll(ctypes.pythonapi, "_Py_UnhandledKeyboardInterrupt").value = 0
+
+
 def call_abandonable(fn: Callable[[], object], timeout_s: float) -> bool:
     """Run ``fn`` in a daemon thread and wait at most ``timeout_s``; returns whether it finished.
 

@@ -118,6 +118,12 @@ class EndpointLimits:
     readers: int = 3
 
 
+LINGER_S = 1.0
+"""After a refusal, how long the client's remaining bytes are read and dropped before the close (seconds)."""
+LINGER_BYTES = 1024 * 1024
+"""After a refusal, the most of the client's remaining bytes read and dropped before the close."""
+
+
 def endpoint_file(store_path: Path) -> Path:
     """Where an earlier fabricscope wrote its TCP endpoint URL (removed at start, never trusted)."""
     return store_path.with_name(store_path.name + ".endpoint")
@@ -349,6 +355,7 @@ class QueryServer:
         except _Refused as r:
             if r.reply is not None:
                 await self._send(conn, writer, r.reply)
+                await self._linger(reader, writer)
             return
         reply = await self._dispatch(request, body)
         await self._send(conn, writer, reply)
@@ -410,6 +417,23 @@ class QueryServer:
             self._refuse("timeout", f"request from {who} not received within its "
                                     f"{self.limits.request_timeout_s:g} s (or idle {self.limits.idle_timeout_s:g} s)")
             raise _Refused("timeout", _Reply(408, b"request not received in time")) from None
+
+    async def _linger(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """After refusing a request not read to its end: half-close, then discard what still comes, briefly.
+
+        Closing a socket with unread bytes resets the connection, and the client may lose the answer
+        it was sent (the 408, the 413). Bounded like every other cost: :data:`LINGER_S` and
+        :data:`LINGER_BYTES` at most (nginx's ``lingering_close`` does the same).
+        """
+        with contextlib.suppress(ConnectionError, OSError, TimeoutError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
+            end, got = self._loop.time() + LINGER_S, 0
+            while got < LINGER_BYTES and (left := end - self._loop.time()) > 0:
+                data = await asyncio.wait_for(reader.read(64 * 1024), left)
+                if not data:
+                    return
+                got += len(data)
 
     def _refuse(self, reason: str, msg: str) -> None:
         if reason == "closed":  # a client that went away before a request: nothing to count or log

@@ -98,3 +98,29 @@ def test_command_stops_within_bound(command: str, sig: int, tmp_path: Path, kafk
         if p.poll() is None:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+_CAUGHT = """
+import sys
+from fabricscope.stopping import forget_caught_interrupts
+try:
+    exec("x = 1")  # stands for a dataclass being defined when the signal lands
+    exec("raise KeyboardInterrupt")
+except KeyboardInterrupt:
+    pass  # the command caught it and cleaned up
+forget_caught_interrupts()
+if sys.argv[1] == "uncaught":
+    raise KeyboardInterrupt
+sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize(("how", "code"), [("caught", 1), ("uncaught", -signal.SIGINT)])
+def test_python_m_exits_with_the_code_chosen_after_a_caught_interrupt(how: str, code: int, tmp_path: Path) -> None:
+    """A SIGTERM that became KeyboardInterrupt inside exec() (CPython's flag) must not turn `up`'s exit 0/1 into
+    death by SIGINT; an interrupt nobody caught still exits by SIGINT, as a shell expects."""
+    (tmp_path / "caught_interrupt.py").write_text(_CAUGHT)
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[1]}"}
+    p = subprocess.run([sys.executable, "-m", "caught_interrupt", how], env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == code, p.stderr
