@@ -36,7 +36,8 @@ from schemas.group_codes import (
     sums,
     to_numpy,
 )
-from streams.pingmesh.links import PathIndex, probe_link_codes
+from streams.pingmesh.links import probe_link_codes
+from streams.pingmesh.path_index import PathIndex
 
 HIST_PER_OCTAVE = 8
 """Half the store's 16 (schemas.minute_tier): a partial's bucket is the store bucket halved, so a worker step
@@ -164,7 +165,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
         window_start_ns: start of the window the rows belong to (ns).
         probes: ``probe_enriched.v1`` rows of that window (``t1`` inside it).
         paths: the traces known to the worker (forward and reverse): a
-            :class:`streams.pingmesh.links.PathIndex` (build once, update per path batch), or raw
+            :class:`streams.pingmesh.path_index.PathIndex` (build once, update per path batch), or raw
             ``path.v1`` rows, or None.
         encoded: optional ``{column: dictionary array}`` of the same rows for some of :data:`ENCODED` (the
             step's encodings, :func:`schemas.group_codes.dictionaries`); the partial does not change.
