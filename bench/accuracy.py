@@ -304,7 +304,7 @@ def min_failures_named(crossing: int, links_probed: int, background: float | Non
         crossing: probes whose forward or ACK path crossed the link in the window.
         links_probed: links the window's probes crossed (the Bonferroni family).
         background: per-probe background rate; default the analyzer's floor
-            (:attr:`streams.pingmesh.triage.TriageConfig.background_floor`, 1e-3).
+            (:attr:`streams.pingmesh.triage_config.TriageConfig.background_floor`, 1e-3).
         alpha: family-wise false-alarm rate; default :attr:`streams.pingmesh.tomography.VoteConfig.alpha`.
 
     Raises:
@@ -312,7 +312,7 @@ def min_failures_named(crossing: int, links_probed: int, background: float | Non
     """
     from streams.pingmesh.context import log_poisson_tail
     from streams.pingmesh.tomography import VoteConfig
-    from streams.pingmesh.triage import TriageConfig
+    from streams.pingmesh.triage_config import TriageConfig
 
     if crossing < 0 or links_probed < 1:
         raise ValueError(f"min_failures_named: crossing {crossing} must be >= 0 and links_probed "

@@ -30,7 +30,7 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "decompose (t1..t6 -> RTTs)": ("streams/pingmesh/rtt.py", ("decompose",)),
     "split_by_window": ("streams/pingmesh/windows.py", ("split_by_window",)),
     "summarize (all of the partial)": ("streams/pingmesh/partial.py", ("summarize",)),
-    "  path lookup (PathIndex.hop_ids)": ("streams/pingmesh/links.py", ("hop_ids",)),
+    "  path lookup (PathIndex.hop_ids)": ("streams/pingmesh/path_index.py", ("hop_ids",)),
     "  classes of rows (classes)": ("schemas/group_codes.py", ("classes",)),
     "key encoding, once per step (dictionaries)": ("schemas/group_codes.py", ("dictionaries",)),
     "  key encoding (dictionary ids)": ("schemas/group_codes.py", ("key", "shared_keys")),
@@ -71,7 +71,7 @@ def _sim_batch(rows: int, n_rnics: int = 1024) -> tuple[bytes, object, int]:
     from producers.sim.fabrics import random_clos
     from schemas.arrow_pa import table_from_columns
     from schemas.codec import encode
-    from streams.pingmesh.links import PathIndex
+    from streams.pingmesh.path_index import PathIndex
 
     inv = random_clos(1, n_rnics // 32, 8, 4, 8)
     sim = Simulator(inv, seed=1, trace="every_batch")

@@ -613,7 +613,7 @@ def profile_startup(bootstrap: str, rnics: int = 10_000, rate: float = 0.1, roun
     """
     from fabricscope.kafka_admin import create_topics, delete_topics
     from schemas import topics as T
-    from streams.pingmesh.links import PathIndex
+    from streams.pingmesh.path_index import PathIndex
     from streams.pingmesh.windows import WINDOW_NS
     from streams.runtime.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
 

@@ -24,8 +24,8 @@ from producers.sim.engine import BATCH_NS
 from producers.sim.stream import registry_updates
 from schemas.arrow_pa import table_from_columns
 from streams.pingmesh.analyzer import AnalyzerConfig, WindowResult
-from streams.pingmesh.links import PathIndex
 from streams.pingmesh.partial import from_bytes, link_counts
+from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.probe_requests import named_links, requests_from_verdicts
 from streams.pingmesh.reducer import UploadMark, WindowReducer, worker_step
 from streams.pingmesh.rtt import decompose

@@ -1,6 +1,6 @@
 """`fabricscope bench scale --soak`: a simulated week of pinglist rotation, compressed in time.
 
-The worker's per-key state is the path index (:class:`streams.pingmesh.links.PathIndex`); the
+The worker's per-key state is the path index (:class:`streams.pingmesh.path_index.PathIndex`); the
 reducer's is the latency rule's per-flow baseline (:func:`streams.pingmesh.latency.update_baseline`;
 the analyzer's other state is keyed by host, RNIC or job, or pruned by time). At
 ``rnics`` RNICs each RNIC keeps ``tor_mesh`` ToR-mesh tuples (stable) and ``inter_tor`` inter-ToR
@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from bench.procstat import rss_mib
 from streams.pingmesh.latency import slow_flows, update_baseline
-from streams.pingmesh.links import HOUR_NS, PathIndex, attach_paths
+from streams.pingmesh.path_index import HOUR_NS, PathIndex, attach_paths
 
 T0 = 1_800_000_000 * 10**9
 

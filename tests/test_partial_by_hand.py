@@ -10,8 +10,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from schemas.group_codes import factorize
-from streams.pingmesh.links import HOUR_NS, PathIndex
 from streams.pingmesh.partial import summarize
+from streams.pingmesh.path_index import HOUR_NS, PathIndex
 
 WS = 1_800_000_000 * 10**9  # window start (20 s aligned)
 S = 10**9

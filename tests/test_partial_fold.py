@@ -26,9 +26,9 @@ from bench.sim_reducer import SimPipeline  # noqa: E402
 from producers.sim.fabrics import random_clos  # noqa: E402
 from schemas.group_codes import key  # noqa: E402
 from streams.pingmesh.analyzer import analyze_window  # noqa: E402
-from streams.pingmesh.links import PathIndex  # noqa: E402
 from streams.pingmesh.partial import SUM_KEYS, PartialKeys, WindowPartial, merge, summarize  # noqa: E402
 from streams.pingmesh.partial_fold import PartialFold  # noqa: E402
+from streams.pingmesh.path_index import PathIndex  # noqa: E402
 
 TABLES = [*SUM_KEYS, "uploads"]
 

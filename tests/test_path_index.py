@@ -7,7 +7,7 @@ import random
 
 import pyarrow as pa
 
-from streams.pingmesh.links import HOUR_NS, PathIndex, attach_paths, latest_paths
+from streams.pingmesh.path_index import HOUR_NS, PathIndex, attach_paths, latest_paths
 
 T0 = 1_800_000_000 * 10**9
 
@@ -100,9 +100,9 @@ def test_an_incomplete_trace_is_resolved_on_arrival_and_again_only_when_the_fabr
 def test_lookups_are_the_same_past_the_direct_pair_ids(monkeypatch):
     """Past 2**DIRECT_BITS addresses the index numbers address pairs in a table (converted once): every lookup,
     the ACK path by the reverse 5-tuple included, and eviction give what they gave before."""
-    import streams.pingmesh.links as links
+    import streams.pingmesh.path_index as path_index
 
-    monkeypatch.setattr(links, "DIRECT_BITS", 2)  # 4 addresses
+    monkeypatch.setattr(path_index, "DIRECT_BITS", 2)  # 4 addresses
     index = PathIndex()
     index.update(_paths([("forward", "10.0.0.1", "10.0.1.1", 50000, "a,S1,b", T0),
                          ("reverse", "10.0.1.1", "10.0.0.1", 50000, "b,S2,a", T0)]))

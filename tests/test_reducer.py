@@ -114,7 +114,7 @@ def _sim_steps(rounds: int) -> list[list[tuple[list, bytes]]]:
     from producers.sim import LinkDown, Simulator
     from producers.sim.fabrics import panel1
     from schemas.arrow_pa import table_from_columns
-    from streams.pingmesh.links import PathIndex
+    from streams.pingmesh.path_index import PathIndex
     from streams.pingmesh.reducer import worker_messages
     from streams.pingmesh.rtt import decompose
 

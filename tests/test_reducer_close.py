@@ -20,11 +20,11 @@ import streams.pingmesh.reducer as reducer  # noqa: E402
 from bench.scale import build_simulator  # noqa: E402
 from bench.sim_reducer import SimPipeline  # noqa: E402
 from producers.sim.fabrics import random_clos  # noqa: E402
+from streams.pingmesh.busy_host import host_delay_p50  # noqa: E402
 from streams.pingmesh.impact import Footprint, footprints  # noqa: E402
 from streams.pingmesh.latency import LatencyConfig, flow_quantiles  # noqa: E402
 from streams.pingmesh.links import explode_links, probe_link_codes, probe_links  # noqa: E402
-from streams.pingmesh.partial import FLOW_KEYS, bucket_value, link_counts  # noqa: E402
-from streams.pingmesh.triage import group_quantile, host_delay_p50  # noqa: E402
+from streams.pingmesh.partial import FLOW_KEYS, bucket_value, group_quantile, link_counts  # noqa: E402
 
 
 def _probe_links_by_strings(fwd_hops: pa.Array, rev_hops: pa.Array) -> pa.Table:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from streams.pingmesh.impact import JobThreshold
-from streams.runtime import config
-from streams.runtime.config import RuntimeConfig
+from streams.runtime.config import ROLES, RuntimeConfig
+
+from conftest import REPO
 
 
 def test_from_env_reads_the_stream_tunables():
@@ -47,10 +52,29 @@ def test_bad_values_name_the_variable(name, value, says):
         RuntimeConfig.from_env("b:9092", "", {}, "var", {name: value})
 
 
-def test_current_refuses_until_configured(monkeypatch):
-    monkeypatch.setattr(config, "_current", None)
-    with pytest.raises(RuntimeError, match="fabricscope worker"):
-        config.current()
-    c = RuntimeConfig(topic_prefix="x.")
-    config.configure(c)
-    assert config.current() is c
+def test_importing_the_app_builds_nothing(tmp_path):
+    """The topology is built by build_app from a config handed in: the import alone makes no Faust app and no
+    directory (a fresh interpreter: this one may have imported it already)."""
+    code = ("import faust, os, streams.runtime.app as m; "
+            "print(sorted(k for k, v in vars(m).items() if isinstance(v, faust.App)), os.listdir('.'))")
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["[]", "[]"]
+
+
+def test_build_app_registers_what_the_role_runs(tmp_path):
+    from streams.runtime.app import build_app
+
+    got = {}
+    for role in ROLES:
+        w = build_app(RuntimeConfig(topic_prefix="t.", role=role, var_dir=str(tmp_path / role / "var")))
+        got[role] = (w.app.conf.id, sorted(w.app.agents), w.probes_raw.get_topic_name(),
+                     (tmp_path / role / "var").is_dir())
+    rtt, reducer, hostlink = ("streams.runtime.app.rtt", "streams.runtime.app.reducer",
+                              "streams.runtime.hostping_agents.hostlink")
+    assert got == {
+        "all": ("t.fabricscope", [reducer, rtt, hostlink], "t.probes.raw", True),
+        "stream": ("t.fabricscope", [rtt, hostlink], "t.probes.raw", True),
+        "reducer": ("t.fabricscope-reducer", [reducer], "t.probes.raw", True),
+    }

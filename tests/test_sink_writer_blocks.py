@@ -19,7 +19,7 @@ from schemas.codec import encode
 from schemas.headers import headers_for
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.kafka_sink import StoreWriter
-from streams.pingmesh.links import PathIndex
+from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.windows import WINDOW_NS
 from streams.runtime.probe_step import RawMessage, process_step
 

@@ -30,7 +30,7 @@ from sinks.blocks import (
     writer_block_inserts,
 )
 from sinks.clickhouse import ChdbStore, migrate
-from streams.pingmesh.links import PathIndex
+from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.reducer import WindowReducer
 from streams.pingmesh.step_message import encode_step
 from streams.pingmesh.windows import WINDOW_NS

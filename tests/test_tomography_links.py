@@ -5,7 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from schemas.arrow_pa import table_from_columns
-from streams.pingmesh.links import PathIndex, attach_paths, explode_links
+from streams.pingmesh.links import explode_links
+from streams.pingmesh.path_index import PathIndex, attach_paths
 from streams.pingmesh.tomography import greedy_cover
 
 

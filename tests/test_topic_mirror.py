@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from schemas.arrow_pa import table_from_columns
 from schemas.codec import encode, headers_for
-from streams.pingmesh.links import PathIndex
+from streams.pingmesh.path_index import PathIndex
 from streams.runtime.topic_mirror import TopicMirror
 
 pytestmark = pytest.mark.kafka
@@ -106,9 +106,9 @@ def test_a_path_index_fed_coalesced_equals_one_fed_per_message(kafka_bootstrap, 
 
 WARM = """
 import json, sys
-from streams.runtime.config import RuntimeConfig, configure
-configure(RuntimeConfig(bootstrap=sys.argv[1], topic_prefix=sys.argv[2], var_dir=sys.argv[3], role=sys.argv[4]))
-from streams.runtime import app
+from streams.runtime.app import build_app
+from streams.runtime.config import RuntimeConfig
+app = build_app(RuntimeConfig(bootstrap=sys.argv[1], topic_prefix=sys.argv[2], var_dir=sys.argv[3], role=sys.argv[4]))
 app.warm_side_inputs()
 print(json.dumps({"paths": None if app._paths is None else len(app._paths),
                   "apply_calls": None if app._paths_mirror is None else app._paths_mirror.applied_calls,

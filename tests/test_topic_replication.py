@@ -60,11 +60,12 @@ def test_producer_settings_default_to_acks_all_with_idempotence(monkeypatch):
         read_settings()
 
 
-def test_faust_app_producers_are_idempotent_with_acks_all():
-    from streams.runtime.config import RuntimeConfig, configure
+def test_faust_app_producers_are_idempotent_with_acks_all(tmp_path):
+    from streams.runtime.app import build_app
+    from streams.runtime.config import RuntimeConfig
 
-    configure(RuntimeConfig(replication=3))  # what `fabricscope worker` hands in on a 3-broker cluster
-    from streams.runtime.app import app
+    # what `fabricscope worker` hands in on a 3-broker cluster
+    app = build_app(RuntimeConfig(replication=3, var_dir=str(tmp_path))).app
 
     assert app.conf.producer_acks == -1 and app.conf.topic_replication_factor == 3
     assert app.conf.stream_buffer_maxsize == 256  # four 64-message steps, not Faust's 4,096

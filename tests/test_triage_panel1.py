@@ -15,7 +15,7 @@ from streams.pingmesh.blame import blame
 from streams.pingmesh.impact import JobThreshold
 from streams.pingmesh.links import probe_links
 from streams.pingmesh.partial import summarize
-from streams.pingmesh.triage import TriageConfig
+from streams.pingmesh.triage_config import TriageConfig
 from streams.pingmesh.windows import WINDOW_NS
 
 START = 1_000 * 20 * S

@@ -2,14 +2,10 @@
 
 :func:`analyze_window` takes the merged counts of a window
 (:func:`streams.pingmesh.partial.merge` of each worker's :func:`streams.pingmesh.partial.summarize`)
-and runs the triage steps in the paper's fixed order, each living with its concept:
+and runs the steps in the paper's fixed order, each living with its concept:
 
-1. host down (:func:`streams.pingmesh.hosts.host_down_step`): silent agents, including
-   ones that stopped inside the window while their RNICs stopped answering;
-2. stale QPN (:func:`streams.pingmesh.triage.stale_qpn_step`);
-3. the RNIC rule (:func:`streams.pingmesh.triage.rnic_findings`), judged per host first
-   (:func:`streams.pingmesh.hosts.host_step`: busy-host veto from the failures' onset,
-   ``host_unreachable``), then ``rnic`` claims (:func:`streams.pingmesh.triage.rnic_step`);
+1.-3. the triage (:func:`streams.pingmesh.triage.triage`, one module per step): host down, stale QPN,
+   the RNIC rule judged per host first (busy host, host unreachable), then ``rnic`` claims;
 4. switch voting (:func:`streams.pingmesh.tomography.vote_step`: normalised greedy cover
    with a per-link test against the background loss);
 5. latency anomalies (:func:`streams.pingmesh.latency.latency_step`);
@@ -36,8 +32,8 @@ import pyarrow as pa
 from schemas.arrow_pa import empty_table, table_from_columns
 from schemas.verdicts import verdict_id
 from streams.pingmesh.blame import COVERAGE_SCHEMA
-from streams.pingmesh.context import VERDICT, AnalyzerState, WindowContext
-from streams.pingmesh.hosts import host_down_step, host_step
+from streams.pingmesh.busy_host import host_delay_p50
+from streams.pingmesh.context import VERDICT, AnalyzerState, WindowContext, rnic_hosts
 from streams.pingmesh.impact import (
     CoverageConfig,
     Footprint,
@@ -50,14 +46,8 @@ from streams.pingmesh.impact import (
 from streams.pingmesh.latency import LatencyConfig, latency_step
 from streams.pingmesh.partial import PartialKeys, WindowPartial
 from streams.pingmesh.tomography import VoteConfig, vote_step
-from streams.pingmesh.triage import (
-    TriageConfig,
-    host_delay_p50,
-    rnic_findings,
-    rnic_hosts,
-    rnic_step,
-    stale_qpn_step,
-)
+from streams.pingmesh.triage import triage
+from streams.pingmesh.triage_config import TriageConfig
 from streams.pingmesh.windows import WINDOW_NS
 
 __all__ = ["VERDICT", "AnalyzerConfig", "AnalyzerState", "WindowResult", "analyze_window", "verdict_id"]
@@ -137,11 +127,8 @@ def analyze_window(
     # host and a dead link touch half the RNICs, and claims would be judged against the fault itself)
     background = cfg.triage.background_floor
 
-    down = host_down_step(ctx, cfg.triage, background)                          # 1
-    stale_qpn_step(ctx, registry, background)                                  # 2
-    findings = rnic_findings(ctx, cfg.triage)                                  # 3
-    findings, host_rnics, busy_hosts = host_step(ctx, findings, cfg.triage, background, cfg.vote.min_votes)
-    rnic_step(ctx, findings, host_rnics, cfg.triage, background)
+    found = triage(ctx, registry, cfg.triage, background, cfg.vote.min_votes)    # 1-3
+    down, busy_hosts = found.down, found.busy
     cover = vote_step(ctx, cfg.vote, cfg.triage.background_floor, cfg.min_unexplained)  # 4
     latency_step(ctx, cfg.latency, cfg.vote)                                   # 5
 

@@ -2,8 +2,8 @@
 
 :func:`streams.pingmesh.analyzer.analyze_window` builds one :class:`WindowContext` per closed
 window and hands it to each step in R-Pingmesh's fixed order (§4.3, §5; digest Figure 3):
-host level (:mod:`streams.pingmesh.hosts`), stale QPN and the RNIC rule
-(:mod:`streams.pingmesh.triage`), switch voting (:mod:`streams.pingmesh.tomography`), latency
+the triage (:mod:`streams.pingmesh.triage`: host down, stale QPN, the RNIC rule with busy host and
+host unreachable, one module each), switch voting (:mod:`streams.pingmesh.tomography`), latency
 (:mod:`streams.pingmesh.latency`). A step emits :class:`Claim` rows and marks the timed-out
 probes it explained, so the later steps see only the rest.
 
@@ -15,6 +15,7 @@ competing explanation), never a constant.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -229,3 +230,28 @@ def log_poisson_tail(k: np.ndarray | float, lam: np.ndarray | float, exact_below
         chern = np.where(k > lam, k - lam - k * np.log(np.maximum(k, 1e-300) / lam), 0.0)
         out = np.where((k < exact_below) & (exact > 1e-12), np.log(np.maximum(exact, 1e-300)), chern)
     return np.where(k <= 0, 0.0, np.minimum(out, 0.0))
+
+
+def lookup_per_code(k: Key, mapping: Mapping[str, int]) -> pa.Array:
+    """``mapping``'s value (int64) for each distinct value of ``k``, indexed by code (null where the name is not
+    in ``mapping``): one lookup per distinct name, not per row."""
+    at = pc.index_in(k.values(np.arange(k.card, dtype=np.int64)), value_set=pa.array(list(mapping), pa.string()))
+    return pc.take(pa.array(list(mapping.values()), pa.int64()), at)
+
+
+def probe_evidence(failed: int, total: int, q: float, tests: int) -> float:
+    """Significance of ``failed`` timeouts among ``total`` probes against background loss ``q``."""
+    if total <= 0:
+        return 0.0
+    return significance(float(log_poisson_tail(failed, total * q)[0]), tests)
+
+
+def rnic_hosts(pairs: pa.Table) -> dict[str, str]:
+    """RNIC → host, as the probe rows name them (prober and responder sides)."""
+    out: dict[str, str] = {}
+    for rc, hc in (("prober_rnic", "prober_host"), ("responder_rnic", "responder_host")):
+        if pairs.num_rows == 0:
+            continue
+        g = pairs.group_by([rc, hc]).aggregate([])
+        out.update(zip(g[rc].to_pylist(), g[hc].to_pylist(), strict=True))
+    return out

@@ -26,9 +26,8 @@ import pyarrow.compute as pc
 
 from schemas.group_codes import Key, group, key, to_numpy
 from streams.pingmesh.context import WindowContext
-from streams.pingmesh.partial import FLOW_KEYS, link_counts
+from streams.pingmesh.partial import FLOW_KEYS, coded_quantile, link_counts
 from streams.pingmesh.tomography import CoverResult, VoteConfig, greedy_cover
-from streams.pingmesh.triage import coded_quantile
 
 
 @dataclass(frozen=True)

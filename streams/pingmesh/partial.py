@@ -32,11 +32,14 @@ from schemas.group_codes import (
     of_groups,
     ranges,
     row_ids,
+    run_starts,
     shared_keys,
+    sort_order,
     sums,
     to_numpy,
 )
-from streams.pingmesh.links import PathIndex, probe_link_codes
+from streams.pingmesh.links import probe_link_codes
+from streams.pingmesh.path_index import PathIndex
 
 HIST_PER_OCTAVE = 8
 """Half the store's 16 (schemas.minute_tier): a partial's bucket is the store bucket halved, so a worker step
@@ -81,6 +84,38 @@ def bucket_of(ns: np.ndarray) -> np.ndarray:
 def bucket_value(b: np.ndarray) -> np.ndarray:
     """Representative latency (ns, float64) of histogram buckets: the geometric middle."""
     return np.exp2((np.asarray(b, dtype=np.float64) + 0.5) / HIST_PER_OCTAVE)
+
+
+def coded_quantile(gid: np.ndarray, n_groups: int, bucket: np.ndarray, n: np.ndarray, q: float,
+                   min_tail: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`group_quantile` of histogram rows in any order whose groups are integer codes ``gid`` in
+    ``[0, n_groups)``: the rows are put in (group, bucket) order by one int64 sort. Returns (the groups
+    present, ascending; values in ns)."""
+    bucket, n = np.asarray(bucket, np.int64), np.asarray(n, np.int64)
+    lo, width = int(bucket.min()), int(bucket.max() - bucket.min()) + 1
+    srt = sort_order(gid * width + (bucket - lo))[0] if n_groups * width < 2**62 else np.lexsort((bucket, gid))
+    return group_quantile(gid[srt], bucket[srt], n[srt], q, min_tail)
+
+
+def group_quantile(key: np.ndarray, bucket: np.ndarray, n: np.ndarray, q: float,
+                    min_tail: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Quantile per group of sorted (key, bucket) histogram rows; returns (keys, values in ns).
+
+    With ``min_tail`` > 0 a group of ``total`` samples uses ``min(q, 1 - min_tail/total)``: the
+    highest quantile that still has ``min_tail`` samples above it (the P99 of 15 samples is
+    their maximum, i.e. one outlier).
+    """
+    start = np.flatnonzero(run_starts(key))  # the rows are sorted by key: each group is one run, no sort needed
+    uniq = key[start]
+    end = np.append(start[1:], len(key))
+    cum = np.cumsum(n)
+    base = np.where(start > 0, cum[start - 1], 0)
+    total = cum[end - 1] - base
+    q_eff = np.minimum(q, 1.0 - min_tail / np.maximum(total, 1)) if min_tail else np.full(len(total), q)
+    target = base + np.ceil(q_eff * total).astype(np.int64)
+    pos = np.searchsorted(cum, target, side="left")
+    pos = np.minimum(np.maximum(pos, start), end - 1)
+    return uniq, bucket_value(bucket[pos])
 
 
 @dataclass
@@ -164,7 +199,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
         window_start_ns: start of the window the rows belong to (ns).
         probes: ``probe_enriched.v1`` rows of that window (``t1`` inside it).
         paths: the traces known to the worker (forward and reverse): a
-            :class:`streams.pingmesh.links.PathIndex` (build once, update per path batch), or raw
+            :class:`streams.pingmesh.path_index.PathIndex` (build once, update per path batch), or raw
             ``path.v1`` rows, or None.
         encoded: optional ``{column: dictionary array}`` of the same rows for some of :data:`ENCODED` (the
             step's encodings, :func:`schemas.group_codes.dictionaries`); the partial does not change.

@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 
 from streams.pingmesh.analyzer import AnalyzerConfig, AnalyzerState, WindowResult, analyze_window
 from streams.pingmesh.impact import JobThreshold
-from streams.pingmesh.links import PathIndex
 from streams.pingmesh.partial import from_bytes, summarize, to_bytes
 from streams.pingmesh.partial_fold import PartialFold
+from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.qpn_history import QpnHistory
 from streams.pingmesh.step_message import (
     Step,

@@ -1,9 +1,9 @@
 """The stream runtime's configuration, handed in by whoever starts a worker.
 
 The CLI (``fabricscope worker``) reads its validated settings and passes a
-:class:`RuntimeConfig` to :func:`streams.runtime.worker.run_worker`; the runtime never
-reads the CLI's settings module itself. :mod:`streams.runtime.app` declares its topics
-when imported, so the configuration is set (:func:`configure`) before that import.
+:class:`RuntimeConfig` to :func:`streams.runtime.worker.run_worker`, which builds the Faust app
+from it (:func:`streams.runtime.app.build_app`); the runtime never reads the CLI's settings
+module itself, and nothing in it reads a configuration when imported.
 """
 
 from __future__ import annotations
@@ -130,27 +130,3 @@ def _number(environ: Mapping[str, str], name: str, default: str) -> float:
         return float(raw)
     except ValueError:
         raise ValueError(f"{name}={raw!r} is not a number") from None
-
-
-_current: RuntimeConfig | None = None
-
-
-def configure(config: RuntimeConfig) -> None:
-    """Set the configuration the runtime's modules read when imported."""
-    global _current
-    _current = config
-
-
-def current() -> RuntimeConfig:
-    """The configuration set by :func:`configure`.
-
-    Raises:
-        RuntimeError: nothing was configured (start workers with ``fabricscope worker``, or
-            call :func:`configure` before importing :mod:`streams.runtime.app`).
-    """
-    if _current is None:
-        raise RuntimeError(
-            "the stream runtime is not configured: start it with `fabricscope worker`, or call "
-            "streams.runtime.config.configure(RuntimeConfig(...)) before importing streams.runtime.app"
-        )
-    return _current

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from schemas.group_codes import factorize, to_numpy
 from schemas.minute_tier import latency_buckets, minute_rows
-from streams.pingmesh.links import PathIndex
+from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.reducer import batch_partials
 from streams.pingmesh.retention import RetentionPolicy, retained
 from streams.pingmesh.step_message import Step, UploadMark
