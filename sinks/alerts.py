@@ -32,11 +32,12 @@ from prometheus_client import Counter, Gauge
 
 from schemas import topics as T
 from schemas.codec import CodecError, decode, schema_key_from_headers
+from streams.pingmesh.impact import PROBE_NOISE_KINDS
 
 log = logging.getLogger("fabricscope.alerts")
 
 ALERTNAME = "FabricProblem"
-NOT_ALERTED = ("undetermined",)
+NOT_ALERTED = ("undetermined", *sorted(PROBE_NOISE_KINDS))  # probe noise (a stale pinglist) pages nobody
 
 VERDICTS_IN = Counter("fabricscope_alert_verdicts_total", "verdict rows consumed by the alert sink")
 ALERTS_SENT = Counter("fabricscope_alerts_sent_total", "alerts pushed to Alertmanager", ["status"])
