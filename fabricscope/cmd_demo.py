@@ -92,8 +92,11 @@ def demo(
             print(json.dumps(v, default=str), flush=True)
         else:
             window = format_window(v["window_start_ns"], v.get("window_end_ns") or v["window_start_ns"])
+            from streams.pingmesh.impact import NOISE, NOISE_NOTE
+
+            note = f": {NOISE_NOTE}" if v["impact"] == NOISE else ""  # not a fault: say so
             Console().print(f"window {window}: [bold]{v['kind']}[/bold] at {v['location']} "
-                            f"(impact {v['impact']}, confidence {v['confidence']:.2f})")
+                            f"(impact {v['impact']}, confidence {v['confidence']:.2f}){note}")
 
     code = 0
     started_kafka = False

@@ -87,7 +87,8 @@ def alerts(
     stopping = stop_requested(signal.SIGTERM, signal.SIGINT)
     sink = AlertSink(s.kafka_bootstrap, AlertmanagerClient(alertmanager_url), Hysteresis(cluster, clear_windows),
                      s.fabricscope_topic_prefix, resend_s=resend, idle_advance=idle_advance,
-                     kafka_config=s.kafka_client_config())
+                     kafka_config=s.kafka_client_config(), origin=s.fabricscope_origin,
+                     alert_origins=s.alert_origins())
     try:
         sink.run(stopping)
     finally:

@@ -11,9 +11,9 @@ import difflib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, get_args
 
-from pydantic import Field, SecretStr, ValidationError, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from sinks.readonly_sql import QueryLimits
@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from sinks.query_endpoint import EndpointLimits
 
 ENV_FILE = ".env"
+Origin = Literal["production", "lab", "sim", "demo"]
+"""Where verdicts come from (:data:`sinks.origin.ORIGINS`; not imported here: it loads pyarrow)."""
+ORIGINS: tuple[str, ...] = get_args(Origin)
 
 
 class ConfigError(ValueError):
@@ -45,9 +48,13 @@ class Settings(BaseSettings):
     fabricscope_var: Path = Field(Path("var"), description="local state: Kafka data, embedded store, lab state")
     fabricscope_topic_prefix: str = Field(
         "", description="prefix of every topic and consumer group: several pipelines on one broker")
-    fabricscope_origin: Literal["production", "lab", "sim", "demo"] = Field(
+    fabricscope_origin: Origin = Field(
         "production", description="origin the store writer stamps on verdicts and coverage (`up` sets it from its "
         "source); saved queries, blame and the live feed show the running writer's origin by default")
+    fabricscope_alert_origins: str | None = Field(
+        None, description="origins whose verdicts `fabricscope alerts` pushes to Alertmanager, comma-separated "
+        "(production, lab, sim, demo) or all; unset = FABRICSCOPE_ORIGIN only, so a production sink never pages "
+        "for a lab's or a simulator's verdicts (docs/alerts.md)")
     fabricscope_inventory: Path | None = Field(
         None, description="inventory YAML the store writer loads into rnic_inventory at start (ToR names)")
     # The store writer's blocks of probe rows and tiers (docs/storage.md, "Exactly-once rows"): only raw history and the
@@ -95,6 +102,25 @@ class Settings(BaseSettings):
     kafka_acks: Literal["all", "1", "0"] = Field(
         "all", description="producer acks (agent, Faust workers); all = every in-sync replica has the batch")
     kafka_idempotence: bool = Field(True, description="idempotent producers (no duplicate on retry); needs acks=all")
+
+    @field_validator("fabricscope_alert_origins")
+    @classmethod
+    def _known_origins(cls, v: str | None) -> str | None:
+        if v is None or v.strip().lower() == "all":
+            return v
+        names = [o.strip() for o in v.split(",") if o.strip()]
+        bad = [o for o in names if o not in ORIGINS]
+        if bad or not names:
+            raise ValueError(f"{v!r}: name origins from {', '.join(ORIGINS)}, comma-separated, or all")
+        return ",".join(names)
+
+    def alert_origins(self) -> tuple[str, ...]:
+        """The origins whose verdicts the alert sink pushes (``FABRICSCOPE_ALERT_ORIGINS``, default: this
+        pipeline's own ``FABRICSCOPE_ORIGIN``)."""
+        v = self.fabricscope_alert_origins
+        if v is None:
+            return (self.fabricscope_origin,)
+        return ORIGINS if v.strip().lower() == "all" else tuple(v.split(","))
 
     @model_validator(mode="after")
     def _idempotence_needs_acks_all(self) -> Settings:

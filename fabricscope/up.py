@@ -151,7 +151,9 @@ class Progress:
         self._last = 0.0
         self._status: Any = None
         self._warned_dead = 0
-        self._rate_from: tuple[float, int] | None = None
+        self._rate_from: tuple[float, int] | None = None  # (elapsed s, rows) at the first block of rows
+        self._rate_last: tuple[float, int] = (0.0, 0)  # ... at the latest block
+        self._rate_gap = 0.0  # the longest gap between two blocks so far, s
 
     def __enter__(self) -> Progress:
         _run_start()
@@ -165,15 +167,27 @@ class Progress:
             self._status.__exit__(*exc)
 
     def _rate(self, stats: Stats, elapsed_s: float) -> float | None:
-        """Rows per second over the last ``every_s`` or more (rows arrive in blocks: a shorter span jumps)."""
+        """Rows per second between the first and the latest block of rows, or None before they span ``every_s``.
+
+        Rows arrive in blocks (the store writer inserts one every 10-30 s), so the rate over a fixed short
+        window read 0/s between blocks and jumped at each. Counted from the first block to the latest, it
+        holds between blocks; once the next block is overdue (the wait since the latest is longer than any
+        gap between blocks so far) the wait counts too, so a stalled pipeline shows its rate falling.
+        """
+        if stats.rows <= 0:
+            return None
         if self._rate_from is None:
-            self._rate_from = (elapsed_s, stats.rows)
+            self._rate_from = self._rate_last = (elapsed_s, stats.rows)  # the rate counts what came after it
             return None
         t0, n0 = self._rate_from
-        if elapsed_s - t0 >= self.every_s:
-            self._rate_from = (elapsed_s, stats.rows)
-            self._last_rate = (stats.rows - n0) / (elapsed_s - t0)
-        return getattr(self, "_last_rate", None)
+        t_last, n_last = self._rate_last
+        if stats.rows != n_last:  # a new block
+            self._rate_gap = max(self._rate_gap, elapsed_s - t_last)
+            self._rate_last = t_last, n_last = (elapsed_s, stats.rows)
+        if t_last - t0 < self.every_s:
+            return None  # blocks of under every_s: too short a span to be a rate
+        until = elapsed_s if elapsed_s - t_last > self._rate_gap else t_last
+        return (n_last - n0) / (until - t0)
 
     def show(self, stats: Stats | None, elapsed_s: float) -> None:
         """Print the feed's lines, update the status line, or print a line when ``every_s`` passed since the last."""

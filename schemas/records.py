@@ -169,7 +169,7 @@ VERDICT_V1 = RecordSchema(
         Field("confidence", "float64", doc="calibrated probability that the verdict is right"),
         Field("failed_probes", "int64"),
         Field("total_probes", "int64"),
-        Field("impact", "string", doc="P0 | P1 | P2"),
+        Field("impact", "string", doc="P0 | P1 | P2 | noise (probe noise: stale_qpn)"),
         Field("job_id", "string", nullable=True),
         Field("revision_of", "string", nullable=True, doc="verdict_id this record replaces"),
         Field("evidence", "string", doc="JSON object of counts behind the verdict"),

@@ -14,7 +14,12 @@ clock advances the watermark (live mode), or a quiet cluster would never resolve
 If Alertmanager is unreachable the offset is not committed and every firing alert is
 re-pushed each ``resend_s``; a lost resolve still ends at the alert's ``endsAt`` (``hold_s``).
 
-Alert labels: ``alertname=FabricProblem``, ``cluster``, ``kind``, ``location``,
+Only verdicts of the origins the sink is told to alert on are pushed (``FABRICSCOPE_ALERT_ORIGINS``;
+default: the sink's own ``FABRICSCOPE_ORIGIN``, so a production sink never pages for a lab's or a
+simulator's verdicts). A message's origin is its ``origin`` header (a demo sets ``demo``), else the sink's
+own, as the store writer stamps it (:mod:`sinks.origin`). Probe noise (``stale_qpn``) raises no alert.
+
+Alert labels: ``alertname=FabricProblem``, ``cluster``, ``origin``, ``kind``, ``location``,
 ``impact``, ``job`` (empty when no job). Receiver URLs live only in Alertmanager's
 config; this module never sees them.
 """
@@ -32,18 +37,23 @@ from prometheus_client import Counter, Gauge
 
 from schemas import topics as T
 from schemas.codec import CodecError, decode, schema_key_from_headers
+from sinks.origin import check as check_origin
+from sinks.origin import from_headers as origin_from_headers
+from streams.pingmesh.impact import PROBE_NOISE_KINDS
 
 log = logging.getLogger("fabricscope.alerts")
 
 ALERTNAME = "FabricProblem"
-NOT_ALERTED = ("undetermined",)
+NOT_ALERTED = ("undetermined", *sorted(PROBE_NOISE_KINDS))  # probe noise (a stale pinglist) pages nobody
 
 VERDICTS_IN = Counter("fabricscope_alert_verdicts_total", "verdict rows consumed by the alert sink")
+VERDICTS_OTHER_ORIGIN = Counter("fabricscope_alert_verdicts_other_origin_total",
+                                "verdict rows not alerted: their origin is not one the sink alerts on", ["origin"])
 ALERTS_SENT = Counter("fabricscope_alerts_sent_total", "alerts pushed to Alertmanager", ["status"])
 ALERTS_ACTIVE = Gauge("fabricscope_alerts_active", "problems firing after hysteresis")
 PUSH_ERRORS = Counter("fabricscope_alert_push_errors_total", "failed pushes to Alertmanager")
 
-Key = tuple[str, str, str, str]  # kind, location, job, impact
+Key = tuple[str, str, str, str, str]  # origin, kind, location, job, impact
 
 
 @dataclass
@@ -80,20 +90,20 @@ class Hysteresis:
     active: dict[Key, Problem] = field(default_factory=dict)
     watermark_ns: int = 0
 
-    def observe(self, rows: Iterable[dict]) -> list[Event]:
-        """Take verdict rows (``verdict.v1`` dicts); return the problems that start firing now."""
+    def observe(self, rows: Iterable[dict], origin: str = "production") -> list[Event]:
+        """Take verdict rows (``verdict.v1`` dicts) of ``origin``; return the problems that start firing now."""
         events = []
         for v in rows:
             if v["kind"] in NOT_ALERTED:
                 continue
             job = v.get("job_id") or ""
-            key: Key = (v["kind"], v["location"], job, v["impact"])
+            key: Key = (origin, v["kind"], v["location"], job, v["impact"])
             window_ns = max(1, v["window_end_ns"] - v["window_start_ns"])
             summary = (f"{v['kind']} at {v['location']}: {v['failed_probes']}/{v['total_probes']} probes failed, "
                        f"confidence {v['confidence']:.2f}")
             p = self.active.get(key)
             if p is None:
-                labels = {"alertname": ALERTNAME, "cluster": self.cluster, "kind": v["kind"],
+                labels = {"alertname": ALERTNAME, "cluster": self.cluster, "origin": origin, "kind": v["kind"],
                           "location": v["location"], "impact": v["impact"], "job": job}
                 p = Problem(labels, v["window_start_ns"], v["window_end_ns"], window_ns, summary, v["verdict_id"])
                 self.active[key] = p
@@ -172,13 +182,23 @@ class AlertSink:
         resend_s: re-push every firing alert this often (Alertmanager expires alerts at ``endsAt``).
         idle_advance: advance the watermark with the wall clock while the topic is idle.
         kafka_config: extra client settings (SASL/TLS), never logged.
+        origin: the origin of a verdict message without an ``origin`` header (the pipeline's own).
+        alert_origins: the origins whose verdicts are alerted (default: ``origin`` only); verdicts of any
+            other origin are read, counted (``fabricscope_alert_verdicts_other_origin_total``) and committed.
+
+    Raises:
+        sinks.origin.OriginError: ``origin`` or one of ``alert_origins`` is no origin.
     """
 
     def __init__(self, bootstrap: str, client: AlertmanagerClient, hysteresis: Hysteresis, prefix: str = "",
                  group: str = "fabricscope-alerts", resend_s: float = 30.0, idle_advance: bool = True,
-                 kafka_config: dict[str, str] | None = None) -> None:
+                 kafka_config: dict[str, str] | None = None, origin: str = "production",
+                 alert_origins: Iterable[str] | None = None) -> None:
         from confluent_kafka import Consumer
 
+        self.origin = check_origin(origin)
+        self.alert_origins = frozenset(check_origin(o) for o in (alert_origins or (origin,)))
+        self._told: set[str] = set()  # the other origins already logged once
         self.client = client
         self.state = hysteresis
         self.resend_s = resend_s
@@ -206,7 +226,16 @@ class AlertSink:
             batch = table.to_pylist()
             rows += len(batch)
             VERDICTS_IN.inc(len(batch))
-            events = self.state.observe(batch) + self.state.advance()
+            origin = origin_from_headers(msg.headers(), self.origin)
+            if origin not in self.alert_origins:  # another pipeline's (a lab, a simulator, a demo): not ours
+                VERDICTS_OTHER_ORIGIN.labels(origin).inc(len(batch))
+                if origin not in self._told:
+                    self._told.add(origin)
+                    log.info("verdicts of origin %s are not alerted (alerting on %s: FABRICSCOPE_ALERT_ORIGINS)",
+                             origin, ", ".join(sorted(self.alert_origins)))
+                self._consumer.commit(message=msg, asynchronous=False)
+                continue
+            events = self.state.observe(batch, origin) + self.state.advance()
             for e in events:
                 log.info("%s %s", e.status, " ".join(f"{k}={v}" for k, v in e.problem.labels.items()))
             if self.client.push(events):

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sinks.clickhouse import Store, StoreError
 from sinks.readonly_sql import sql_string as quote
@@ -42,6 +43,23 @@ def load_inventory(store: Store, rnics: Iterable[tuple[str, str, str]], updated_
     )
     store.insert_arrow("rnic_inventory", data)
     return len(rows)
+
+
+def registry_inventory(registry: pa.Table) -> pa.Table:
+    """``rnic_inventory`` rows of ``registry.v1`` rows: every agent registers its RNICs with their ToR, so the
+    store writer learns the ToR names from the registry topic (any source: agents, the lab, the simulator),
+    with no inventory file.
+
+    Args:
+        registry: ``registry.v1`` rows (``rnic``, ``host``, ``tor``, ``upload_ns`` in ns, ...).
+
+    Returns:
+        ``rnic``, ``host``, ``tor``, ``updated_ns`` (the registration's ``upload_ns``) of the rows that name
+        a ToR (an entry without one never blanks a name already known); possibly no rows.
+    """
+    named = registry.filter(pc.fill_null(pc.not_equal(registry["tor"], ""), False))
+    return pa.table({"rnic": named["rnic"], "host": named["host"], "tor": named["tor"],
+                     "updated_ns": pc.cast(named["upload_ns"], pa.int64())})
 
 
 def check_feedback(verdict_id: str, decision: str) -> None:

@@ -9,8 +9,9 @@ in blocks of many messages: up to ``block_rows`` rows or ``block_s`` seconds ove
 all the partitions the writer holds (one insert per table for all of them), aligned
 to offsets, with their state in the store
 (:mod:`sinks.blocks`); the writer rolls each block's minute rows up into the
-hourly tiers itself (:mod:`sinks.probe_tiers`). The other topics (verdicts, dead letters, host links,
-coverage: a few messages per window) keep one insert per message, with the
+hourly tiers itself (:mod:`sinks.probe_tiers`) under the ToRs of ``rnic_inventory``. The other topics
+(verdicts, dead letters, host links, coverage: a few messages per window; the registry, whose entries name
+each RNIC's ToR and fill ``rnic_inventory``) keep one insert per message, with the
 message's source identity as its deduplication token.
 """
 
@@ -39,6 +40,7 @@ from sinks.blocks import (
     writer_block_inserts,
 )
 from sinks.clickhouse import Store, StoreError
+from sinks.history import registry_inventory
 from sinks.origin import check as origin_check
 from sinks.origin import from_headers as origin_from_headers
 from sinks.origin import stamp as stamp_origin
@@ -56,6 +58,7 @@ TABLE_OF: dict[str, str] = {
     T.HOSTS_INVENTORY.name: "pci_functions",
     T.HOSTMETRICS_RAW.name: "host_metrics",
     T.LOOPBACK_RAW.name: "loopback",
+    T.REGISTRY.name: "rnic_inventory",  # RNIC -> host, ToR as the agents register them (the tiers' ToR names)
 }
 # Topics written in offset-aligned blocks, and the table of each schema they carry.
 BLOCK_TOPICS = {T.PROBES_ENRICHED.name}
@@ -318,13 +321,15 @@ class StoreWriter:
                 _, data = decode(msg.value(), schema_key_from_headers(msg.headers()))
                 token = dedup_token(msg, data)
                 data = stamp_origin(table_name, data, origin_from_headers(msg.headers(), self.origin))
+                if table_name == "rnic_inventory":
+                    data = registry_inventory(data)
             except CodecError as err:
                 self.stats.undecodable += 1
                 M.UNDECODABLE.inc()
                 log.error("undecodable message %s/%d/%d: %s", msg.topic(), msg.partition(), msg.offset(), err)
                 data, table_name = _undecodable_row(msg, str(err)), "deadletters"
                 token = f"dlq:{msg.topic()}/{msg.partition()}/{msg.offset()}"
-            if not self._insert_with_retry(table_name, data, token, stop):
+            if data.num_rows and not self._insert_with_retry(table_name, data, token, stop):
                 self._abandoned = True
                 return written  # stopping: uncommitted messages are re-read next start
             written += data.num_rows

@@ -47,13 +47,40 @@ def test_flapping_problem_fires_once_and_resolves_after_n_clear_windows():
         rows.append(_verdict(1, w, "rnic", "R0009", "P2", None, 0))  # keeps time moving
         events += [(w, e.status, e.problem.labels["location"]) for e in h.observe(rows) + h.advance()]
     assert events == [(0, "firing", "T01->S2"), (0, "firing", "R0009"), (8, "resolved", "T01->S2")]
-    assert h.active[("rnic", "R0009", "", "P2")].labels == {
-        "alertname": "FabricProblem", "cluster": "c1", "kind": "rnic", "location": "R0009", "impact": "P2", "job": ""}
+    assert h.active[("production", "rnic", "R0009", "", "P2")].labels == {
+        "alertname": "FabricProblem", "cluster": "c1", "origin": "production", "kind": "rnic", "location": "R0009",
+        "impact": "P2", "job": ""}
 
 
 def test_undetermined_verdicts_raise_no_alert():
     h = Hysteresis("c1")
     assert h.observe([_verdict(0, 0, "undetermined", "?", "P2", None, 0)]) == []
+
+
+def test_alert_origins_default_to_the_pipelines_own(monkeypatch):
+    from fabricscope.settings import ORIGINS, ConfigError, read_settings
+    from sinks import origin
+
+    assert ORIGINS == origin.ORIGINS  # settings keeps its own copy (sinks.origin loads pyarrow)
+    for var in ("FABRICSCOPE_ORIGIN", "FABRICSCOPE_ALERT_ORIGINS"):
+        monkeypatch.delenv(var, raising=False)
+    assert read_settings().alert_origins() == ("production",)
+    monkeypatch.setenv("FABRICSCOPE_ORIGIN", "lab")  # what `up --source lab --alerts` sets
+    assert read_settings().alert_origins() == ("lab",)
+    monkeypatch.setenv("FABRICSCOPE_ALERT_ORIGINS", " lab, sim ")
+    assert read_settings().alert_origins() == ("lab", "sim")
+    monkeypatch.setenv("FABRICSCOPE_ALERT_ORIGINS", "all")
+    assert read_settings().alert_origins() == ("production", "lab", "sim", "demo")
+    monkeypatch.setenv("FABRICSCOPE_ALERT_ORIGINS", "production,labs")
+    with pytest.raises(ConfigError, match=r"(?s)FABRICSCOPE_ALERT_ORIGINS.*production, lab, sim, demo"):
+        read_settings()
+
+
+def test_the_same_problem_of_two_origins_is_two_alerts():
+    h = Hysteresis("c1")
+    v = _verdict(0, 0, "busy_host", "H2", "P1", "j1", 0)
+    fired = h.observe([v], "lab") + h.observe([v], "sim") + h.observe([v], "lab")
+    assert [e.problem.labels["origin"] for e in fired] == ["lab", "sim"]
 
 
 # ---- through Alertmanager -------------------------------------------------------------------
@@ -107,12 +134,13 @@ def alertmanager(tmp_path):
     rec.server.shutdown()
 
 
-def _publish(bootstrap: str, topic: str, rows: list[dict]) -> None:
+def _publish(bootstrap: str, topic: str, rows: list[dict], origin: str | None = None) -> None:
     from confluent_kafka import Producer
 
     p = Producer({"bootstrap.servers": bootstrap})
+    extra = [("origin", origin.encode())] if origin else []  # as a demo stamps the verdicts it copies
     p.produce(topic, encode(pa.Table.from_pylist(rows, schema=arrow_schema("verdict.v1"))), key=b"x",
-              headers=headers_for("verdict.v1"))
+              headers=[*headers_for("verdict.v1"), *extra])
     assert p.flush(10) == 0
 
 
@@ -214,3 +242,25 @@ def test_quiet_topic_resolves_by_the_wall_clock(alertmanager, pipeline_env, kafk
     wait_for(lambda: [n for n in rec.notifications("/chat/", "R0042") if n["status"] == "resolved"], timeout=90,
              what="the resolve after 3 idle windows")
     assert [n["status"] for n in rec.notifications("/chat/", "R0042")].count("resolved") == 1
+
+
+@pytest.mark.kafka
+@pytest.mark.slow
+def test_a_production_sink_pages_for_production_verdicts_only(alertmanager, pipeline_env, kafka_bootstrap):
+    """Lab, simulator and demo verdicts on the production pipeline's topic reach neither the chat nor
+    Alertmanager; the production one after them does, labelled with its origin."""
+    rec, am_url, _ = alertmanager
+    env, procs = pipeline_env
+    for var in ("FABRICSCOPE_ORIGIN", "FABRICSCOPE_ALERT_ORIGINS"):  # the defaults: a production sink
+        env.pop(var, None)
+    procs.start("alerts", "--alertmanager-url", am_url, "--cluster", "c1", "--resend", "1", "--no-idle-advance")
+    topic = f"{env['FABRICSCOPE_TOPIC_PREFIX']}verdicts"
+    base = (time.time_ns() // WINDOW_NS - 5) * WINDOW_NS
+    for i, origin in enumerate(("lab", "sim", "demo")):  # one partition (one key): read before the last
+        _publish(kafka_bootstrap, topic, [_verdict(i, 0, "busy_host", f"H-{origin}", "P0", "j1", base)], origin)
+    _publish(kafka_bootstrap, topic, [_verdict(9, 0, "busy_host", "H-prod", "P0", "j1", base)])
+
+    wait_for(lambda: rec.notifications("/chat/", "H-prod"), timeout=60, what="the production alert in the chat")
+    in_am = httpx.get(f"{am_url}/api/v2/alerts").json()
+    assert [(a["labels"]["location"], a["labels"]["origin"]) for a in in_am] == [("H-prod", "production")]
+    assert {a["labels"]["location"] for _, n in rec.got for a in n["alerts"]} == {"H-prod"}

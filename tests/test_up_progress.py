@@ -63,3 +63,15 @@ def test_stats_count_this_run_only(store):
     row = store.query_arrow(stats_sql(now + 10**12)).to_pylist()[0]  # a run that starts after those rows
     assert row["dead"] == 0
     assert store.query_arrow(stats_sql(now - 10**12)).to_pylist()[0]["dead"] == 4
+
+
+def test_rate_holds_between_blocks_and_falls_when_they_stop():
+    """Blocks of 3,000 rows every 30 s (the writer's slow-input blocks): 100/s between them, never 0/s;
+    once a block is overdue the wait counts."""
+    p = Progress(tty=False, every_s=10)
+    seen = {t: p._rate(Stats(rows=n), t) for t, n in [
+        (35.0, 0), (40.0, 3000), (45.0, 3000), (69.0, 3000), (70.0, 6000), (71.0, 6000), (85.0, 6000),
+        (99.0, 6000), (100.0, 9000), (110.0, 9000), (130.0, 9000), (200.0, 9000)]}
+    assert seen[35.0] is seen[40.0] is seen[45.0] is seen[69.0] is None  # no rows, then one block: no rate yet
+    assert [seen[t] for t in (70.0, 71.0, 85.0, 99.0, 100.0, 110.0, 130.0)] == [100.0] * 7  # (9000-3000)/(100-40)
+    assert seen[200.0] == 6000 / 160  # 70 s since the last block (the longest gap was 30 s): 37.5/s

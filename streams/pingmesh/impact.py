@@ -5,6 +5,10 @@ probes cross — is **P0** when the job's metric crosses the threshold its team
 set (fix at once), **P1** when it does not or no metric arrived (fix by cost and
 benefit). Any other problem is **P2**: real, but not this job's cause.
 
+Probe noise is graded ``noise``, not P0-P2: a ``stale_qpn`` verdict says the target's agent restarted
+with new QPNs and the prober still used the old ones (its pinglist is stale); the timeouts are the
+probe's, not the network's, and no job is hit by them (R-Pingmesh §5: "probe noise: drop the timeout").
+
 Job metrics arrive as a table ``job_id`` (string), ``sample_ns`` (int64 ns),
 ``value`` (float64), e.g. training throughput samples; thresholds are per job.
 """
@@ -23,6 +27,15 @@ from streams.pingmesh.links import probe_link_codes
 
 NETWORK_KINDS = frozenset({"switch", "rnic", "switch_latency", "rnic_latency"})
 """Verdict kinds that blame the network (the others are host or probe problems)."""
+
+PROBE_NOISE_KINDS = frozenset({"stale_qpn"})
+"""Verdict kinds that are probe noise: the probe was wrong (a stale pinglist), neither network nor host."""
+
+NOISE = "noise"
+"""The impact of probe noise (:data:`PROBE_NOISE_KINDS`): no job's problem, nothing to repair in the fabric."""
+
+NOISE_NOTE = "probe noise: the target's QPN changed (its agent restarted), the pinglist is stale, not the network"
+"""What a person reads next to a probe-noise verdict."""
 
 
 @dataclass(frozen=True)
@@ -106,7 +119,13 @@ def on_path(kind: str, location: str, fp: Footprint, rnic_host: Mapping[str, str
 def grade(kind: str, location: str, fps: Mapping[str, Footprint],
           breach: Mapping[str, tuple[float | None, bool]],
           rnic_host: Mapping[str, str]) -> list[tuple[str, str | None, float | None]]:
-    """Impact of one problem: ``[(impact, job_id, metric)]``, one per job it lies on, else ``[("P2", None, None)]``."""
+    """Impact of one problem: ``[(impact, job_id, metric)]``, one per job it lies on, else ``[("P2", None, None)]``.
+
+    Probe noise (``kind`` in :data:`PROBE_NOISE_KINDS`) is ``[("noise", None, None)]`` even on a job's paths:
+    the job's own queue pairs are not the stale ones the probes used.
+    """
+    if kind in PROBE_NOISE_KINDS:
+        return [(NOISE, None, None)]
     out = []
     for job in sorted(fps):
         if on_path(kind, location, fps[job], rnic_host):
