@@ -49,10 +49,9 @@ def register_all() -> None:
         return
     # Imported here so `fabricscope --help` stays fast and one broken module names itself.
     modules = {name: _module(name) for name in dict.fromkeys(n for n, _ in SUBAPPS)}
-    hostping, pipeline = modules["cmd_hostping"], modules["cmd_pipeline"]
-    if hostping is not None:
-        # extends the pipeline's `source` with the hostping-sim kind (or adds a `source` of its own)
-        hostping.register(pipeline.commands if pipeline is not None else app)
+    if modules["cmd_pipeline"] is None and modules["cmd_hostping"] is not None:
+        # an agent-only install: no pipeline `source`, so the one that knows only hostping-sim
+        app.add_typer(modules["cmd_hostping"].commands)
     for name, attr in SUBAPPS:
         if modules[name] is not None:
             app.add_typer(getattr(modules[name], attr))

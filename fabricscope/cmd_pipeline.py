@@ -13,6 +13,7 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from fabricscope import cmd_hostping as hostping
 from fabricscope.choices import Scenario, SourceKind, UpSource, WorkerRole, positive_seconds, value
 from fabricscope.local_services import kafka_script, lab_available  # noqa: F401 - re-exported
 from fabricscope.result_output import DEFAULT_LIMIT, column_types, print_result
@@ -128,7 +129,8 @@ def sink(metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 1
     run_sink(load())
 
 
-@commands.command("source")
+@commands.command("source", help="Publish agent uploads from a source: probes.raw, paths.traced, registry. "
+                  f"{hostping.SOURCE_HELP}")
 def source(
     kind: SourceKind = typer.Argument("sim", help="sim (Clos fabric model with faults) | synthetic (minimal "
                                       "prober) | hostping-sim (Hostping sim hosts)"),
@@ -141,9 +143,15 @@ def source(
     batches: int = typer.Option(0, min=0, help="stop after this many 5 s uploads (0 = run until stopped)"),
     realtime: bool = typer.Option(True, help="pace uploads every 5 s of wall time"),
     start_ns: int = typer.Option(0, help="event time of the first upload (0 = now, aligned to 5 s)"),
+    pattern: hostping.Patterns = None,
+    rounds: hostping.Rounds = 3,
+    round_interval: hostping.RoundInterval = 30.0,
+    host_prefix: hostping.HostPrefix = "sim",
 ) -> None:
-    """Publish agent uploads from a source: probes.raw, paths.traced, registry."""
     kind_s, scenario_s = value(kind), value(scenario)
+    if hostping.hostping_source(load(), kind_s, pattern, rounds, round_interval, host_prefix, seed, realtime,
+                                start_ns):
+        return
     if inventory != "panel1" and not Path(inventory).is_file():
         raise typer.BadParameter(f"{inventory!r} is neither panel1 nor an inventory file", param_hint="'--inventory'")
     s = load()
