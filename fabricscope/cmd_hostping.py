@@ -1,4 +1,5 @@
-"""``fabricscope source hostping-sim``: Hostping sim hosts as a source (topology, bus readings, loopback).
+"""Hostping: ``fabricscope hostping agent`` (the host agent on a real host) and ``fabricscope source
+hostping-sim`` (Hostping sim hosts as a source: topology, bus readings, loopback).
 
 The pipeline's ``source`` command (:mod:`fabricscope.cmd_pipeline`) dispatches on its KIND
 argument; this module holds the ``hostping-sim`` kind: its options as Annotated types that

@@ -1,4 +1,4 @@
-"""Pipeline commands: kafka, topics, worker, sink, source, up, query."""
+"""The pipeline's processes and its store: worker, sink, source, up, query."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ from rich.console import Console
 
 from fabricscope import cmd_hostping as hostping
 from fabricscope.choices import Scenario, SourceKind, UpSource, WorkerRole, positive_seconds, value
-from fabricscope.local_services import kafka_script, lab_available  # noqa: F401 - re-exported
+from fabricscope.local_services import lab_available  # noqa: F401 - re-exported
 from fabricscope.result_output import DEFAULT_LIMIT, column_types, print_result
 from fabricscope.settings import Settings, load
 from fabricscope.stopping import stop_requested
 from fabricscope.times import typer_since, tz_option
 
 console = Console(stderr=True)
+
+
 def _replication(s: Settings) -> int | None:
     """Replicas for Faust's own topics: ``KAFKA_REPLICATION_FACTOR``, else min(3, brokers) of the cluster;
     None (Faust's 1) when the cluster does not answer in 10 s (the worker still starts and waits for it).
@@ -43,53 +45,6 @@ def _replication(s: Settings) -> int | None:
 
 commands = typer.Typer()
 """The top-level commands of this module (`fabricscope <command>`)."""
-
-kafka_app = typer.Typer(name="kafka", help="The local Apache Kafka broker (KRaft, 127.0.0.1, data under ./var/kafka).")
-
-
-@kafka_app.command("start")
-def kafka_start() -> None:
-    """Install (Maven Central) and start the local broker; reuse one that already runs."""
-    raise typer.Exit(kafka_script("start", load()))
-
-
-@kafka_app.command("stop")
-def kafka_stop() -> None:
-    """Stop the local broker."""
-    raise typer.Exit(kafka_script("stop", load()))
-
-
-@kafka_app.command("status")
-def kafka_status() -> None:
-    """Say whether the local broker answers."""
-    raise typer.Exit(kafka_script("status", load()))
-
-
-@commands.command("topics")
-def topics(
-    prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)"),
-    describe: bool = typer.Option(False, "--describe", help="compare existing topics with the expected ones; "
-                                  "creates nothing; exit 1 if any differs"),
-    as_json: bool = typer.Option(False, "--json", help="with --describe: JSON for machines"),
-) -> None:
-    """Create every topic of the pipeline with its partitions, replication (KAFKA_REPLICATION_FACTOR,
-    default min(3, brokers)), min.insync.replicas and retention (idempotent)."""
-    from fabricscope.cmd_topics import describe_command
-    from fabricscope.kafka_admin import create_topics
-
-    s = load()
-    pre = prefix if prefix is not None else s.fabricscope_topic_prefix
-    if describe:
-        raise typer.Exit(describe_command(s, pre, as_json))
-    try:
-        created = create_topics(s.kafka_bootstrap, pre, s.kafka_client_config(),
-                                replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
-    except ValueError as err:
-        console.print(f"[red]topics:[/red] {err}")
-        raise typer.Exit(2) from None
-    for name, state in sorted(created.items()):
-        console.print(f"{name}: {state}")
-
 
 @commands.command("worker")
 def worker(loglevel: str = "warn",
