@@ -91,19 +91,20 @@ RoundInterval = Annotated[float, typer.Option("--round-interval",
 HostPrefix = Annotated[str, typer.Option("--host-prefix", help=f"{KIND}: hosts are named PREFIX-PATTERN")]
 
 
-def hostping_source(s: Settings, kind: str, patterns: list[str] | None, rounds: int, round_interval: float,
-                    host_prefix: str, seed: int, realtime: bool, start_ns: int) -> bool:
+def hostping_source(kind: str, patterns: list[str] | None, rounds: int, round_interval: float, host_prefix: str,
+                    seed: int, realtime: bool, start_ns: int) -> bool:
     """The ``hostping-sim`` part of ``fabricscope source``: run it when ``kind`` is ``hostping-sim``.
 
-    Returns True when it ran (the caller is done), False for another kind. Raises
-    :class:`typer.BadParameter` when ``--pattern`` is given to another kind, and what
+    Returns True when it ran (the caller is done), False for another kind (settings not read).
+    Raises :class:`typer.BadParameter` when ``--pattern`` is given to another kind, and what
     :func:`run_hostping_sim` raises.
     """
     if kind != KIND:
         if patterns:
             raise typer.BadParameter(f"only the {KIND} source takes it", param_hint="--pattern")
         return False
-    run_hostping_sim(s, list(patterns or ()), rounds, round_interval, host_prefix, seed, realtime, start_ns or None)
+    run_hostping_sim(load(), list(patterns or ()), rounds, round_interval, host_prefix, seed, realtime,
+                     start_ns or None)
     return True
 
 
@@ -119,7 +120,7 @@ def source(kind: str = typer.Argument(KIND, help=f"only {KIND} here"), seed: int
     """``fabricscope source hostping-sim`` without the pipeline; any other KIND is a usage error (exit 2)."""
     if kind != KIND:
         raise typer.BadParameter(f"unknown source {kind!r}; available: {KIND}", param_hint="KIND")
-    hostping_source(load(), kind, pattern, rounds, round_interval, host_prefix, seed, realtime, start_ns)
+    hostping_source(kind, pattern, rounds, round_interval, host_prefix, seed, realtime, start_ns)
 
 
 def _capacities(specs: list[str]) -> dict[str, float]:

@@ -104,8 +104,7 @@ def source(
     host_prefix: hostping.HostPrefix = "sim",
 ) -> None:
     kind_s, scenario_s = value(kind), value(scenario)
-    if hostping.hostping_source(load(), kind_s, pattern, rounds, round_interval, host_prefix, seed, realtime,
-                                start_ns):
+    if hostping.hostping_source(kind_s, pattern, rounds, round_interval, host_prefix, seed, realtime, start_ns):
         return
     if inventory != "panel1" and not Path(inventory).is_file():
         raise typer.BadParameter(f"{inventory!r} is neither panel1 nor an inventory file", param_hint="'--inventory'")
