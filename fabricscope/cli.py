@@ -20,14 +20,18 @@ app = typer.Typer(
 # groups that need them are left out of its `fabricscope` (pip install 'fabricscope[pipeline]' adds them).
 PIPELINE_ONLY = {"pyarrow", "faust", "aiokafka", "chdb", "clickhouse_connect", "matplotlib", "numpy", "cramjam",
                  "httpx", "pyroute2", "mode"}
-# Top-level commands first, then the command groups, in the order `fabricscope --help` lists them.
-SUBAPPS = (("cmd_pipeline", "commands"), ("cmd_demo", "commands"), ("cmd_diagnose", "commands"),
-           ("cmd_history", "commands"), ("cmd_blame", "commands"), ("cmd_verdicts", "commands"),
-           ("cmd_pipeline", "kafka_app"),
-           ("cmd_bench", "bench_app"), ("cmd_history", "alertmanager_app"), ("cmd_history", "verdict_app"),
-           ("cmd_history", "history_app"), ("cmd_history", "report_app"), ("cmd_lab", "lab_app"),
-           ("cmd_sim", "inventory_app"), ("cmd_sim", "sim_app"), ("cmd_store", "store_app"),
+# Every command module, in the order `fabricscope --help` lists what each adds: its top-level commands
+# (`commands`) and its command groups (`<group>_app`); one module per group (docs/ARCHITECTURE.md).
+SUBAPPS = (("cmd_topics", "commands"), ("cmd_pipeline", "commands"), ("cmd_demo", "commands"),
+           ("cmd_diagnose", "commands"), ("cmd_alerts", "commands"), ("cmd_history", "commands"),
+           ("cmd_blame", "commands"), ("cmd_verdicts", "commands"), ("cmd_kafka", "kafka_app"),
+           ("cmd_bench", "bench_app"), ("cmd_alerts", "alertmanager_app"), ("cmd_verdicts", "verdict_app"),
+           ("cmd_history", "history_app"), ("cmd_report", "report_app"), ("cmd_lab", "lab_app"),
+           ("cmd_inventory", "inventory_app"), ("cmd_sim", "sim_app"), ("cmd_store", "store_app"),
            ("cmd_hostping", "hostping_app"), ("cmd_jobs", "jobs_app"))
+# Modules that load without the pipeline extra but serve only the pipeline (its local broker and its
+# topics): an agent-only install leaves them out together with cmd_pipeline.
+WITH_PIPELINE = {"cmd_topics", "cmd_kafka"}
 
 _registered = False
 
@@ -49,10 +53,11 @@ def register_all() -> None:
         return
     # Imported here so `fabricscope --help` stays fast and one broken module names itself.
     modules = {name: _module(name) for name in dict.fromkeys(n for n, _ in SUBAPPS)}
-    hostping, pipeline = modules["cmd_hostping"], modules["cmd_pipeline"]
-    if hostping is not None:
-        # extends the pipeline's `source` with the hostping-sim kind (or adds a `source` of its own)
-        hostping.register(pipeline.commands if pipeline is not None else app)
+    if modules["cmd_pipeline"] is None:
+        modules.update(dict.fromkeys(WITH_PIPELINE))
+        if modules["cmd_hostping"] is not None:
+            # an agent-only install: no pipeline `source`, so the one that knows only hostping-sim
+            app.add_typer(modules["cmd_hostping"].commands)
     for name, attr in SUBAPPS:
         if modules[name] is not None:
             app.add_typer(getattr(modules[name], attr))

@@ -1,9 +1,11 @@
-"""``fabricscope source hostping-sim``: Hostping sim hosts as a source (topology, bus readings, loopback).
+"""Hostping: ``fabricscope hostping agent`` (the host agent on a real host) and ``fabricscope source
+hostping-sim`` (Hostping sim hosts as a source: topology, bus readings, loopback).
 
 The pipeline's ``source`` command (:mod:`fabricscope.cmd_pipeline`) dispatches on its KIND
-argument; this module extends it with the ``hostping-sim`` kind and its options (``--pattern``,
-``--rounds``, ``--round-interval``, ``--host-prefix``) without touching that module: it wraps
-the registered callback, keeps every original option, and hands any other kind back to it.
+argument; this module holds the ``hostping-sim`` kind: its options as Annotated types that
+``source`` declares (``--pattern``, ``--rounds``, ``--round-interval``, ``--host-prefix``), and
+:func:`hostping_source`, which runs it. An agent-only install, without the pipeline, gets the
+``source`` of :data:`commands` instead, which knows only this kind.
 
     fabricscope source hostping-sim --pattern rnic_pcie_link_failure \\
         --pattern memory_channel_flapping --rounds 3 --no-realtime
@@ -11,12 +13,10 @@ the registered callback, keeps every original option, and hands any other kind b
 
 from __future__ import annotations
 
-import inspect
 import signal
 import time
-import typing
-from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -77,68 +77,50 @@ def run_hostping_sim(
     return sent
 
 
-def _extra_params() -> list[inspect.Parameter]:
-    kw = inspect.Parameter.KEYWORD_ONLY
-    return [
-        inspect.Parameter("pattern", kw, annotation=list[str], default=typer.Option(
-            [], "--pattern", help=f"{KIND}: Hostping pattern, repeatable, one sim host each "
-                                  "(rnic_pcie_link_failure, memory_channel_flapping, upi_overload, ...)")),
-        inspect.Parameter("rounds", kw, annotation=int, default=typer.Option(
-            3, "--rounds", help=f"{KIND}: loopback rounds per host")),
-        inspect.Parameter("round_interval", kw, annotation=float, default=typer.Option(
-            30.0, "--round-interval", help=f"{KIND}: seconds of event time between rounds")),
-        inspect.Parameter("host_prefix", kw, annotation=str, default=typer.Option(
-            "sim", "--host-prefix", help=f"{KIND}: hosts are named PREFIX-PATTERN")),
-    ]
+SOURCE_HELP = f"{KIND}: Hostping sim hosts (hosts.topology, hostmetrics.raw bus readings, loopback.raw)."
+"""What the ``hostping-sim`` kind adds to the help of ``fabricscope source``."""
+
+# The options of the hostping-sim kind, one Annotated type each: the pipeline's `source` and the
+# agent-only `source` below declare them as parameters, so both show and parse them alike.
+Patterns = Annotated[list[str] | None, typer.Option(
+    "--pattern", help=f"{KIND}: Hostping pattern, repeatable, one sim host each "
+                      "(rnic_pcie_link_failure, memory_channel_flapping, upi_overload, ...)")]
+Rounds = Annotated[int, typer.Option("--rounds", help=f"{KIND}: loopback rounds per host")]
+RoundInterval = Annotated[float, typer.Option("--round-interval",
+                                              help=f"{KIND}: seconds of event time between rounds")]
+HostPrefix = Annotated[str, typer.Option("--host-prefix", help=f"{KIND}: hosts are named PREFIX-PATTERN")]
 
 
-def _with_hostping(original: Callable[..., object]) -> Callable[..., object]:
-    """``original`` (the pipeline's ``source``) extended with the ``hostping-sim`` kind and its options."""
-    extra = _extra_params()
-    names = [p.name for p in extra]
-    sig = inspect.signature(original, eval_str=True)
-    hints = typing.get_type_hints(original)
+def hostping_source(kind: str, patterns: list[str] | None, rounds: int, round_interval: float, host_prefix: str,
+                    seed: int, realtime: bool, start_ns: int) -> bool:
+    """The ``hostping-sim`` part of ``fabricscope source``: run it when ``kind`` is ``hostping-sim``.
 
-    def source(**kw: object) -> object:
-        mine = {n: kw.pop(n) for n in names}
-        if kw.get("kind") != KIND:
-            if mine["pattern"]:
-                raise typer.BadParameter(f"only the {KIND} source takes it", param_hint="--pattern")
-            return original(**kw)
-        start = kw.get("start_ns")
-        run_hostping_sim(load(), list(mine["pattern"]), int(mine["rounds"]),  # type: ignore[call-overload,arg-type]
-                         float(mine["round_interval"]), str(mine["host_prefix"]),  # type: ignore[arg-type]
-                         int(kw.get("seed", 1)), bool(kw.get("realtime", True)),  # type: ignore[call-overload]
-                         int(start) if start else None)  # type: ignore[call-overload]
-        return None
-
-    source.__signature__ = sig.replace(parameters=[*sig.parameters.values(), *extra])  # type: ignore[attr-defined]
-    source.__annotations__ = {**hints, **{p.name: p.annotation for p in extra}}
-    source.__doc__ = (original.__doc__ or "").rstrip() + (
-        f" {KIND}: Hostping sim hosts (hosts.topology, hostmetrics.raw bus readings, loopback.raw).")
-    source.__name__ = "source"
-    source.hostping = True  # type: ignore[attr-defined]
-    return source
+    Returns True when it ran (the caller is done), False for another kind (settings not read).
+    Raises :class:`typer.BadParameter` when ``--pattern`` is given to another kind, and what
+    :func:`run_hostping_sim` raises.
+    """
+    if kind != KIND:
+        if patterns:
+            raise typer.BadParameter(f"only the {KIND} source takes it", param_hint="--pattern")
+        return False
+    run_hostping_sim(load(), list(patterns or ()), rounds, round_interval, host_prefix, seed, realtime,
+                     start_ns or None)
+    return True
 
 
-def register(app: typer.Typer) -> None:
-    """Extend the registered ``source`` command with ``hostping-sim`` (or add ``source`` if there is none)."""
-    found = False
-    for info in app.registered_commands:  # registering twice (tests) adds a second `source`: wrap each once
-        if info.name == "source" or (info.name is None and getattr(info.callback, "__name__", "") == "source"):
-            found = True
-            if not getattr(info.callback, "hostping", False):
-                info.callback = _with_hostping(info.callback)  # type: ignore[arg-type]
-    if found:
-        return
+commands = typer.Typer()
+"""A ``source`` of its own (only ``hostping-sim``), for an agent-only install: ``fabricscope.cli``
+adds it only where the pipeline's ``source`` (:mod:`fabricscope.cmd_pipeline`) cannot load."""
 
-    def source(kind: str = typer.Argument(KIND, help=f"only {KIND} here"), seed: int = 1,
-               realtime: bool = True, start_ns: int = 0) -> None:
-        """Publish agent uploads from a source."""
-        if kind != KIND:
-            raise typer.BadParameter(f"unknown source {kind!r}; available: {KIND}", param_hint="KIND")
 
-    app.command("source")(_with_hostping(source))
+@commands.command("source", help=f"Publish agent uploads from a source. {SOURCE_HELP}")
+def source(kind: str = typer.Argument(KIND, help=f"only {KIND} here"), seed: int = 1, realtime: bool = True,
+           start_ns: int = 0, pattern: Patterns = None, rounds: Rounds = 3, round_interval: RoundInterval = 30.0,
+           host_prefix: HostPrefix = "sim") -> None:
+    """``fabricscope source hostping-sim`` without the pipeline; any other KIND is a usage error (exit 2)."""
+    if kind != KIND:
+        raise typer.BadParameter(f"unknown source {kind!r}; available: {KIND}", param_hint="KIND")
+    hostping_source(kind, pattern, rounds, round_interval, host_prefix, seed, realtime, start_ns)
 
 
 def _capacities(specs: list[str]) -> dict[str, float]:

@@ -1,4 +1,4 @@
-"""Pipeline commands: kafka, topics, worker, sink, source, up, query."""
+"""The pipeline's processes and its store: worker, sink, source, up, query."""
 
 from __future__ import annotations
 
@@ -13,14 +13,17 @@ from pathlib import Path
 import typer
 from rich.console import Console
 
+from fabricscope import cmd_hostping as hostping
 from fabricscope.choices import Scenario, SourceKind, UpSource, WorkerRole, positive_seconds, value
-from fabricscope.local_services import kafka_script, lab_available  # noqa: F401 - re-exported
+from fabricscope.local_services import lab_available  # noqa: F401 - re-exported
 from fabricscope.result_output import DEFAULT_LIMIT, column_types, print_result
 from fabricscope.settings import Settings, load
 from fabricscope.stopping import stop_requested
 from fabricscope.times import typer_since, tz_option
 
 console = Console(stderr=True)
+
+
 def _replication(s: Settings) -> int | None:
     """Replicas for Faust's own topics: ``KAFKA_REPLICATION_FACTOR``, else min(3, brokers) of the cluster;
     None (Faust's 1) when the cluster does not answer in 10 s (the worker still starts and waits for it).
@@ -42,53 +45,6 @@ def _replication(s: Settings) -> int | None:
 
 commands = typer.Typer()
 """The top-level commands of this module (`fabricscope <command>`)."""
-
-kafka_app = typer.Typer(name="kafka", help="The local Apache Kafka broker (KRaft, 127.0.0.1, data under ./var/kafka).")
-
-
-@kafka_app.command("start")
-def kafka_start() -> None:
-    """Install (Maven Central) and start the local broker; reuse one that already runs."""
-    raise typer.Exit(kafka_script("start", load()))
-
-
-@kafka_app.command("stop")
-def kafka_stop() -> None:
-    """Stop the local broker."""
-    raise typer.Exit(kafka_script("stop", load()))
-
-
-@kafka_app.command("status")
-def kafka_status() -> None:
-    """Say whether the local broker answers."""
-    raise typer.Exit(kafka_script("status", load()))
-
-
-@commands.command("topics")
-def topics(
-    prefix: str = typer.Option(None, help="topic name prefix (default FABRICSCOPE_TOPIC_PREFIX)"),
-    describe: bool = typer.Option(False, "--describe", help="compare existing topics with the expected ones; "
-                                  "creates nothing; exit 1 if any differs"),
-    as_json: bool = typer.Option(False, "--json", help="with --describe: JSON for machines"),
-) -> None:
-    """Create every topic of the pipeline with its partitions, replication (KAFKA_REPLICATION_FACTOR,
-    default min(3, brokers)), min.insync.replicas and retention (idempotent)."""
-    from fabricscope.cmd_topics import describe_command
-    from fabricscope.kafka_admin import create_topics
-
-    s = load()
-    pre = prefix if prefix is not None else s.fabricscope_topic_prefix
-    if describe:
-        raise typer.Exit(describe_command(s, pre, as_json))
-    try:
-        created = create_topics(s.kafka_bootstrap, pre, s.kafka_client_config(),
-                                replication=s.kafka_replication_factor, min_insync=s.kafka_min_insync_replicas)
-    except ValueError as err:
-        console.print(f"[red]topics:[/red] {err}")
-        raise typer.Exit(2) from None
-    for name, state in sorted(created.items()):
-        console.print(f"{name}: {state}")
-
 
 @commands.command("worker")
 def worker(loglevel: str = "warn",
@@ -128,7 +84,8 @@ def sink(metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 1
     run_sink(load())
 
 
-@commands.command("source")
+@commands.command("source", help="Publish agent uploads from a source: probes.raw, paths.traced, registry. "
+                  f"{hostping.SOURCE_HELP}")
 def source(
     kind: SourceKind = typer.Argument("sim", help="sim (Clos fabric model with faults) | synthetic (minimal "
                                       "prober) | hostping-sim (Hostping sim hosts)"),
@@ -141,9 +98,14 @@ def source(
     batches: int = typer.Option(0, min=0, help="stop after this many 5 s uploads (0 = run until stopped)"),
     realtime: bool = typer.Option(True, help="pace uploads every 5 s of wall time"),
     start_ns: int = typer.Option(0, help="event time of the first upload (0 = now, aligned to 5 s)"),
+    pattern: hostping.Patterns = None,
+    rounds: hostping.Rounds = 3,
+    round_interval: hostping.RoundInterval = 30.0,
+    host_prefix: hostping.HostPrefix = "sim",
 ) -> None:
-    """Publish agent uploads from a source: probes.raw, paths.traced, registry."""
     kind_s, scenario_s = value(kind), value(scenario)
+    if hostping.hostping_source(kind_s, pattern, rounds, round_interval, host_prefix, seed, realtime, start_ns):
+        return
     if inventory != "panel1" and not Path(inventory).is_file():
         raise typer.BadParameter(f"{inventory!r} is neither panel1 nor an inventory file", param_hint="'--inventory'")
     s = load()

@@ -1,4 +1,5 @@
-"""``fabricscope verdicts [--follow]``: the verdicts of a pipeline, as problems that appear and clear.
+"""Verdicts: ``fabricscope verdicts [--follow]``, the verdicts of a pipeline as problems that appear and
+clear, and ``fabricscope verdict confirm|reject``, an operator's feedback on one.
 
 Without ``--follow`` it prints the problems of the last ``--since`` and exits; with it, it keeps printing
 each new problem and each one that clears until Ctrl-C, for a pipeline running here or elsewhere (through
@@ -63,3 +64,33 @@ def verdicts(
             break
         wake.wait(interval)  # a timed poll of the store, not a synchronisation
     console.print(feed.counts(), style="dim", highlight=False)
+
+
+def _feedback(verdict_id: str, decision: str, note: str, operator: str) -> None:
+    from fabricscope.store_access import record_feedback
+
+    try:
+        record_feedback(load(), verdict_id, decision, note, operator)
+    except Exception as err:
+        console.print(f"[red]feedback not recorded:[/red] {err}")
+        raise typer.Exit(1) from None
+    console.print(f"verdict {verdict_id}: {decision}ed")
+
+
+verdict_app = typer.Typer(
+    name="verdict", help="Operator feedback on verdicts; `fabricscope query precision` sums it up."
+)
+
+
+@verdict_app.command("confirm")
+def confirm(verdict_id: str, note: str = typer.Option("", help="what you found"),
+            operator: str = typer.Option("", help="who decided")) -> None:
+    """Record that verdict ID was right: the fault was real and where it said."""
+    _feedback(verdict_id, "confirm", note, operator)
+
+
+@verdict_app.command("reject")
+def reject(verdict_id: str, note: str = typer.Option("", help="what you found"),
+           operator: str = typer.Option("", help="who decided")) -> None:
+    """Record that verdict ID was wrong."""
+    _feedback(verdict_id, "reject", note, operator)

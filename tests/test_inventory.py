@@ -186,10 +186,10 @@ def test_cli_inventory_check_names_the_problem(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from fabricscope import cmd_sim
+    from fabricscope import cmd_inventory
 
     app = typer.Typer()
-    app.add_typer(cmd_sim.inventory_app)
+    app.add_typer(cmd_inventory.inventory_app)
     p = tmp_path / "c.yaml"
     panel1().dump(p)
     r = CliRunner().invoke(app, ["inventory", "check", str(p)])
