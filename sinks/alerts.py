@@ -39,12 +39,14 @@ from schemas import topics as T
 from schemas.codec import CodecError, decode, schema_key_from_headers
 from sinks.origin import check as check_origin
 from sinks.origin import from_headers as origin_from_headers
-from streams.pingmesh.impact import PROBE_NOISE_KINDS
 
 log = logging.getLogger("fabricscope.alerts")
 
 ALERTNAME = "FabricProblem"
-NOT_ALERTED = ("undetermined", *sorted(PROBE_NOISE_KINDS))  # probe noise (a stale pinglist) pages nobody
+NOT_ALERTED = ("undetermined",)
+"""Verdict kinds that page nobody: no claim was made."""
+NOISE_IMPACT = "noise"
+"""The impact the analyzer gives probe noise (a stale pinglist: stale_qpn); it pages nobody either."""
 
 VERDICTS_IN = Counter("fabricscope_alert_verdicts_total", "verdict rows consumed by the alert sink")
 VERDICTS_OTHER_ORIGIN = Counter("fabricscope_alert_verdicts_other_origin_total",
@@ -94,7 +96,7 @@ class Hysteresis:
         """Take verdict rows (``verdict.v1`` dicts) of ``origin``; return the problems that start firing now."""
         events = []
         for v in rows:
-            if v["kind"] in NOT_ALERTED:
+            if v["kind"] in NOT_ALERTED or v["impact"] == NOISE_IMPACT:
                 continue
             job = v.get("job_id") or ""
             key: Key = (origin, v["kind"], v["location"], job, v["impact"])
