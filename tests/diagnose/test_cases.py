@@ -1,4 +1,4 @@
-"""Every field case in tests/fixtures/cases (sources: SOURCES.md there) gets its stated right diagnosis."""
+"""Every field case in tests/diagnose/fixtures/cases (sources: SOURCES.md there) gets its stated right diagnosis."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from diagnose.run import diagnose_paths
 from fabricscope import cmd_diagnose
 from producers.hostping.findings import Finding
 
-CASES = Path(__file__).parent / "fixtures" / "cases"
+from conftest import REPO
+
+CASES = REPO / "tests" / "diagnose" / "fixtures" / "cases"
 NETWORK_KINDS = {"switch", "rnic", "lossy_roce"}
 
 
@@ -241,7 +243,7 @@ def test_cli_missing_file_names_it():
     assert "/nonexistent/lspci.txt" in result.output
 
 
-GOLDEN = Path(__file__).parent / "fixtures" / "hostping" / "diagnose_cases.golden.json"
+GOLDEN = REPO / "tests" / "diagnose" / "fixtures" / "cases.golden.json"
 
 
 def _summary() -> list[dict[str, str]]:
@@ -263,7 +265,7 @@ def _summary() -> list[dict[str, str]]:
 
 def test_golden_diagnosis_of_all_cases():
     """Whole-tool output over every case; a change must update the golden file on purpose:
-    ``FABRICSCOPE_UPDATE_GOLDEN=1 python -m pytest tests/test_cases.py``."""
+    ``FABRICSCOPE_UPDATE_GOLDEN=1 python -m pytest tests/diagnose/test_cases.py``."""
     got = _summary()
     if os.environ.get("FABRICSCOPE_UPDATE_GOLDEN"):
         GOLDEN.write_text(json.dumps(got, indent=1) + "\n")

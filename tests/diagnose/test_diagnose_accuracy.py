@@ -9,15 +9,16 @@ healthy fixture (a guard) is a false positive. Prints the table (``-s`` not need
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 from test_cases import RIGHT_DIAGNOSIS
 
 from diagnose.run import diagnose_paths
 
-FIX = Path(__file__).parent / "fixtures"
+from conftest import REPO
 
-#: collector fixtures (tests/fixtures/diagnose) with problems: file -> [(kind, location)]
+FIX = REPO / "tests" / "diagnose" / "fixtures"
+
+#: collector fixtures (tests/diagnose/fixtures/artifacts) with problems: file -> [(kind, location)]
 STATED = {
     "ulimit_a_memlock_64k.txt": [("memlock_limit", "host")],
     "ucx_create_cq_enomem_64k.txt": [("memlock_limit", "ampere")],
@@ -44,7 +45,7 @@ GUARDS = [
 def score() -> tuple[dict[str, Counter], list[str]]:
     per_kind: dict[str, Counter] = {}
     fps: list[str] = []
-    truth = {FIX / "diagnose" / k: v for k, v in STATED.items()}
+    truth = {FIX / "artifacts" / k: v for k, v in STATED.items()}
     truth |= {next((FIX / "cases").glob(f"{p}_*.txt")): v for p, v in RIGHT_DIAGNOSIS.items()}
     for path, stated in truth.items():
         found = [(f.kind, f.location) for f in diagnose_paths([path]) if f.is_problem]
@@ -59,7 +60,7 @@ def score() -> tuple[dict[str, Counter], list[str]]:
             else:
                 c["missed"] += 1
     fps += [f"{name}: {f.kind} at {f.location}" for name in GUARDS
-            for f in diagnose_paths([FIX / "diagnose" / name]) if f.is_problem]
+            for f in diagnose_paths([FIX / "artifacts" / name]) if f.is_problem]
     return per_kind, fps
 
 

@@ -13,8 +13,10 @@ from diagnose import run
 from diagnose.correlate import correlate
 from diagnose.run import diagnose_paths, is_sysfs_root, read_paths
 
-FIX = Path(__file__).parent / "fixtures" / "diagnose"
-SYSFS = Path(__file__).parent / "fixtures" / "hostping" / "sysfs_dgx_a100"
+from conftest import REPO
+
+FIX = REPO / "tests" / "diagnose" / "fixtures" / "artifacts"
+SYSFS = REPO / "tests" / "fixtures" / "hostping" / "sysfs_dgx_a100"
 NODE = ["ibstat_cx7_down_polling.txt", "ulimit_a_memlock_64k.txt", "mlxup_query_update_required.txt",
         "dmesg_mlx4_upgrade_fw_lso.txt", "rdma_link_flapping_samples.txt"]
 

@@ -2,7 +2,7 @@
 
 Each case is run alone, from the cases folder, under its bare file name, so the output names no
 machine path. A change that alters any byte must update the golden files on purpose:
-``FABRICSCOPE_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/test_diagnose_golden.py``.
+``FABRICSCOPE_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/diagnose/test_diagnose_golden.py``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,11 @@ from typer.testing import CliRunner
 
 from fabricscope import cmd_diagnose
 
-FIXTURES = Path(__file__).parent / "fixtures"
+from conftest import REPO
+
+FIXTURES = REPO / "tests" / "diagnose" / "fixtures"
 CASES = FIXTURES / "cases"
-GOLDEN = FIXTURES / "diagnose_golden"
+GOLDEN = FIXTURES / "golden"
 CASE_FILES = sorted(p.name for p in CASES.glob("case_*.txt"))
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from diagnose.registry import COLLECTORS
 from diagnose.run import read_paths
 from diagnose.unread import Unread, guess, sections, unread_sections
 
-FIX = Path(__file__).parent / "fixtures" / "diagnose"
+from conftest import REPO
+
+FIX = REPO / "tests" / "diagnose" / "fixtures" / "artifacts"
 DETECT = [c.detect for c in COLLECTORS]
 
 

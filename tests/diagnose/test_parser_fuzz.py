@@ -1,19 +1,18 @@
 """Fuzzing the artifact parsers behind ``fabricscope diagnose``: mangled field cases never crash them.
 
-Each input is one of the field cases in ``tests/fixtures/cases`` or the real outputs in
-``tests/fixtures/diagnose`` with lines deleted,
+Each input is one of the field cases in ``tests/diagnose/fixtures/cases`` or the real outputs in
+``tests/diagnose/fixtures/artifacts`` with lines deleted,
 repeated, truncated, their numbers replaced (0, -1, huge) or their words swapped
 for parser keywords. ``diagnose_text`` must return findings (a list), whatever
 it gets, and so must every collector of the registry called directly (parse, then
 findings), whether or not its ``detect`` accepts the text, and the unread-section split. Bounded (1000 inputs, no
 deadline); prints the count tried. A crashing input found here is to be kept under
-``tests/fixtures/parser_crashes/`` as a test.
+``tests/diagnose/fixtures/parser_crashes/`` as a test.
 """
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,8 +22,10 @@ from diagnose.registry import COLLECTORS
 from diagnose.run import diagnose_text
 from diagnose.unread import unread_sections
 
-CASES = sorted((Path(__file__).parent / "fixtures" / "cases").glob("case_*.txt"))
-CASES += sorted((Path(__file__).parent / "fixtures" / "diagnose").glob("*.txt"))
+from conftest import REPO
+
+CASES = sorted((REPO / "tests" / "diagnose" / "fixtures" / "cases").glob("case_*.txt"))
+CASES += sorted((REPO / "tests" / "diagnose" / "fixtures" / "artifacts").glob("*.txt"))
 WORDS = [
     "",
     "x",
@@ -94,7 +95,7 @@ def _mangle(text: str, edits: list[tuple[int, int, int, str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-@pytest.mark.skipif(not CASES, reason="no field cases under tests/fixtures/cases")
+@pytest.mark.skipif(not CASES, reason="no field cases under tests/diagnose/fixtures/cases")
 @settings(max_examples=1000, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=st.integers(0, 1000), edits=st.lists(edit, min_size=1, max_size=6))
 def test_mangled_field_cases_never_crash_the_parsers(case, edits):
@@ -109,7 +110,7 @@ def test_mangled_field_cases_never_crash_the_parsers(case, edits):
     assert all(1 <= u.first_line <= u.last_line for u in parts)
 
 
-@pytest.mark.skipif(not CASES, reason="no field cases under tests/fixtures/cases")
+@pytest.mark.skipif(not CASES, reason="no field cases under tests/diagnose/fixtures/cases")
 def test_parser_fuzz_count(capsys):
     with capsys.disabled():
         print(f"\nfuzz artifact parsers: {tried['n']} mangled inputs x {len(tried['collectors'])} collectors, no crash")

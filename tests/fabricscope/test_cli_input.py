@@ -18,7 +18,7 @@ import pytest
 
 from fabricscope.choices import ALL_SCENARIOS, LAB_SCENARIOS, UP_SOURCES
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 
 def fs(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:

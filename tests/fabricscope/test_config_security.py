@@ -19,9 +19,8 @@ import pytest
 from fabricscope.settings import ConfigError, Settings, read_settings
 from streams.runtime.kafka_env import faust_credentials
 
-from conftest import free_port
+from conftest import REPO, free_port
 
-REPO = Path(__file__).resolve().parents[1]
 SECRET = "S3cret-Pw-7781"
 SASL = {"KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT", "KAFKA_SASL_MECHANISM": "PLAIN",
         "KAFKA_SASL_USERNAME": "fs-agent", "KAFKA_SASL_PASSWORD": SECRET}

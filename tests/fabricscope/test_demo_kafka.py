@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_for
+from conftest import REPO, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _query(env: dict[str, str], sql: str) -> list[dict]:

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from conftest import REPO as ROOT
+
 PAGES = sorted([ROOT / "README.md", ROOT / "BENCHMARKS.md", *(ROOT / "docs").glob("*.md")])
 EXAMPLE_PAGES = [p for p in PAGES if p.name != "BENCHMARKS.md"]
 COMMAND_TIMEOUT_S = 240

@@ -33,7 +33,7 @@ from reliability import (
 from fabricscope.kafka_admin import create_topics
 from producers.kafka_producer import AgentProducer
 
-from conftest import Processes, read_topic, wait_for
+from conftest import REPO, Processes, read_topic, wait_for
 
 pytestmark = pytest.mark.kafka
 
@@ -235,7 +235,7 @@ def test_agent_restart_with_a_new_qpn(pipeline_env, tmp_path):
     topic = f"{prefix}probes.raw"
     procs.start("sink")
     worker = procs.start("worker")
-    tests_dir = str(Path(__file__).parent)
+    tests_dir = str(REPO / "tests")
 
     def agent(qpn: int, slot0: int) -> subprocess.Popen:
         return subprocess.Popen([sys.executable, "-c", AGENT, tests_dir, bootstrap, topic, str(qpn), str(slot0)],

@@ -29,13 +29,12 @@ import pytest
 from fabricscope.cmd_pipeline import lab_available
 from fabricscope.local_services import kafka_answers
 
-from conftest import free_port, wait_for
+from conftest import REPO, free_port, wait_for
 
 pytestmark = [pytest.mark.lab, pytest.mark.kafka, pytest.mark.slow]
 if not lab_available():
     pytest.skip("the lab needs root and network namespaces", allow_module_level=True)
 
-REPO = Path(__file__).resolve().parents[1]
 LAB_PREFIX = "fs-"  # what `up` and `demo` use: the newcomer's lab
 STOP_BOUND_S = 12.0  # up's clean-up bound (9 s) plus the interpreter's exit; the "within 10 s" + slack
 ROOT_NETNS = os.stat("/proc/self/ns/net").st_ino  # the test runs where `up` starts: the root netns

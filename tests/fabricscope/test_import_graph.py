@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 ROOMS = ("schemas", "producers", "diagnose", "streams", "sinks", "fabricscope", "bench", "infra")
 
 

@@ -11,6 +11,8 @@ import pytest
 from fabricscope.live_feed import VerdictFeed, format_event, tick
 from schemas.arrow_pa import table_from_columns
 
+from conftest import REPO
+
 S = 1_000_000_000
 W = 20 * S
 T0 = 1_796_149_680 * S  # 2026-12-01T18:28:00Z, a window start
@@ -85,7 +87,6 @@ def test_verdicts_command_prints_the_problems_of_the_period(tmp_path):
     import os
     import subprocess
     import sys
-    from pathlib import Path
 
     from sinks.clickhouse import migrate, open_store
 
@@ -97,7 +98,7 @@ def test_verdicts_command_prints_the_problems_of_the_period(tmp_path):
         _insert(store, [_v("z", ws, kind="busy_host", location="H2")], "demo")
     finally:
         store.close()
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    env = {**os.environ, "PYTHONPATH": str(REPO),
            "FABRICSCOPE_VAR": str(tmp_path / "var"), "KAFKA_BOOTSTRAP": "127.0.0.1:1"}
     r = subprocess.run([sys.executable, "-m", "fabricscope", "verdicts", "--since", "10 min", "--origin", "lab"],
                        env=env, capture_output=True, text=True, timeout=120)

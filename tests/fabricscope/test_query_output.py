@@ -16,7 +16,8 @@ from rich.console import Console
 
 from fabricscope.result_output import column_types, count_line, print_result, print_result_table
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 T0 = 1_796_149_740  # 2026-12-01T18:29:00Z
 SQL = (f"SELECT toDateTime({T0} + number, 'UTC') AS t, toDateTime64({T0}, 3, 'UTC') AS t64, "
        "toUInt32(number) AS n, number / 3 AS f FROM numbers(250)")

@@ -20,10 +20,9 @@ import pytest
 
 from sinks.query_endpoint import find_endpoint
 
-from conftest import free_port, wait_for
+from conftest import REPO, free_port, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[1]
 STOP_BOUND_S = 10.0
 
 
@@ -120,7 +119,7 @@ def test_python_m_exits_with_the_code_chosen_after_a_caught_interrupt(how: str, 
     """A SIGTERM that became KeyboardInterrupt inside exec() (CPython's flag) must not turn `up`'s exit 0/1 into
     death by SIGINT; an interrupt nobody caught still exits by SIGINT, as a shell expects."""
     (tmp_path / "caught_interrupt.py").write_text(_CAUGHT)
-    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{Path(__file__).resolve().parents[1]}"}
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}:{REPO}"}
     p = subprocess.run([sys.executable, "-m", "caught_interrupt", how], env=env, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == code, p.stderr

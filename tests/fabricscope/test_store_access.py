@@ -12,7 +12,7 @@ from fabricscope.settings import Settings
 from fabricscope.store_access import run_query
 from sinks.store_errors import StoreError
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
 
 
 def test_query_refuses_to_open_the_store_while_a_pipeline_holds_the_run_lock(tmp_path: Path) -> None:

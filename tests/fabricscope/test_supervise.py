@@ -14,7 +14,7 @@ from fabricscope.supervise import Supervisor
 from fabricscope.up import EXIT_FAILED, _watch
 from infra.runlock import Busy, RunLock, holder
 
-from conftest import wait_for
+from conftest import REPO, wait_for
 
 
 class Clock:
@@ -102,7 +102,7 @@ def test_children_die_when_their_parent_is_killed(tmp_path: Path) -> None:
         "print(c.proc.pid, flush=True)\n"
         "time.sleep(120)\n")
     p = subprocess.Popen([sys.executable, str(parent)], stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
     child = int(p.stdout.readline())
     os.kill(child, 0)  # alive
     p.kill()  # SIGKILL: no handler runs in the parent
@@ -124,7 +124,7 @@ def test_run_lock_names_the_holder_and_frees_when_it_dies(tmp_path: Path) -> Non
                           f"lock = RunLock(__import__('pathlib').Path({str(path)!r}), 'store').acquire()\n"
                           "print('held', flush=True); time.sleep(60)"],
                          stdout=subprocess.PIPE, text=True,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
     assert p.stdout.readline().strip() == "held"
     try:
         try:

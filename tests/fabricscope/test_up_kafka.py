@@ -16,10 +16,9 @@ import pytest
 from fabricscope.up import read_stats
 from sinks.query_endpoint import find_endpoint, query_remote
 
-from conftest import free_port, wait_for
+from conftest import REPO, free_port, wait_for
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _publish_lab_registry(bootstrap: str, prefix: str) -> None:

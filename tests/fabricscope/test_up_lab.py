@@ -7,15 +7,15 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+
+from conftest import REPO
 
 pytestmark = [pytest.mark.lab, pytest.mark.kafka, pytest.mark.slow]
 if os.geteuid() != 0 or subprocess.run(["ip", "netns", "list"], capture_output=True).returncode != 0:
     pytest.skip("the lab needs root and network namespaces", allow_module_level=True)
 
-REPO = Path(__file__).resolve().parents[1]
 
 
 def test_up_lab_loads_the_inventory_and_runs_a_job_blame_can_answer_for(tmp_path, topic_prefix, kafka_bootstrap):

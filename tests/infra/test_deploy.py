@@ -17,7 +17,8 @@ import yaml
 
 from infra.systemd.render import UNITS, render
 
-REPO = Path(__file__).resolve().parents[1]
+from conftest import REPO
+
 PIPELINE_ONLY = ("pyarrow", "faust", "chdb", "matplotlib", "aiokafka", "clickhouse_connect", "numpy")
 
 

@@ -18,8 +18,9 @@ from infra.lab import netns  # noqa: E402
 from infra.lab.netns import LabError, lab_lock_path  # noqa: E402
 from infra.lab.topology import LabSpec  # noqa: E402
 
+from conftest import REPO  # noqa: E402
+
 PREFIX = "fso-"  # this test's namespaces only
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture

@@ -19,15 +19,16 @@ from nvml_double import fake_pynvml
 from producers.hostping import gpu_check
 from producers.hostping.pcie_link import link_gbps
 
-ROOT = Path(__file__).resolve().parents[1]
-DGX = Path(__file__).parent / "fixtures" / "hostping" / "sysfs_dgx_a100"
+from conftest import REPO
+
+DGX = REPO / "tests" / "fixtures" / "hostping" / "sysfs_dgx_a100"
 HEAVY = {"pyarrow", "nanoarrow", "confluent_kafka", "numpy", "faust", "pydantic", "typer"}
 
 
 def test_script_on_this_host_records_nvml_absent_and_imports_only_the_standard_library(tmp_path):
     out = tmp_path / "gpu-check.json"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHON": sys.executable}
-    r = subprocess.run([str(ROOT / "scripts" / "gpu-check"), "--duration", "1", "--interval", "0.4", "--out",
+    r = subprocess.run([str(REPO / "scripts" / "gpu-check"), "--duration", "1", "--interval", "0.4", "--out",
                         str(out)], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr
     rep = json.loads(out.read_text())
@@ -42,7 +43,7 @@ def test_script_on_this_host_records_nvml_absent_and_imports_only_the_standard_l
     code = ("import sys, json; from producers.hostping import gpu_check; "
             f"gpu_check.main(['--duration', '0.2', '--interval', '0.1', '--out', {str(tmp_path / 'x.json')!r}]); "
             f"print(json.dumps(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r}))))")
-    r = subprocess.run([sys.executable, "-c", code], env=env | {"PYTHONPATH": str(ROOT)}, capture_output=True,
+    r = subprocess.run([sys.executable, "-c", code], env=env | {"PYTHONPATH": str(REPO)}, capture_output=True,
                        text=True, timeout=60, check=True)
     assert json.loads(r.stdout.strip().splitlines()[-1]) == []
 

@@ -32,7 +32,9 @@ from producers.hostping.perf_event import PERF_COUNT_SW_TASK_CLOCK, PERF_TYPE_SO
 from schemas.arrow_nano import encode_columns
 from schemas.codec import decode
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hostping"
+from conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "hostping"
 DGX = FIXTURES / "sysfs_dgx_a100"
 XEON = FIXTURES / "sysfs_xeon_uncore"
 PCI = Path("/sys/bus/pci/devices")
@@ -293,7 +295,7 @@ def test_golden_agent_output_over_the_dgx_a100_tree():
     """Everything the agent finds and publishes over the tree (one monitor cycle, counters unchanged).
 
     A change must update the golden file on purpose:
-    ``FABRICSCOPE_UPDATE_GOLDEN=1 python -m pytest tests/test_hostping_host_agent.py``.
+    ``FABRICSCOPE_UPDATE_GOLDEN=1 python -m pytest tests/producers/test_hostping_host_agent.py``.
     """
     agent = HostAgent(AgentConfig(sysfs=DGX, procfs=DGX / "no-proc", host="dgx-a100", use_nvml=False,
                                   use_ethtool=False, use_loopback=False))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -13,7 +11,9 @@ from producers.hostping.nvml import GpuLink
 from schemas.intrahost import figure2_topology
 from schemas.records import LOOPBACK_V1
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hostping"
+from conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "hostping"
 SYSFS = FIXTURES / "sysfs_gpu_behind_switch"
 
 

@@ -1,11 +1,10 @@
 """The jobs source's pure parts, on hand-computed cases and Slurm 22.05's own output captured from the
-real cluster (tests/fixtures/slurm): hostlists, job ids, squeue JSON and the job completion log,
+real cluster (tests/producers/fixtures/slurm): hostlists, job ids, squeue JSON and the job completion log,
 placement on Panel 1, the node-pair sample, and the blast-radius guard of node actions."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -25,7 +24,9 @@ from producers.scheduler.slurm import job_from_squeue, parse_jobcomp_line, read_
 from producers.sim.fabrics import panel1
 from sinks.remediate import REASON_PREFIX, GuardConfig, History, apply, drain_reason, plan
 
-FIX = Path(__file__).parent / "fixtures" / "slurm"
+from conftest import REPO
+
+FIX = REPO / "tests" / "producers" / "fixtures" / "slurm"
 S = 1_000_000_000
 
 

@@ -29,11 +29,10 @@ from producers.sim.fabrics import panel1
 from schemas.arrow_pa import arrow_schema
 from sinks.remediate import REASON_PREFIX
 
-from conftest import wait_for
+from conftest import REPO, wait_for
 
 pytestmark = [pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "infra" / "slurm" / "slurm.sh"
 S = 1_000_000_000
 WINDOW = 20 * S

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -27,9 +26,10 @@ from schemas.arrow_nano import encode_columns
 from schemas.codec import CodecError, decode, schema_key_from_headers
 from streams.runtime.probe_batch import process_probe_message
 
+from conftest import REPO
 from probe_rows import columns, known_rows
 
-CRASHES = Path(__file__).parent / "fixtures" / "codec_crashes"
+CRASHES = REPO / "tests" / "fixtures" / "codec_crashes"
 VALID = encode_columns("probe.v1", columns(known_rows()[0]))
 FUZZ = settings(max_examples=300, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
 tried: dict[str, int] = {}
@@ -71,7 +71,7 @@ def test_kept_crashing_inputs_are_dead_letters_now():
         "    print(r.dead['reason'][0].as_py())\n"
     )
     run = subprocess.run([sys.executable, "-c", code, *map(str, files)], capture_output=True, text=True,
-                         cwd=Path(__file__).parents[1], timeout=60)
+                         cwd=REPO, timeout=60)
     assert run.returncode == 0, f"exit {run.returncode}: {run.stderr[-2000:]}"
     reasons = run.stdout.splitlines()
     assert len(reasons) == 5

@@ -14,7 +14,9 @@ from schemas.inventory import InventoryError
 from schemas.inventory_yaml import load
 from schemas.lldp import apply_lldp, parse_lldpctl_json
 
-FIXTURES = Path(__file__).parent / "fixtures"
+from conftest import REPO
+
+FIXTURES = REPO / "tests" / "schemas" / "fixtures"
 
 
 def test_panel1_shape_and_lookups():

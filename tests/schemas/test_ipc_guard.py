@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -24,6 +23,7 @@ from schemas.codec import TruncatedPayloadError, decode
 from schemas.ipc_guard import check_table
 from streams.runtime.probe_batch import process_probe_message
 
+from conftest import REPO
 from probe_rows import columns, known_rows
 
 FUZZ = settings(max_examples=700, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
@@ -100,7 +100,7 @@ def test_a_corrupt_string_column_is_a_dead_letter_of_the_worker():
             "r = process_probe_message(sys.stdin.buffer.read(), 'probe.v1', 'probes.raw', 0, 1)\n"
             "assert r.enriched is None and r.dead is not None\nprint(r.dead['reason'][0].as_py())\n")
     run = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, timeout=60,
-                         cwd=Path(__file__).parents[1])  # a child: a crash is a failed test, not a dead run
+                         cwd=REPO)  # a child: a crash is a failed test, not a dead run
     assert run.returncode == 0, run.stderr[-2000:]
     assert b"offsets decrease" in run.stdout
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +19,8 @@ from schemas.saved_queries import names, render_named
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.history import load_inventory, record_feedback
 from sinks.probe_tiers import insert_probes
+
+from conftest import REPO
 
 DAYS = 30
 KINDS = ("rnic", "switch", "host_down", "busy_host", "undetermined")
@@ -353,7 +354,7 @@ def test_report_csv_matches_sql_and_pngs_are_written(month, tmp_path):
         data = (out / png).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000
     assert {r["pinglist"] for r in result["summary"].to_pylist()} == {"tor_mesh", "inter_tor", "service"}
-    keep = Path(__file__).resolve().parents[1] / "var" / "report-test"
+    keep = REPO / "var" / "report-test"
     keep.mkdir(parents=True, exist_ok=True)
     for png in out.glob("*.png"):
         (keep / png.name).write_bytes(png.read_bytes())

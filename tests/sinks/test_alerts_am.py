@@ -11,7 +11,6 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import httpx
 import pyarrow as pa
@@ -23,9 +22,8 @@ from schemas.codec import encode, headers_for
 from schemas.verdicts import WINDOW_NS
 from sinks.alerts import Hysteresis
 
-from conftest import free_port, stays, wait_for
+from conftest import REPO, free_port, stays, wait_for
 
-REPO = Path(__file__).resolve().parents[1]
 SECRET = "T0KEN-s3cr3t-9f8e7d"
 
 

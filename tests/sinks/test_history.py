@@ -14,6 +14,8 @@ from sinks.clickhouse import ChdbStore, StoreError, migrate
 from sinks.history import load_inventory, record_feedback
 from sinks.probe_tiers import insert_probes
 
+from conftest import REPO
+
 
 @pytest.fixture
 def store(tmp_path):
@@ -132,9 +134,8 @@ def test_grafana_dashboard_queries_run_on_the_store(store):
     (Grafana's $__timeFilter(col) macro replaced by a 7-day filter)."""
     import json
     import re
-    from pathlib import Path
 
-    dash = json.loads((Path(__file__).resolve().parents[1] / "infra/grafana/fabricscope-history.json").read_text())
+    dash = json.loads((REPO / "infra/grafana/fabricscope-history.json").read_text())
     fab = fabric(tors=2, rnics_per_tor=4)
     load_inventory(store, fab.inventory)
     p = simulate(fab, (time.time_ns() // HOUR_NS - 2) * HOUR_NS, hours=1, per_hour=20, seed=4)

@@ -1,7 +1,7 @@
 """Data directories are their owner's only (0700): created so, and tightened when an older one is found.
 
-The Kafka data dir is checked on a private broker in ``tests/test_config_security.py``;
-the running store writer's files in ``tests/test_store_security.py``.
+The Kafka data dir is checked on a private broker in ``tests/fabricscope/test_config_security.py``;
+the running store writer's files in ``tests/sinks/test_store_security.py``.
 """
 
 from __future__ import annotations

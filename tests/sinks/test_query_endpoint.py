@@ -1,7 +1,7 @@
 """The store writer's endpoint in one process (real chdb, real Unix socket; no Kafka): who may talk
 to it, what a malformed or hostile request gets, and what a client trusts.
 
-The same attacks against a running ``fabricscope sink`` are in ``tests/test_store_security.py``.
+The same attacks against a running ``fabricscope sink`` are in ``tests/sinks/test_store_security.py``.
 """
 
 from __future__ import annotations

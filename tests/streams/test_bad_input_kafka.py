@@ -7,8 +7,6 @@ Real broker, real ``fabricscope worker`` and ``fabricscope sink`` processes, rea
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from reliability import query, store_counts
 
@@ -17,12 +15,12 @@ from schemas.arrow_nano import encode_columns
 from schemas.arrow_pa import SCHEMA_METADATA_KEY, table_from_columns
 from schemas.codec import encode
 
-from conftest import wait_for
+from conftest import REPO, wait_for
 from probe_rows import BASE_NS, PROBER_RNIC0, RESPONDER_RNIC0, columns, probe_row
 
 pytestmark = pytest.mark.kafka
 
-CRASHER = Path(__file__).parent / "fixtures" / "codec_crashes" / "segfault-1077.bin"
+CRASHER = REPO / "tests" / "fixtures" / "codec_crashes" / "segfault-1077.bin"
 
 
 def good(seq: int, agent: str = "H1", t1: int = BASE_NS) -> dict:

@@ -1,14 +1,15 @@
 """``firmware`` collector: ``ethtool -i``, ibstat/ibv_devinfo firmware, mlxfwmanager/mlxup, flint and mlx4/mlx5
-kernel lines on real public outputs (tests/fixtures/diagnose, sources in its README), with false-positive guards."""
+kernel lines on real public outputs (tests/diagnose/fixtures/artifacts, sources in its README), with
+false-positive guards."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from diagnose.collectors import firmware
 from diagnose.run import diagnose_paths
 
-FIX = Path(__file__).parent / "fixtures" / "diagnose"
+from conftest import REPO
+
+FIX = REPO / "tests" / "diagnose" / "fixtures" / "artifacts"
 FW_KINDS = ("mixed_firmware", "firmware_too_old", "firmware_update_available")
 
 

@@ -1,14 +1,14 @@
 """``iommu`` collector: AMD-Vi IO_PAGE_FAULT and DMAR fault lines, and the kernel command line, on real public
-outputs (tests/fixtures/diagnose, sources in its README), with false-positive guards."""
+outputs (tests/diagnose/fixtures/artifacts, sources in its README), with false-positive guards."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from diagnose.collectors import iommu
 from diagnose.run import diagnose_paths
 
-FIX = Path(__file__).parent / "fixtures" / "diagnose"
+from conftest import REPO
+
+FIX = REPO / "tests" / "diagnose" / "fixtures" / "artifacts"
 
 
 def iommu_findings(name: str):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from diagnose.collectors import dmesg, lspci, nccl_log, nccl_pairs
 from diagnose.run import diagnose_paths
 from producers.hostping import hw_counters, sysfs, sysfs_pcie
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hostping"
+from conftest import REPO
+
+FIXTURES = REPO / "tests" / "fixtures" / "hostping"
 SYSFS = FIXTURES / "sysfs_gpu_behind_switch"
 
 LSPCI = """\

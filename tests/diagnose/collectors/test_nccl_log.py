@@ -1,10 +1,8 @@
 """Collectors behind ``fabricscope diagnose``: each whole kind of artifact, its real public outputs
-(tests/fixtures/diagnose, sources in its README), and a false-positive guard for every rule:
+(tests/diagnose/fixtures/artifacts, sources in its README), and a false-positive guard for every rule:
 healthy values of the same counters/lines raise nothing above info."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import pytest
 
@@ -24,8 +22,10 @@ from diagnose.registry import COLLECTORS
 from diagnose.run import diagnose_paths, diagnose_text
 from producers.hostping import ethtool, rnic_config
 
-FIX = Path(__file__).parent / "fixtures" / "diagnose"
-DOCS = Path(__file__).parents[1] / "docs" / "diagnose.md"
+from conftest import REPO
+
+FIX = REPO / "tests" / "diagnose" / "fixtures" / "artifacts"
+DOCS = REPO / "docs" / "diagnose.md"
 
 
 def kinds(text: str) -> list[tuple[str, str, str]]:

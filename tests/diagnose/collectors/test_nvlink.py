@@ -1,14 +1,14 @@
-"""``nvlink`` collector: ``nvidia-smi nvlink -s`` on real public outputs (tests/fixtures/diagnose, sources in its
-README), with a healthy GB200 as the false-positive guard."""
+"""``nvlink`` collector: ``nvidia-smi nvlink -s`` on real public outputs
+(tests/diagnose/fixtures/artifacts, sources in its README), with a healthy GB200 as the false-positive guard."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from diagnose.collectors import nvlink
 from diagnose.run import diagnose_paths
 
-FIX = Path(__file__).parent / "fixtures" / "diagnose"
+from conftest import REPO
+
+FIX = REPO / "tests" / "diagnose" / "fixtures" / "artifacts"
 
 
 def test_inactive_links_beside_active_ones_are_an_error_at_that_gpu():

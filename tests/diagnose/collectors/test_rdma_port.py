@@ -1,14 +1,14 @@
 """``rdma_port`` collector: ``ibstat``, ``ibstatus``, ``ibv_devinfo`` and ``rdma link`` port states on real
-public outputs (tests/fixtures/diagnose, sources in its README), with false-positive guards."""
+public outputs (tests/diagnose/fixtures/artifacts, sources in its README), with false-positive guards."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from diagnose.collectors import rdma_port
 from diagnose.run import diagnose_paths
 
-FIX = Path(__file__).parent / "fixtures" / "diagnose"
+from conftest import REPO
+
+FIX = REPO / "tests" / "diagnose" / "fixtures" / "artifacts"
 
 
 def port_findings(name: str):

@@ -1,14 +1,14 @@
 """``resource_limits`` collector: ``ulimit -a``/``-l``, ``/proc/PID/limits`` and verbs ENOMEM lines, on
-real public outputs (tests/fixtures/diagnose, sources in its README) with false-positive guards."""
+real public outputs (tests/diagnose/fixtures/artifacts, sources in its README) with false-positive guards."""
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from diagnose.collectors import resource_limits as rl
 from diagnose.run import diagnose_paths, diagnose_text
 
-FIX = Path(__file__).parent / "fixtures" / "diagnose"
+from conftest import REPO
+
+FIX = REPO / "tests" / "diagnose" / "fixtures" / "artifacts"
 
 
 def found(name: str) -> list[tuple[str, str, str]]:
