@@ -1,4 +1,5 @@
-"""The verbs loopback engine around the device: an injected RDMA layer whose WRITEs take a known time.
+"""The Hostping loopback engine (producers.hostping.loopback): its test plans, Eq. 2-3 over a simulated host, and
+the verbs backend around the device, an injected RDMA layer whose WRITEs take a known time.
 
 No RDMA device here: the device layer below stands in for pyverbs and advances a clock by Eq. 1's
 ``T_proc + Lat_host + Size / BW_host`` per WRITE, so the engine and Eq. 2-3 must give back the
@@ -9,13 +10,38 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 from rdma_double import Device
 
-from producers.hostping import loopback
+from producers.hostping import loopback, simhost
 from producers.hostping.loopback import LoopbackTest, LoopbackUnavailable
 from producers.hostping.loopback_verbs import PyverbsDevice, VerbsBackend
 from schemas.intrahost import figure2_topology
+from schemas.records import LOOPBACK_V1
+
+
+def test_loopback_plan_sizes():
+    t = figure2_topology()
+    assert len(loopback.plan(t, "idle")) == 4 * 10
+    busy = loopback.plan(t, "busy")
+    assert [x.dst for x in busy if x.rnic == "rnic2"] == ["gpu4", "gpu5", "mem1", "mem0"]
+    with pytest.raises(ValueError, match="idle"):
+        loopback.plan(t, "sometimes")
+
+
+def test_loopback_eq2_eq3_recover_sim_host_latency_and_bandwidth():
+    t = figure2_topology()
+    sim = simhost.SimHost(t, noise=0.0)
+    results = loopback.measure(simhost.SimBackend(sim, t_proc_us=1.5), loopback.plan(t, "idle"))
+    lat = np.array([r.lat_host_us for r in results]).reshape(4, 10)
+    bw = np.array([r.bw_host_gbps for r in results]).reshape(4, 10)
+    expected_lat = np.array([[sim.lat_host_us(r, e) for e in sim.endpoints] for r in sim.rnics])
+    np.testing.assert_allclose(lat, expected_lat, atol=1e-3)  # T_proc calibrated away
+    np.testing.assert_allclose(bw, sim.baseline(), rtol=1e-4)
+    rows = loopback.to_rows(results, "agent-1", "h1", "idle", 123)
+    assert set(rows[0]) == set(LOOPBACK_V1.names)
+    assert rows[0]["latency_ns"] == 1000 and rows[0]["msg_bytes"] == 131072
 
 
 def test_engine_gives_back_lat_host_and_bw_host_by_eq_1_to_3():
@@ -108,3 +134,8 @@ def test_a_large_message_not_slower_than_the_small_one_is_an_error_result_not_a_
     res = {r.test.dst: r for r in loopback.measure(eng, [LoopbackTest("rnic0", e, e) for e in ("mem0", "mem1")])}
     assert res["mem0"].status == "ok"
     assert res["mem1"].status == "error" and "must exceed Lat_small" in res["mem1"].error
+
+
+def test_verbs_backend_fails_clearly_without_rdma_device(tmp_path):
+    with pytest.raises(loopback.LoopbackUnavailable, match="no RDMA device"):
+        VerbsBackend(tmp_path)
