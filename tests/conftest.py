@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+#: the repository root: tests name files from it, never from the folder a test module sits in (they move)
 REPO = Path(__file__).resolve().parents[1]
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 
