@@ -23,7 +23,7 @@ SOURCE_KINDS = ("sim", "synthetic", "hostping-sim")
 DEMO_SOURCES = ("sim", "lab")
 LAB_FAULT_ACTIONS: tuple[str, ...] = (*_LAB_FAULTS, "clear", "list")
 # streams.runtime.config.ROLES, spelled out: that module imports pyarrow, too slow for every CLI start
-# (tests/test_worker_roles.py checks the two agree)
+# (tests/streams/test_worker_roles.py checks the two agree)
 WORKER_ROLES = ("all", "stream", "reducer")
 
 

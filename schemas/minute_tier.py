@@ -16,7 +16,7 @@ aggregate anyway.
 The histograms are the store's: ``bucket(ns) = floor(16 * log2(max(ns, 1)))``,
 a ``Map(UInt16, UInt64)`` merged with ``sumMap`` (schemas/ddl/005_history.sql).
 Equal, bucket for bucket, to what the former materialized view computed from the
-same rows (tests/test_minute_tier.py).
+same rows (tests/schemas/test_minute_tier.py).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ the variables one process reads by itself, found by scanning the code (each need
 ``OTHER_VARIABLES``, or generation fails naming it). docs/cli.md is the typer CLI's ``--help`` for every
 command and group, rendered without colour at a fixed width. The tree at the end of docs/ARCHITECTURE.md
 names every module of every room with the first line of its docstring (a module without one fails the
-generation, naming it). ``tests/test_docs.py`` fails when a page differs from what this script writes.
+generation, naming it). ``tests/fabricscope/test_docs.py`` fails when a page differs from what this script writes.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ Why both. ``readonly = 1`` (ClickHouse docs, "Permissions for queries") refuses 
 INSERT, ALTER, DELETE, ``SET``/``SETTINGS`` and the table functions file(), url(),
 remote(), s3(), executable(), mysql(), ... But chdb runs in-process as the all-powerful
 ``default`` user, and there ``readonly = 1`` still lets through (tried on chdb
-26.9, ``tests/test_readonly_sql.py``): the *scalar* ``file('/etc/hostname')``,
+26.9, ``tests/sinks/test_readonly_sql.py``): the *scalar* ``file('/etc/hostname')``,
 ``SELECT ... INTO OUTFILE`` (writes a file), ``KILL QUERY``, ``SYSTEM STOP MERGES``,
 ``USE`` (would switch the database of a shared connection), and several statements in one
 string (chdb runs them all). ``readonly = 2`` would also let a query raise its own

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+#: the repository root: tests name files from it, never from the folder a test module sits in (they move)
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 BOOTSTRAP = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
 
 

@@ -23,9 +23,8 @@ from schemas.arrow_nano import encode_columns
 from sinks.clickhouse import StoreError
 from sinks.query_endpoint import find_endpoint, query_remote
 
-from conftest import free_port, wait_for
+from conftest import REPO, free_port, wait_for
 
-REPO = Path(__file__).resolve().parents[1]
 KAFKA_SH = REPO / "infra" / "kafka" / "kafka.sh"
 START_NS = 1_795_000_000_000_000_000
 SLOT_NS = 5_000_000_000

@@ -201,7 +201,7 @@ class WindowReducer:
         """Merge a step that covers no merged raw offset: its partials first, then its marks, oldest upload
         first, each as one message at a time would bring it (so the watermark never passes a window before
         the step's rows for it are in, and the verdicts do not depend on how messages were grouped into
-        steps: tests/test_step_grouping.py). A replayed step is dropped (counted in ``dropped_steps``).
+        steps: tests/streams/test_step_grouping.py). A replayed step is dropped (counted in ``dropped_steps``).
         """
         novelty = self._novelty(step.ranges)
         if novelty != "new":

@@ -10,7 +10,7 @@ once per step instead of once per message.
 
 Nothing here depends on how messages are grouped into steps: the outputs per
 message are functions of that message, and window partials merge exactly
-(tests/test_step_grouping.py). The step's input to the reducer is one
+(tests/streams/test_step_grouping.py). The step's input to the reducer is one
 :class:`~streams.pingmesh.step_message.Step` identified by the raw offset ranges it
 covers; messages a step already carried to the reducer (a restart, a rebalance:
 ``emitted``) are left out of it, and only their store rows go again
@@ -79,7 +79,7 @@ def reducer_step(out: StepOutput) -> Step | None:
 
     The reducer applies its partials before its marks, oldest upload first, so the watermark never passes
     a window before every row of the step for it is in, whatever the step size: the verdicts do not depend
-    on the grouping (tests/test_step_grouping.py).
+    on the grouping (tests/streams/test_step_grouping.py).
     """
     return Step(out.ranges, out.partials, out.marks) if out.ranges else None
 
