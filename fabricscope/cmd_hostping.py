@@ -120,6 +120,13 @@ def source(kind: str = typer.Argument(KIND, help=f"only {KIND} here"), seed: int
     """``fabricscope source hostping-sim`` without the pipeline; any other KIND is a usage error (exit 2)."""
     if kind != KIND:
         raise typer.BadParameter(f"unknown source {kind!r}; available: {KIND}", param_hint="KIND")
+    try:
+        import numpy  # noqa: F401 - the simulated hosts are numpy; an agent host has no need of it
+    except ModuleNotFoundError:
+        console.print(f"fabricscope source {KIND}: the simulated hosts need numpy, which this install lacks "
+                      "(pip install 'fabricscope[pipeline]'); a real host runs `fabricscope hostping agent`",
+                      highlight=False, soft_wrap=True, markup=False)
+        raise typer.Exit(1) from None
     hostping_source(kind, pattern, rounds, round_interval, host_prefix, seed, realtime, start_ns)
 
 

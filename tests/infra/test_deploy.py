@@ -149,3 +149,5 @@ def test_agent_only_install_pulls_no_pipeline_package():
     assert "diagnose" in r.stdout and "hostping" in r.stdout and " up " not in r.stdout  # pipeline groups left out
     r = run("hostping", "agent", "--once", "--no-loopback", "--no-nvml")
     assert r.returncode == 0 and "PCI functions" in r.stdout + r.stderr, r.stdout + r.stderr
+    r = run("source", "hostping-sim", "--pattern", "healthy")  # the simulated hosts need numpy: said, no traceback
+    assert r.returncode == 1 and "fabricscope[pipeline]" in r.stderr and "Traceback" not in r.stderr, r.stderr
