@@ -88,8 +88,13 @@ def main() -> None:
     A usage error (unknown option, a value not among the choices) prints one line naming the
     command, the option and the valid values, and exits 2, before the command starts anything.
     """
+    import signal
     import sys
 
+    # A shell without job control starts `fabricscope worker &` with SIGINT ignored, and the process would
+    # then ignore `kill -INT PID` too: every command stops on SIGINT as on SIGTERM, however it was started.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     usage_error, click_exception = _click_error("UsageError"), _click_error("ClickException")
     register_all()
     command = typer.main.get_command(app)

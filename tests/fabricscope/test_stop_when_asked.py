@@ -123,3 +123,29 @@ def test_python_m_exits_with_the_code_chosen_after_a_caught_interrupt(how: str, 
     p = subprocess.run([sys.executable, "-m", "caught_interrupt", how], env=env, capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == code, p.stderr
+
+
+def test_sigint_stops_a_command_started_with_sigint_ignored(tmp_path: Path, kafka_bootstrap: str,
+                                                            topic_prefix: str) -> None:
+    """A script's `fabricscope source synthetic &` (no job control) starts with SIGINT ignored; `kill -INT` still
+    stops it, as it stops `up` (cli.main reinstalls the handler)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KAFKA_BOOTSTRAP": kafka_bootstrap,
+           "FABRICSCOPE_TOPIC_PREFIX": topic_prefix, "FABRICSCOPE_VAR": str(tmp_path / "var")}
+    with open(tmp_path / "out.log", "w") as log:
+        p = subprocess.Popen(["bash", "-c", f'trap "" INT; exec "{sys.executable}" -m fabricscope source synthetic'],
+                             env=env, cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                             start_new_session=True)
+    try:
+        wait_for(lambda: _published(kafka_bootstrap, f"{topic_prefix}probes.raw") or p.poll() is not None,
+                 timeout=120, what="the source at work")
+        status = Path(f"/proc/{p.pid}/status").read_text()
+        ignored = int(next(ln for ln in status.splitlines() if ln.startswith("SigIgn:")).split()[1], 16)
+        assert p.poll() is None and ignored & (1 << (signal.SIGINT - 1)) == 0, (tmp_path / "out.log").read_text()
+        t0 = time.monotonic()
+        p.send_signal(signal.SIGINT)
+        code = p.wait(timeout=60)
+        assert time.monotonic() - t0 < STOP_BOUND_S and code in (0, 130, -signal.SIGINT), code
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
