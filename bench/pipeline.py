@@ -17,6 +17,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bench.procstat import cpu_s, free_port, listener_pid, peak_rss_mib, rss_mib
 
@@ -219,12 +220,33 @@ class GroupLag:
         """``{topic: lag in messages}`` summed over partitions (a topic read by two groups: both summed)."""
         out: dict[str, int] = {}
         for consumer, tps in self._groups.values():
-            committed = consumer.committed(tps, timeout=10)
+            committed = self._committed(consumer, tps)
             for tp in committed:
                 _, high = self._meta.get_watermark_offsets(tp, timeout=10, cached=False)
                 done = tp.offset if tp.offset >= 0 else 0
                 out[tp.topic] = out.get(tp.topic, 0) + max(0, high - done)
         return out
+
+    @staticmethod
+    def _committed(consumer: Any, tps: list[Any], tries: int = 10) -> list[Any]:
+        """The group's committed offsets; the coordinator moving or loading (a group just created, a leader
+        change) is retried, up to ``tries`` times 0.5 s apart, as Kafka's own clients do.
+
+        Raises:
+            KafkaException: any other error, or the coordinator still not answering after the tries.
+        """
+        from confluent_kafka import KafkaError, KafkaException
+
+        retriable = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                     KafkaError.COORDINATOR_NOT_AVAILABLE}
+        for _ in range(tries - 1):
+            try:
+                return consumer.committed(tps, timeout=10)
+            except KafkaException as err:
+                if not err.args or err.args[0].code() not in retriable:
+                    raise
+                time.sleep(0.5)
+        return consumer.committed(tps, timeout=10)
 
     def close(self) -> None:
         """Close the broker connections."""
