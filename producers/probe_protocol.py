@@ -68,13 +68,16 @@ def pop_expired(deadlines: list[tuple[int, int]], pending: dict[int, PendingProb
 
 
 def probe_row(agent_id: str, host: str, p: PendingProbe) -> dict[str, Any]:
-    """The ``probe.v1`` row of a finished probe (status ``ok`` when ACK1 came in time).
+    """The ``probe.v1`` row of a finished probe: status ``ok`` when ACK1 and ACK2 both came in time.
 
-    t3/t4 are kept only with ACK1 (an ACK2 alone proves nothing about the probe's
-    round trip). ``ts_source`` is ``hardware`` only when both ends used NIC clocks,
-    so hardware and software readings never meet in one row.
+    Either reply missing at the 500 ms deadline makes the probe a ``timeout`` (R-Pingmesh: a reply later
+    than 500 ms is a timeout), its t3-t6 null: without ACK2 the responder delay t4 - t3 is unknown, so
+    the row cannot be decomposed, and ACK2 crossed the same reverse path as ACK1, so its loss is that
+    path's to vote on (an ACK2 alone proves nothing about the probe's round trip either). ``ts_source``
+    is ``hardware`` only when both ends used NIC clocks, so hardware and software readings never meet in
+    one row.
     """
-    ok = p.t5 is not None
+    ok = p.t5 is not None and p.t3 is not None and p.t4 is not None
     e = p.entry
     return {
         "agent_id": agent_id,
@@ -98,8 +101,8 @@ def probe_row(agent_id: str, host: str, p: PendingProbe) -> dict[str, Any]:
         "t2": p.t2,
         "t3": p.t3 if ok else None,
         "t4": p.t4 if ok else None,
-        "t5": p.t5,
-        "t6": p.t6,
+        "t5": p.t5 if ok else None,
+        "t6": p.t6 if ok else None,
         "ts_source": "hardware" if p.hardware and bool(p.responder_hw) else "software",
         "status": "ok" if ok else "timeout",
     }

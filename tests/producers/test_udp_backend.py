@@ -13,7 +13,7 @@ from infra.lab import nft
 from infra.lab.netns import LabError
 from infra.lab.topology import LabSpec, plan
 from producers import kernel_ts
-from producers.probe_protocol import ReplyBudget, TokenBucket
+from producers.probe_protocol import InFlight, PendingProbe, ReplyBudget, TokenBucket
 from producers.udp_agent import Agent
 from producers.udp_prober import MAX_HOPS, REVERSE_FLOWS_PER_PEER, LocalRnic, UdpEngine
 from producers.udp_wire import ACK2, PAYLOAD_BYTES, PROBE, TRACE, TRACE_REPLY, Packet, decode
@@ -276,3 +276,24 @@ def test_a_trace_reply_carries_no_qpn() -> None:
     assert len(reply) == 1
     pkt = decode(reply[0])
     assert (pkt.kind, pkt.seq, pkt.qpn) == (TRACE_REPLY, 77, 0) and engine.qpns["A1"] != 0
+
+
+def test_an_answer_whose_ack2_never_came_is_a_timeout_not_a_row_without_t3() -> None:
+    """ACK1 in time, ACK2 lost: the deadline finishes it as a timeout (t3-t6 null), so it reaches the vote
+    over its reverse path instead of the dead-letter topic ("status ok but t3 is null")."""
+    rows: list[dict] = []
+    inflight = InFlight("H1", "H1", rows.append)
+    entry = {"prober_rnic": "A1", "src_ip": "10.0.0.1", "dst_ip": "10.0.1.1", "src_port": 49152, "dst_port": 4791}
+    lost = PendingProbe(dict(entry), seq=1, t1=1_000, deadline=501_000, hardware=False, t2=1_100, t5=9_000,
+                        t6=9_500)
+    answered = PendingProbe(dict(entry), seq=2, t1=2_000, deadline=502_000, hardware=False, t2=2_100, t3=4_000,
+                            t4=4_500, t5=8_000, t6=8_400)
+    inflight.add(lost)
+    inflight.add(answered)
+    inflight.finish(answered)  # both ACKs came: finished at once
+    assert inflight.expire(501_000) == 1  # the deadline finishes the one still waiting for ACK2
+    by_seq = {r["seq"]: r for r in rows}
+    assert by_seq[2]["status"] == "ok" and (by_seq[2]["t3"], by_seq[2]["t4"], by_seq[2]["t5"]) == (4_000, 4_500, 8_000)
+    assert by_seq[1]["status"] == "timeout"
+    assert [by_seq[1][t] for t in ("t3", "t4", "t5", "t6")] == [None, None, None, None]
+
