@@ -580,8 +580,11 @@ class Endpoint:
             headers = [("Host", "store-writer"), ("Content-Length", str(len(content))), ("Connection", "close")]
             if self.token:
                 headers.append(("Authorization", f"Bearer {self.token}"))
-            sock.sendall(conn.send(h11.Request(method=method, target=route, headers=headers))
-                         + conn.send(h11.Data(data=content)) + conn.send(h11.EndOfMessage()))
+            # The writer may answer (a 503 at its connection cap) and close before reading the
+            # request; its answer is still queued on this socket, so it is read, as curl does.
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                sock.sendall(conn.send(h11.Request(method=method, target=route, headers=headers))
+                             + conn.send(h11.Data(data=content)) + conn.send(h11.EndOfMessage()))
             status, chunks = 0, []
             while True:
                 ev = conn.next_event()

@@ -325,3 +325,27 @@ def test_reader_gate_admits_long_then_short_then_refuses():
     assert g.acquire() is True
     g.release(False)
     assert g.acquire() is False
+
+
+def test_an_answer_sent_before_the_request_was_read_still_reaches_the_client(tmp_path):
+    """A writer at its cap answers 503 and closes before reading; a client still sending its body
+    gets EPIPE, and must read the answer queued on its socket instead of failing."""
+    sock_path = tmp_path / "query.sock"
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(sock_path))
+    listener.listen(1)
+
+    def answer_and_close() -> None:
+        c, _ = listener.accept()
+        c.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nConnection: close\r\n\r\nfull")
+        c.close()
+
+    t = threading.Thread(target=answer_and_close, daemon=True)
+    t.start()
+    try:
+        # 8 MiB outgrows the socket's buffers, so the send meets the closed end.
+        status, body = Endpoint(sock_path, os.getuid(), "t").request("POST", "/query", b"x" * (8 << 20), timeout=30)
+    finally:
+        t.join(30)
+        listener.close()
+    assert (status, body) == (503, b"full")
