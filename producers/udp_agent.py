@@ -165,7 +165,7 @@ class Agent:
                 rate_limit=float(config.get("rate_limit", 500.0)),
                 address_names=config.get("address_names", {}),
                 on_probe=self._on_probe,
-                on_path=self.path_rows.append,
+                on_path=self._on_path,
             )
         self.rates = {**DEFAULT_RATES, **config.get("rates", {})}
         self.entries: list[dict[str, Any]] = []
@@ -280,6 +280,11 @@ class Agent:
             key = (row["src_ip"], row["src_port"], row["dst_ip"], row["dst_port"])
             if time.monotonic_ns() - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
                 self._trace_entry(row)  # a rehash can move a failing tuple: trace it again
+
+    def _on_path(self, row: dict[str, Any]) -> None:
+        # Looked up at each call: upload() swaps in a fresh list, and a bound ``append`` of the first
+        # list would keep filling one that is never uploaded again.
+        self.path_rows.append(row)
 
     def _trace_entry(self, e: dict[str, Any]) -> None:
         ep = self.engine.endpoint(e["prober_rnic"], int(e.get("src_port") or 0), int(e.get("traffic_class") or 0))

@@ -297,3 +297,34 @@ def test_an_answer_whose_ack2_never_came_is_a_timeout_not_a_row_without_t3() -> 
     assert by_seq[1]["status"] == "timeout"
     assert [by_seq[1][t] for t in ("t3", "t4", "t5", "t6")] == [None, None, None, None]
 
+
+
+def test_every_round_of_traces_is_uploaded_not_only_the_first() -> None:
+    """A 5-tuple is traced again each ``trace_interval_s``; each round's trace reaches the sink, so a
+    rerouted path is seen (the first upload swaps the row list: a trace kept after it must not be lost)."""
+    port = _free_udp_port()
+    traces: list[dict] = []
+    cfg = {
+        "host": "H1",
+        "rnics": [{"name": "A1", "ip": "127.0.0.1", "tor": "A"}],
+        "dst_port": port,
+        "allowed_sources": ["127.0.0.1"],
+        "upload_interval_s": 0.3,
+        "trace_interval_s": 0.5,
+    }
+
+    def sink(schema: str, payload: bytes, key: str, headers: list[tuple[str, bytes]]) -> None:
+        if schema == "path.v1":
+            traces.extend(r for r in ipc.open_stream(payload).read_all().to_pylist() if r["direction"] == "forward")
+        if len(traces) >= 3:
+            agent.stop()
+
+    agent = Agent(cfg, sink=sink)
+    src_port = _free_udp_port()
+    agent.set_entries([{"pinglist": "tor_mesh", "prober_rnic": "A1", "responder_rnic": "A1", "responder_host": "H1",
+                        "dst_ip": "127.0.0.1", "dst_port": port, "src_port": src_port,
+                        "qpn": agent.engine.qpns["A1"], "rate_pps": 20}])
+    agent.run(duration_s=60)  # only bounds a failure: stopped by the sink
+    assert len(traces) >= 3, traces
+    assert {r["src_port"] for r in traces} == {src_port}
+    assert len({r["trace_ns"] for r in traces}) == len(traces)  # three rounds, not one trace sent thrice
