@@ -36,8 +36,14 @@ class LabError(RuntimeError):
 
 
 def lab_dir(path: str | os.PathLike[str] | None = None) -> Path:
-    """The lab's state directory: ``path``, ``$FABRICSCOPE_LAB_DIR`` or ``./var/lab``."""
-    return Path(path or os.environ.get("FABRICSCOPE_LAB_DIR") or DEFAULT_LAB_DIR)
+    """The lab's state directory: ``path``, ``$FABRICSCOPE_LAB_DIR``, ``$FABRICSCOPE_VAR/lab`` or ``./var/lab``.
+
+    ``$FABRICSCOPE_VAR`` counts because ``fabricscope up`` builds its lab there: ``lab fault`` in the
+    same environment must find it."""
+    if path or os.environ.get("FABRICSCOPE_LAB_DIR"):
+        return Path(path or os.environ["FABRICSCOPE_LAB_DIR"])
+    var = os.environ.get("FABRICSCOPE_VAR")
+    return Path(var) / "lab" if var else DEFAULT_LAB_DIR
 
 
 def read_state(directory: Path) -> dict[str, Any]:

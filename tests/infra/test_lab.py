@@ -443,3 +443,16 @@ def test_agents_traces_put_a_dead_link_on_every_failing_tuple(fab: lab.Fabric) -
         assert links & {"A->S3", "S3->A"}, (r["prober_rnic"], r["responder_rnic"], hops)
         votes.update(links)
     assert votes.most_common(1)[0][0] in ("A->S3", "S3->A")
+
+
+def test_the_lab_lives_under_fabricscope_var_unless_told_otherwise(monkeypatch: pytest.MonkeyPatch,
+                                                                    tmp_path: Path) -> None:
+    """`up` builds its lab in $FABRICSCOPE_VAR/lab, so `lab fault` in the same environment finds it there."""
+    monkeypatch.delenv("FABRICSCOPE_LAB_DIR", raising=False)
+    monkeypatch.delenv("FABRICSCOPE_VAR", raising=False)
+    assert lab.lab_dir() == Path("var/lab")
+    monkeypatch.setenv("FABRICSCOPE_VAR", str(tmp_path))
+    assert lab.lab_dir() == tmp_path / "lab"
+    monkeypatch.setenv("FABRICSCOPE_LAB_DIR", str(tmp_path / "elsewhere"))
+    assert lab.lab_dir() == tmp_path / "elsewhere"
+    assert lab.lab_dir(tmp_path / "given") == tmp_path / "given"
