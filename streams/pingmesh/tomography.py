@@ -11,6 +11,10 @@ names the most-voted link. Three extensions:
   the vote, and the next link is chosen from the rest; the cover stops when the
   unexplained failures fall below ``min_votes`` or no link has a ratio of at
   least ``min_ratio``. Several concurrent faults are thus each named once.
+* **Parsimony.** A link that explains every failure the best-scored link explains, and beyond them
+  more than background loss, is named instead (one fault, not two): crossing counts come from traces
+  that may predate a reroute, and a dead ToR uplink whose own flows have moved away looks diluted
+  until they are traced again. A link whose every crossing fails (``DEAD_RATIO``) is never widened.
 * **Low-rate loss.** A link is named when its failures are too many to be the fabric's
   background loss: a one-sided test of its unexplained failures among the probes
   crossing it against the per-probe background rate (the unexplained failures left
@@ -38,6 +42,10 @@ import pyarrow.compute as pc
 from streams.pingmesh.context import WindowContext, log_poisson_tail, significance
 from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_links
 from streams.pingmesh.partial import link_counts
+
+DEAD_RATIO = 0.95
+"""Failure ratio from which a link looks dead (every probe crossing it fails, bar a few counted before
+the fault): a fault in its own right, never widened onto another link nor tied on a few tuples' paths."""
 
 
 @dataclass(frozen=True)
@@ -165,13 +173,21 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         top = top[np.argsort(links[top])]
         i = top[0]
         live = left > 0
+        # A link whose every crossing fails is dead, a fault in its own right; one that also passes
+        # probes may be part of a wider fault (loss votes: their background ``q`` tells noise apart).
+        if probes is not None and ratio[i] < DEAD_RATIO:
+            i = _widest_explanation(i, ok, votes, cross, l_idx, rows, left, q,
+                                    math.log(cfg.alpha / n_tests), cfg.min_votes)
+        widened = i != top[0]
+        if widened:
+            best = score[i]
         on_i = (l_idx == i) & live[rows]
         rows_i = frozenset(rows[on_i].tolist())
         # ties: links explaining exactly the same failures equally well; and, when those failures
         # are a few 5-tuples only and the best link also carries probes that pass (not a dead link),
         # every link on all of their paths (a partial 5-tuple fault drops whole tuples, so the
         # crossing counts say nothing about which of their links it is)
-        few = len(rows_i) <= cfg.few_tuples and ratio[i] < 0.95
+        few = len(rows_i) <= cfg.few_tuples and ratio[i] < DEAD_RATIO
         cand = np.nonzero(ok)[0] if few else top[1:]
         ties = tuple(sorted(str(links[j]) for j in cand
                             if j != i and frozenset(rows[(l_idx == j) & live[rows]].tolist()) == rows_i))
@@ -181,6 +197,8 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         share = np.bincount(l_idx, weights=in_i[rows] * left[rows] * w, minlength=len(links))
         comp = (share >= 0.5 * votes[i]) & ok
         comp[i] = False
+        if widened:  # links whose failures i explains whole are parts of its explanation, not rivals
+            comp &= ~np.isclose(share, votes)
         for t in ties:
             comp[np.searchsorted(links, t)] = False
         # near ties: a competitor within ``near_tie`` of the best score leaves a margin under 4 %; the
@@ -206,6 +224,41 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         cross -= np.bincount(l_idx, weights=in_i[rows] * left[rows] * w, minlength=len(links))
         left[list(rows_i)] = 0.0
     return CoverResult(out, int(left.sum()), untraced, total)
+
+
+def _widest_explanation(i: int, ok: np.ndarray, votes: np.ndarray, cross: np.ndarray, l_idx: np.ndarray,
+                        rows: np.ndarray, left: np.ndarray, q: float, log_alpha: float, min_votes: int) -> int:
+    """The link to name instead of the best-scored ``i``: one that explains every unexplained failure
+    ``i`` explains and, beyond them, more than background loss would (parsimony: one fault, not
+    two), else ``i``.
+
+    The score (``votes²/crossings``) trusts each link's crossing count, and that count comes from
+    traces that can be older than a reroute: when a ToR's uplink goes down, the ToR's own flows move
+    to other spines at once, yet their last traces cross the dead link until they are traced again,
+    so its ratio looks diluted, and the far ToR's link to the same spine scores higher while
+    explaining only part of the failures. A healthy link lies on every failing path of a faulty one
+    only when all of them share it (a few 5-tuples), and then what it explains beyond them is
+    background loss, which the per-link test rejects. Among several, the most votes win.
+
+    Args:
+        i: index of the best-scored link. ok: links that pass the tests. votes: unexplained failures
+            per link. cross: probes crossing each link, less the failures already explained.
+        l_idx, rows: the link and the failing group of each (group, link) pair.
+        left: unexplained failures per group (0: explained).
+        q, log_alpha, min_votes: the per-link test (background rate per probe, log of the corrected
+            false-alarm rate, fewest failures) that the failures beyond ``i``'s must pass.
+    """
+    mine = np.unique(rows[(l_idx == i) & (left[rows] > 0)])
+    best, best_votes = i, votes[i]
+    for j in np.nonzero(ok & (votes > votes[i]))[0]:
+        on_j = (l_idx == j) & (left[rows] > 0)
+        if not np.isin(mine, rows[on_j]).all():
+            continue
+        extra = float(votes[j] - votes[i])
+        lam = max(float(cross[j]) - float(votes[i]), 0.0) * q
+        if votes[j] > best_votes and extra >= min_votes and float(log_poisson_tail(extra, lam)[0]) < log_alpha:
+            best, best_votes = int(j), votes[j]
+    return best
 
 
 def _expand_dark(pl: pa.Table, crossing: pa.Table) -> pa.Table:

@@ -90,3 +90,28 @@ def test_failures_a_named_link_explains_leave_the_other_links_crossing_counts():
     r = greedy_cover(f, _crossing(cross))
     assert [(s.link, s.votes, s.failed, s.crossing) for s in r.suspects] == [("r1->T", 20, 20, 20),
                                                                             ("T->Q", 10, 30, 60)]
+
+
+def test_a_link_that_explains_all_failures_beats_one_that_scores_higher_on_part_of_them():
+    """The first window after ToR A's uplink to S3 dies (the lab's `link-down A S3`): A's own flows
+    have moved to other spines, but their last traces still cross A-S3, so its ratio is diluted
+    (892 of 3,218) and B-S3 scores higher (617 of 1,069) while explaining only B's share. A-S3
+    explains every failure, B's and C's: it is the one fault."""
+    f = _failing([("b1,B,S3,A,a1", "", 300), ("b2,B,S3,A,a2", "", 317),
+                  ("c1,C,S3,A,a3", "", 150), ("c2,C,S3,A,a4", "", 125)])
+    cross = {"b1->B": 3000, "b2->B": 3000, "c1->C": 3000, "c2->C": 3000, "a1->A": 3000, "a2->A": 3000,
+             "a3->A": 3000, "a4->A": 3000, "B->S3": 1069, "C->S3": 2759, "A->S3": 3218}
+    r = greedy_cover(f, _crossing(cross), probes=11_203)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("A->S3", 892, ())]
+    assert r.unexplained == 0
+
+
+def test_background_loss_on_a_busy_link_does_not_widen_a_few_tuple_fault_onto_it():
+    """Two 5-tuples lose everything on T-Q and both also cross the busy U-Q, which has three more
+    failures of background loss: U-Q explains T-Q's failures and more, but the more is noise."""
+    f = _failing([("a,T,Q,U,b", "", 20), ("c,T,Q,U,d", "", 20), ("e,V,Q,U,f", "", 3)])
+    cross = {"a->T": 900, "c->T": 900, "e->V": 900, "T->Q": 40, "V->Q": 5000, "U->Q": 20_000,
+             "b->U": 900, "d->U": 900, "f->U": 900}
+    r = greedy_cover(f, _crossing(cross), probes=30_000)
+    assert r.suspects[0].link == "T->Q"
+    assert "U->Q" not in {s.link for s in r.suspects}
