@@ -164,9 +164,10 @@ def _sum_maps(gid: np.ndarray, n_groups: int, maps: pa.ChunkedArray | pa.Array) 
 
 def merge_minute_rows(rows: pa.Table) -> pa.Table:
     """Merge minute-tier rows of one key (minute, pinglist, prober, responder) into one: what the engine's
-    ``sum``/``sumMap`` would do later, done before the insert. The store writer applies it to a block's
-    rows after dropping replays (so the source identity is no longer needed): a block of many
-    messages inserts one row per key instead of one per key and source message.
+    ``sum``/``sumMap`` would do later, done before the insert. The store writer merges a block's rows this
+    way after dropping replays (:func:`sinks.probe_tiers.merge_minute_rows`, one sort and ``reduceat``; its
+    test compares the two), so a block of many messages inserts one row per key instead of one per key and
+    source message.
 
     Returns the table without ``batch_id``, sorted by key.
     """
