@@ -21,10 +21,10 @@ import time
 from pathlib import Path
 
 from bench.history_fabric import HOUR_NS, fabric, probe_table, simulate
+from bench.probe_insert import insert_probes
 from schemas.saved_queries import load, names, render
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.history import load_inventory
-from sinks.probe_tiers import insert_probes
 
 TABLES = ("probes", "probes_1m", "probes_1h_rnic", "probes_1h_tor")
 SAMPLE_PARAMS = {"rnic": "R0003", "job": "job-1"}

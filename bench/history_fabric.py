@@ -1,5 +1,5 @@
 """A simulated month of probe history and verdicts for a small fabric, built with numpy
-into ``probes`` and its tiers (:func:`sinks.probe_tiers.insert_probes`, the tiers as in production),
+into ``probes`` and its tiers (:func:`bench.probe_insert.insert_probes`, the tiers as in production),
 plus independent numpy/Python computations of what every saved query must answer.
 
 Fabric: ``tors`` ToRs, ``rnics_per_tor`` RNICs each, 2 RNICs per host. Every hour each

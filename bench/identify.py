@@ -23,7 +23,7 @@ from producers import controller as ctl
 from producers.controller_ident import identifiability, make_identifiable
 from producers.sim import FlappingLink, LinkDown, LossyLink, PartialTupleLoss
 from producers.sim.plan import entry_links
-from producers.sim.topology import Topology
+from producers.sim.routing import Topology
 
 THREE_TIER = SIZES[3]
 

@@ -37,8 +37,8 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "  group-by sums (pairs, flows, delays, ...)": ("schemas/group_codes.py", ("sums",)),
     "  links crossed (per distinct path pair)": ("streams/pingmesh/partial.py", ("_crossing",)),
     "to_bytes (partial -> IPC)": ("streams/pingmesh/partial.py", ("to_bytes",)),
-    "minute tier (minute_rows)": ("schemas/minute_tier.py", ("minute_rows",)),
-    "latency buckets, once per step (latency_buckets)": ("schemas/minute_tier.py", ("latency_buckets",)),
+    "minute tier (minute_rows)": ("streams/pingmesh/minute_tier.py", ("minute_rows",)),
+    "latency buckets, once per step (latency_buckets)": ("streams/pingmesh/minute_tier.py", ("latency_buckets",)),
     "raw retention (retained)": ("streams/pingmesh/retention.py", ("retained",)),
     "upload marks (upload_marks)": ("streams/runtime/probe_step.py", ("upload_marks",)),
 }
@@ -179,7 +179,7 @@ def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: in
     running worker's is."""
     from schemas.codec import encode
     from schemas.group_codes import dictionaries
-    from schemas.minute_tier import latency_buckets, minute_rows
+    from streams.pingmesh.minute_tier import latency_buckets, minute_rows
     from streams.pingmesh.partial import ENCODED, summarize
     from streams.pingmesh.windows import WINDOW_NS, split_by_window
     from streams.runtime.probe_batch import process_probe_step

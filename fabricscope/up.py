@@ -276,8 +276,8 @@ def run_up(s: Settings, source: str, workers: int, duration: float, alerts: bool
         if source == "auto":
             source = "lab" if lab_available() else "sim"
         if source == "lab":
+            from infra.lab.layout import LabSpec
             from infra.lab.netns import check_not_foreign, lab_dir
-            from infra.lab.topology import LabSpec
 
             check_not_foreign(LabSpec().prefix, lab_dir(var / "lab"))  # before Kafka: refuse early
         # A remote cluster (KAFKA_BOOTSTRAP elsewhere) is used as it is; the local one is started or reused.

@@ -1,7 +1,7 @@
 """Intra-host topology and the Hostping loopback equations, shared by agents and workers.
 
 Plain data (stdlib only, like the rest of :mod:`schemas`): the host agent builds an
-:class:`IntraHostTopology` from sysfs/hwloc (:mod:`producers.hostping.topology`), the
+:class:`IntraHostTopology` from sysfs/hwloc (:mod:`producers.hostping.intrahost_topology`), the
 sim host model uses it to place bottlenecks, and the analyzer
 (:mod:`streams.hostping.hostlink`) uses its paths for Algorithm 1.
 

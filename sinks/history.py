@@ -2,7 +2,7 @@
 the RNIC -> ToR inventory the ToR rollup joins, and operator feedback on verdicts.
 
 The tiers themselves are filled by whoever inserts probe rows (the store writer, or
-:func:`sinks.probe_tiers.insert_probes`); nothing here touches them.
+:func:`bench.probe_insert.insert_probes`); nothing here touches them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The probe tiers the store writer inserts: minute rows merged per key, and the two hourly tiers from them.
 
-The worker computes the minute tier per source message (:mod:`schemas.minute_tier`);
+The worker computes the minute tier per source message (:mod:`streams.pingmesh.minute_tier`);
 the store writer merges a block's minute rows per key and rolls them up into
 ``probes_1h_rnic`` and ``probes_1h_tor`` itself, one insert per tier under the
 block's token (docs/storage.md "Exactly-once rows"). The store has no materialized views
@@ -12,7 +12,7 @@ newest ToR of each RNIC when the block is inserted; an RNIC missing there rolls
 up under ToR ``''``.
 
 Anything else that writes probe rows (history imports, benchmarks, tests) goes
-through :func:`insert_probes`, which computes the same tiers with the same functions.
+through :func:`bench.probe_insert.insert_probes`, which computes the same tiers with the same functions.
 """
 
 from __future__ import annotations
@@ -23,10 +23,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from schemas.minute_tier import merge_tier_rows, minute_rows
+from schemas.records import PROBE_MINUTE_V1
 from sinks.clickhouse import Store
 
 MINUTE_TABLE = "probes_1m"
+# The histogram columns of every tier (``Map(UInt16, UInt64)``, schemas/ddl/005), from the minute tier's record.
+HIST_COLUMNS = tuple(f.name for f in PROBE_MINUTE_V1.fields if f.type.startswith("map<"))
+_MAP = pa.map_(pa.uint16(), pa.uint64())
 # Keys in each table's ORDER BY order (schemas/ddl/005): the merged rows come out sorted by them, which
 # the engine detects on insert and then neither sorts nor permutes the block.
 MINUTE_KEYS = ("pinglist", "prober_rnic", "responder_rnic", "minute")
@@ -97,20 +100,93 @@ def tier_tables(minute: pa.Table, tor_of: Mapping[str, str]) -> dict[str, pa.Tab
     return {MINUTE_TABLE: merged, **hourly_tiers(merged, tor_of)}
 
 
-def insert_probes(store: Store, enriched: pa.Table, dedup_token: str, keep_raw: bool = True) -> None:
-    """Insert the tiers of ``enriched`` (minute, then the hourly ones), then the raw rows.
+def merge_tier_rows(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
+    """Merge tier rows per ``keys`` into one row each: ``sum`` of ``probes`` and ``timeouts``, ``sumMap`` of the
+    three histograms, as the engine merges an ``AggregatingMergeTree`` tier (schemas/ddl/005_history.sql).
+
+    The store writer rolls a block's merged minute rows up into the hourly tiers with it (``keys`` =
+    ``("prober_rnic", "responder_rnic", "hour")`` after replacing ``minute`` by its hour), so the
+    store needs no materialized view.
 
     Args:
-        store: a migrated store.
-        enriched: ``probe_enriched.v1`` rows (or the subset of columns the tier needs: ``t1``,
-            ``upload_ns``, ``pinglist``, RNICs, ``status``, the three RTT columns, ``batch_id``).
-        dedup_token: the batch identity; one token per table, so a replay is a no-op in every tier.
-        keep_raw: False to store the tiers only.
+        rows: ``keys`` columns (any type Arrow can dictionary-encode) plus ``probes``, ``timeouts`` and the
+            three ``Map(UInt16, UInt64)`` histogram columns; other columns are dropped.
+        keys: the key columns of the target tier, best in the order of its table's ``ORDER BY``.
 
-    Raises:
-        sinks.clickhouse.StoreError: the store refused an insert (nothing after it was tried).
+    Returns:
+        ``keys`` then the value columns, one row per distinct key, sorted by ``keys`` (strings in byte
+        order, as ClickHouse compares them); vectorised. Given a table's ``ORDER BY`` order, the engine
+        finds the block sorted and skips its own sort and permutation on insert. String keys come out
+        dictionary-encoded (``LowCardinality`` in the store takes them without hashing every row).
     """
-    for table, rows in tier_tables(minute_rows(enriched), tor_of_rnic(store)).items():
-        store.insert_arrow(table, rows, dedup_token=dedup_token, settings=TIER_INSERT_SETTINGS)
-    if keep_raw:
-        store.insert_arrow("probes", enriched, dedup_token=dedup_token)
+    names = [*keys, "probes", "timeouts", *HIST_COLUMNS]
+    if rows.num_rows == 0:
+        return rows.select(names)
+    composite = np.zeros(rows.num_rows, dtype=np.int64)
+    codes_of, dicts = {}, {}
+    for k in keys:
+        codes, card, dicts[k] = _sorted_codes(rows[k])
+        codes_of[k] = codes
+        if int(composite.max()) >= (1 << 62) // card:  # re-densify before the mixed radix overflows
+            composite = np.unique(composite, return_inverse=True)[1].astype(np.int64).ravel()
+        composite = composite * card + codes
+    _, first, gid = np.unique(composite, return_index=True, return_inverse=True)
+    gid = gid.astype(np.int64).ravel()
+    n_groups = len(first)
+    take = pa.array(first, pa.int64())
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {
+        k: (rows[k].take(take) if dicts[k] is None else
+            pa.DictionaryArray.from_arrays(pa.array(codes_of[k][first].astype(np.int32)), dicts[k]))
+        for k in keys}
+    for c in ("probes", "timeouts"):
+        cols[c] = pa.array(np.bincount(gid, weights=rows[c].to_numpy(), minlength=n_groups).astype(np.uint64))
+    for name in HIST_COLUMNS:
+        # every key of one row (most hourly keys of a block have one minute row): its maps as they are
+        # (a map's keys are distinct and ascending, as minute_rows builds them), one Arrow take
+        cols[name] = rows[name].take(take) if n_groups == rows.num_rows else _sum_maps_sorted(gid, n_groups,
+                                                                                               rows[name])
+    return pa.table({n: cols[n] for n in names})
+
+
+def _sorted_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int, pa.Array | None]:
+    """Codes of a key column that sort like its values, how many there can be, and for strings the sorted
+    dictionary the codes index; integers of a narrow range are their own codes (offset from the minimum)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if pa.types.is_integer(col.type):
+        v = col.to_numpy(zero_copy_only=False).astype(np.int64)
+        lo = int(v.min())
+        card = int(v.max()) - lo + 1
+        if card <= max(len(v), 1 << 16):
+            return v - lo, card, None
+        distinct, codes = np.unique(v, return_inverse=True)  # a wide range (history imports): dense codes
+        return codes.astype(np.int64).ravel(), len(distinct), None
+    d = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+    order = pc.sort_indices(d.dictionary).to_numpy()
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    codes = rank[d.indices.to_numpy(zero_copy_only=False)]
+    return codes, max(len(order), 1), d.dictionary.take(pa.array(order))
+
+
+def _sum_maps_sorted(gid: np.ndarray, n_groups: int, maps: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """:func:`_sum_maps` with one sort and ``np.add.reduceat`` (no inverse index, no ``np.add.at``, which is
+    slow on large arrays): the same maps, keys ascending."""
+    chunks = maps.chunks if isinstance(maps, pa.ChunkedArray) else [maps]
+    maps = pa.concat_arrays(chunks)
+    offsets = maps.offsets.to_numpy()
+    keys = maps.keys.to_numpy()[offsets[0]:offsets[-1]].astype(np.int64)
+    counts = maps.items.to_numpy()[offsets[0]:offsets[-1]]
+    out_offsets = np.zeros(n_groups + 1, dtype=np.int32)
+    if len(keys) == 0:
+        return pa.MapArray.from_arrays(pa.array(out_offsets), pa.array([], pa.uint16()), pa.array([], pa.uint64()),
+                                       type=_MAP)
+    pair = np.repeat(gid, np.diff(offsets)) * 65536 + keys
+    order = np.argsort(pair)
+    pair = pair[order]
+    starts = np.flatnonzero(np.concatenate(([True], pair[1:] != pair[:-1])))
+    total = np.add.reduceat(counts[order], starts)
+    pair = pair[starts]
+    np.cumsum(np.bincount(pair // 65536, minlength=n_groups), out=out_offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(out_offsets), pa.array((pair % 65536).astype(np.uint16)),
+                                   pa.array(total.astype(np.uint64)), type=_MAP)

@@ -5,7 +5,7 @@ by veth pairs; ``down()`` removes everything; :mod:`infra.lab.faults` injects th
 R-Pingmesh fault classes; :mod:`infra.lab.agents` starts the udp agents.
 """
 
+from infra.lab.layout import Fabric, LabSpec, plan
 from infra.lab.netns import LabError, down, lab_dir, load, up
-from infra.lab.topology import Fabric, LabSpec, plan
 
 __all__ = ["Fabric", "LabError", "LabSpec", "down", "lab_dir", "load", "plan", "up"]

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from infra.lab import procs
+from infra.lab.layout import Fabric
 from infra.lab.netns import LabError, lab_dir, load, read_state, write_state
-from infra.lab.topology import Fabric
 
 AGENT_MODULE = "producers.udp_agent"
 ROLES = ("responder", "prober")

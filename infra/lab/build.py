@@ -28,8 +28,8 @@ from pathlib import Path
 
 from pyroute2 import IPRoute, netns
 
+from infra.lab.layout import Fabric, LabSpec, plan
 from infra.lab.netns import LabError, ns_exec, read_state
-from infra.lab.topology import Fabric, LabSpec, plan
 from infra.process_group import die_with_parent
 
 _COMMON_SYSCTLS = {

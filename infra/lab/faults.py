@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from infra.lab import agents, nft, procs
+from infra.lab.layout import Fabric
 from infra.lab.netns import LabError, lab_dir, load, ns_exec, read_state, write_state
-from infra.lab.topology import Fabric
 
 KINDS = ("link-down", "link-loss", "partial-5tuple", "nic-down", "host-down", "host-restart", "busy-host")
 

@@ -24,7 +24,7 @@ import yaml
 from pyroute2 import netns
 
 from infra.lab import procs
-from infra.lab.topology import Fabric, LabSpec, plan
+from infra.lab.layout import Fabric, LabSpec, plan
 from infra.process_group import kill_group
 from infra.runlock import Busy, RunLock, holder, note
 

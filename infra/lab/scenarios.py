@@ -1,5 +1,8 @@
 """The demo scenarios (``fabricscope demo``) as lab faults, with the verdict each should produce.
 
+The scenarios and their verdicts are those of :data:`schemas.scenarios.CATALOGUE` the lab can inject
+(``on_lab``); this module says which lab fault makes each.
+
 ``apply(name, seed)`` draws the faulted link, RNIC or host from ``seed`` and
 injects it; the returned :class:`Truth` says what a correct analyzer reports
 (R-Pingmesh §5): the fault kind and where.
@@ -12,17 +15,22 @@ from pathlib import Path
 
 from infra.lab import faults
 from infra.lab.netns import LabError, lab_dir, load
+from schemas.scenarios import BY_NAME, LAB_NAMES
 
-# scenario -> (lab fault kind or None, expected verdict kind or None)
+# The lab fault that makes each scenario of the catalogue the lab can inject (``healthy``: none).
+_LAB_FAULT: dict[str, str | None] = {
+    "healthy": None,
+    "switch-link-down": "link-down",
+    "switch-link-lossy": "link-loss",
+    "partial-5tuple": "partial-5tuple",
+    "rnic-down": "nic-down",
+    "host-down": "host-down",
+    "host-restart": "host-restart",
+    "busy-host": "busy-host",
+}
+# scenario -> (lab fault kind or None, expected verdict kind or None), in the catalogue's order
 SCENARIOS: dict[str, tuple[str | None, str | None]] = {
-    "healthy": (None, None),
-    "switch-link-down": ("link-down", "switch"),
-    "switch-link-lossy": ("link-loss", "switch"),
-    "partial-5tuple": ("partial-5tuple", "switch"),
-    "rnic-down": ("nic-down", "rnic"),
-    "host-down": ("host-down", "host_down"),
-    "host-restart": ("host-restart", "stale_qpn"),
-    "busy-host": ("busy-host", "busy_host"),
+    name: (_LAB_FAULT[name], BY_NAME[name].verdict) for name in LAB_NAMES
 }
 
 

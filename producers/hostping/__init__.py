@@ -14,7 +14,7 @@ here; the ``diagnose``-only collectors and rules live there).
 - :mod:`.hw_counters`  RDMA ``hw_counters`` / ``counters`` and their deltas
 - :mod:`.rnic_config`  ``mlxreg ROCE_ACCL`` registers (slow start, TX window; also a collector)
 - :mod:`.monitor`      hardware monitor: counter rates, idle/busy status, loopback triggers
-- :mod:`.topology`     intra-host PCIe tree from sysfs or hwloc XML, affinitive endpoints
+- :mod:`.intrahost_topology` intra-host PCIe tree from sysfs or hwloc XML, affinitive endpoints
 - :mod:`.nvml`         GPU link generation/width through NVML (fails clearly without a GPU)
 - :mod:`.loopback`     the loopback engine's arithmetic (Eq. 1-3) and its device check
 - :mod:`.simhost`      a simulated host with injectable bottlenecks (bandwidth matrices)

@@ -5,7 +5,7 @@ Combines one-source readers, each over the same sysfs root (``--path.sysfs``) an
 
 - every PCI function (:mod:`.pci_inventory`), NUMA nodes (:mod:`.numa`), RDMA devices with their
   netdevs and PCI addresses (:mod:`.rnics`);
-- the intra-host topology Hostping's analyzer needs (:mod:`.topology`): only when the host has a
+- the intra-host topology Hostping's analyzer needs (:mod:`.intrahost_topology`): only when the host has a
   GPU or an RNIC (otherwise ``topology`` is ``None`` and ``topology_error`` says why);
 - GPUs through NVML where present (:mod:`.nvml`); NVML absent is a reason, not an error;
 - uncore PMUs and the bus counters planned on them (:mod:`.uncore`).
@@ -17,7 +17,7 @@ import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from producers.hostping import numa, pci_inventory, rnics, topology, uncore
+from producers.hostping import intrahost_topology, numa, pci_inventory, rnics, uncore
 from producers.hostping.sysfs import SysfsSnapshot
 
 
@@ -31,7 +31,7 @@ class HostDiscovery:
     functions: list[pci_inventory.PciFunction]
     nodes: list[numa.NumaNode]
     rnics: list[rnics.Rnic]
-    topology: topology.DiscoveredHost | None
+    topology: intrahost_topology.DiscoveredHost | None
     topology_error: str
     pmus: list[uncore.Pmu]
     bus_counters: list[uncore.BusCounter]
@@ -95,10 +95,10 @@ def discover(sysfs_root: str | Path = "/sys", procfs_root: str | Path = "/proc",
     procfs = Path(procfs_root)
     name = host or hostname(procfs)
     nodes = numa.read_nodes(snap)
-    topo: topology.DiscoveredHost | None = None
+    topo: intrahost_topology.DiscoveredHost | None = None
     topo_err = ""
     try:
-        topo = topology.from_sysfs(snap, name)
+        topo = intrahost_topology.from_sysfs(snap, name)
     except ValueError as err:
         topo_err = str(err)
     pmus = uncore.read_pmus(snap)

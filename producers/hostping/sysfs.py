@@ -7,7 +7,7 @@ Three sources give the same :class:`SysfsSnapshot`:
 - ``grep "" FILE...`` output (``path:value`` lines);
 - ``cat FILE`` transcripts (a ``cat /sys/...`` line, then the content up to a blank line).
 
-Readers (:mod:`.sysfs_pcie`, :mod:`.hw_counters`, :mod:`.topology`) only ask the
+Readers (:mod:`.sysfs_pcie`, :mod:`.hw_counters`, :mod:`.intrahost_topology`) only ask the
 snapshot for paths below ``/sys``, so a capture from a GPU host is analysed the
 same way as the live tree.
 """

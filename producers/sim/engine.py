@@ -2,7 +2,7 @@
 
 The model (docs/design.md "Probe backends"), one module per concern:
 
-* **Routing** (:mod:`producers.sim.topology`). Shortest up-down paths between ToRs; at every
+* **Routing** (:mod:`producers.sim.routing`). Shortest up-down paths between ToRs; at every
   ToR and switch ECMP picks a next hop by hashing the 5-tuple with that node's own seed, so a
   5-tuple always takes one path and the forward and reverse directions hash independently.
   A fault does not reroute: a dead link blackholes what hashes onto it, as static routes do
@@ -53,7 +53,7 @@ from producers.sim.faults import (
 )
 from producers.sim.hashing import mix64, stable_seed, tuple_key
 from producers.sim.plan import PINGLIST_CODES, Plan, even_inter_tor, hop_strings, make_plan
-from producers.sim.topology import Topology
+from producers.sim.routing import Topology
 from schemas.inventory import Inventory
 
 __all__ = ["BATCH_NS", "PINGLIST_CODES", "TIMEOUT_NS", "Simulator", "to_pylists", "tuple_key"]

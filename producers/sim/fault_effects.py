@@ -24,7 +24,7 @@ from producers.sim.faults import (
 )
 from producers.sim.hashing import stable_seed
 from producers.sim.plan import Plan
-from producers.sim.topology import Topology
+from producers.sim.routing import Topology
 from schemas.inventory import link_name
 
 # One restart of an RNIC's host: (effective_ns, known_by_probers_ns, new_qpn).

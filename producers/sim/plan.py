@@ -13,7 +13,7 @@ import numpy as np
 
 from producers import controller as ctl
 from producers.sim.hashing import stable_seed, tuple_key
-from producers.sim.topology import Topology
+from producers.sim.routing import Topology
 
 PINGLIST_CODES = ("tor_mesh", "inter_tor", "service")
 

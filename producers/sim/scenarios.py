@@ -1,9 +1,10 @@
 """Named fault scenarios for demos and scoring, the faulted element drawn by a seed.
 
-The names are the demo scenarios of ``fabricscope demo`` (``healthy``, ``switch-link-down``,
+The names, what each injects and the verdict it should produce are :data:`schemas.scenarios.CATALOGUE`,
+which the netns lab shares: the demo scenarios of ``fabricscope demo`` (``healthy``, ``switch-link-down``,
 ``switch-link-lossy``, ``partial-5tuple``, ``rnic-down``, ``host-down``,
 ``host-restart``, ``busy-host``) plus faults only the simulator can make
-(``flapping-link``, ``flapping-rnic``, ``latency-link``).
+(``flapping-link``, ``flapping-rnic``, ``latency-link``). The simulator makes every one.
 """
 
 from __future__ import annotations
@@ -25,20 +26,9 @@ from producers.sim.faults import (
     RnicDown,
 )
 from schemas.inventory import Inventory
+from schemas.scenarios import NAMES
 
-SCENARIOS = (
-    "healthy",
-    "switch-link-down",
-    "switch-link-lossy",
-    "partial-5tuple",
-    "rnic-down",
-    "host-down",
-    "host-restart",
-    "busy-host",
-    "flapping-link",
-    "flapping-rnic",
-    "latency-link",
-)
+SCENARIOS: tuple[str, ...] = NAMES
 
 
 def scenario_faults(name: str, inv: Inventory, seed: int, start_ns: int | None = None) -> list[Fault]:

@@ -40,7 +40,7 @@ import pyarrow as pa
 
 from schemas import topics as T
 from schemas.codec import encode, encode_buffer, headers_for, schema_key_from_headers
-from schemas.minute_tier import MINUTE
+from streams.pingmesh.minute_tier import MINUTE
 from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.reducer import StepFormatError, WindowReducer
 from streams.pingmesh.retention import RetentionPolicy

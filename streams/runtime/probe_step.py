@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.group_codes import factorize, to_numpy
-from schemas.minute_tier import latency_buckets, minute_rows
+from streams.pingmesh.minute_tier import latency_buckets, minute_rows
 from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.reducer import batch_partials
 from streams.pingmesh.retention import RetentionPolicy, retained

@@ -101,7 +101,7 @@ def test_a_missing_required_argument(monkeypatch, capsys, path):
 @pytest.fixture
 def lab_dir(tmp_path) -> Path:
     """A lab state file as `lab up` writes it (Panel 1): enough for the fault command to check names."""
-    from infra.lab.topology import LabSpec
+    from infra.lab.layout import LabSpec
 
     d = tmp_path / "lab"
     d.mkdir()

@@ -15,8 +15,8 @@ if os.geteuid() != 0 or subprocess.run(["ip", "netns", "list"], capture_output=T
     pytest.skip("the lab needs root and network namespaces", allow_module_level=True)
 
 from infra.lab import netns  # noqa: E402
+from infra.lab.layout import LabSpec  # noqa: E402
 from infra.lab.netns import LabError, lab_lock_path  # noqa: E402
-from infra.lab.topology import LabSpec  # noqa: E402
 
 from conftest import REPO  # noqa: E402
 

@@ -24,7 +24,7 @@ from producers.controller_loop import SplitLoop, bounce_entries
 from producers.sim import LinkDown, LossyLink, PartialTupleLoss, Simulator
 from producers.sim.fabrics import panel1, random_clos
 from producers.sim.plan import entry_links
-from producers.sim.topology import Topology
+from producers.sim.routing import Topology
 from streams.pingmesh.probe_requests import named_links, requests_from_verdicts
 
 THREE_TIER = SIZES[3][1]  # the benchmark's "3-tier 8 ToRs (64)": 2 pods, 2 aggs each, 4 cores

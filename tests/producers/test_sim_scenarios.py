@@ -8,22 +8,10 @@ from producers.sim import LinkDown, Simulator
 from producers.sim.fabrics import panel1, random_clos
 from producers.sim.scenarios import SCENARIOS, panel1_job_connections, scenario_faults
 from producers.sim.stream import encoded_uploads
+from schemas.scenarios import BY_NAME
 
 T0 = 1_800_000_000_000_000_000
 S = 1_000_000_000
-
-EXPECTED_KIND = {
-    "switch-link-down": "switch",
-    "switch-link-lossy": "switch",
-    "partial-5tuple": "switch",
-    "flapping-link": "switch",
-    "latency-link": "switch_latency",
-    "rnic-down": "rnic",
-    "flapping-rnic": "rnic",
-    "host-down": "host_down",
-    "host-restart": "stale_qpn",
-    "busy-host": "busy_host",
-}
 
 
 @pytest.mark.parametrize("name", SCENARIOS)
@@ -35,7 +23,7 @@ def test_every_scenario_has_its_truth_and_runs(name):
     if name == "healthy":
         assert truth == []
     else:
-        assert [t["kind"] for t in truth] == [EXPECTED_KIND[name]]
+        assert [t["kind"] for t in truth] == [BY_NAME[name].verdict]
     batches = sim.upload_batches(T0)
     lost = sum(int((b[1]["status"] == "timeout").sum()) for b in batches)
     if name in ("healthy", "latency-link"):

@@ -10,8 +10,8 @@ import pyarrow.ipc as ipc
 import pytest
 
 from infra.lab import nft
+from infra.lab.layout import LabSpec, plan
 from infra.lab.netns import LabError
-from infra.lab.topology import LabSpec, plan
 from producers import kernel_ts
 from producers.probe_protocol import InFlight, PendingProbe, ReplyBudget, TokenBucket
 from producers.udp_agent import Agent

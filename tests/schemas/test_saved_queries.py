@@ -15,10 +15,10 @@ import pyarrow.csv as pacsv
 import pytest
 
 from bench.history_fabric import HOUR_NS, fabric, grouped_quantiles, probe_table, simulate
+from bench.probe_insert import insert_probes
 from schemas.saved_queries import names, render_named
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.history import load_inventory, record_feedback
-from sinks.probe_tiers import insert_probes
 
 from conftest import REPO
 

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from bench.history_fabric import HOUR_NS, fabric, grouped_quantiles, probe_table, simulate
+from bench.probe_insert import insert_probes
 from schemas.saved_queries import SavedQueryError, parse_duration, render_named
 from sinks.clickhouse import ChdbStore, StoreError, migrate
 from sinks.history import load_inventory, record_feedback
-from sinks.probe_tiers import insert_probes
 
 from conftest import REPO
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import pytest
 
+from bench.probe_insert import insert_probes
 from schemas.arrow_pa import table_from_columns
 from sinks.clickhouse import ChdbStore, migrate
-from sinks.probe_tiers import TIER_TABLES, insert_probes
+from sinks.probe_tiers import TIER_TABLES
 from streams.pingmesh.rtt import decompose
 
 from probe_rows import columns, known_rows

@@ -16,7 +16,7 @@ aggregate anyway.
 The histograms are the store's: ``bucket(ns) = floor(16 * log2(max(ns, 1)))``,
 a ``Map(UInt16, UInt64)`` merged with ``sumMap`` (schemas/ddl/005_history.sql).
 Equal, bucket for bucket, to what the former materialized view computed from the
-same rows (tests/schemas/test_minute_tier.py).
+same rows (tests/streams/test_minute_tier.py).
 """
 
 from __future__ import annotations
@@ -164,9 +164,10 @@ def _sum_maps(gid: np.ndarray, n_groups: int, maps: pa.ChunkedArray | pa.Array) 
 
 def merge_minute_rows(rows: pa.Table) -> pa.Table:
     """Merge minute-tier rows of one key (minute, pinglist, prober, responder) into one: what the engine's
-    ``sum``/``sumMap`` would do later, done before the insert. The store writer applies it to a block's
-    rows after dropping replays (so the source identity is no longer needed): a block of many
-    messages inserts one row per key instead of one per key and source message.
+    ``sum``/``sumMap`` would do later, done before the insert. The store writer merges a block's rows this
+    way after dropping replays (:func:`sinks.probe_tiers.merge_minute_rows`, one sort and ``reduceat``; its
+    test compares the two), so a block of many messages inserts one row per key instead of one per key and
+    source message.
 
     Returns the table without ``batch_id``, sorted by key.
     """
@@ -194,95 +195,3 @@ def merge_minute_rows(rows: pa.Table) -> pa.Table:
     for name, _col in HISTS:
         cols[name] = _sum_maps(gid, n_groups, rows[name])
     return pa.table({n: cols[n] for n in names})
-
-
-def merge_tier_rows(rows: pa.Table, keys: tuple[str, ...]) -> pa.Table:
-    """Merge tier rows per ``keys`` into one row each: ``sum`` of ``probes`` and ``timeouts``, ``sumMap`` of the
-    three histograms, as the engine merges an ``AggregatingMergeTree`` tier (schemas/ddl/005_history.sql).
-
-    The store writer rolls a block's merged minute rows up into the hourly tiers with it (``keys`` =
-    ``("prober_rnic", "responder_rnic", "hour")`` after replacing ``minute`` by its hour), so the
-    store needs no materialized view.
-
-    Args:
-        rows: ``keys`` columns (any type Arrow can dictionary-encode) plus ``probes``, ``timeouts`` and the
-            three ``Map(UInt16, UInt64)`` histogram columns; other columns are dropped.
-        keys: the key columns of the target tier, best in the order of its table's ``ORDER BY``.
-
-    Returns:
-        ``keys`` then the value columns, one row per distinct key, sorted by ``keys`` (strings in byte
-        order, as ClickHouse compares them); vectorised. Given a table's ``ORDER BY`` order, the engine
-        finds the block sorted and skips its own sort and permutation on insert. String keys come out
-        dictionary-encoded (``LowCardinality`` in the store takes them without hashing every row).
-    """
-    names = [*keys, "probes", "timeouts", *(h for h, _ in HISTS)]
-    if rows.num_rows == 0:
-        return rows.select(names)
-    composite = np.zeros(rows.num_rows, dtype=np.int64)
-    codes_of, dicts = {}, {}
-    for k in keys:
-        codes, card, dicts[k] = _sorted_codes(rows[k])
-        codes_of[k] = codes
-        if int(composite.max()) >= (1 << 62) // card:  # re-densify before the mixed radix overflows
-            composite = np.unique(composite, return_inverse=True)[1].astype(np.int64).ravel()
-        composite = composite * card + codes
-    _, first, gid = np.unique(composite, return_index=True, return_inverse=True)
-    gid = gid.astype(np.int64).ravel()
-    n_groups = len(first)
-    take = pa.array(first, pa.int64())
-    cols: dict[str, pa.Array | pa.ChunkedArray] = {
-        k: (rows[k].take(take) if dicts[k] is None else
-            pa.DictionaryArray.from_arrays(pa.array(codes_of[k][first].astype(np.int32)), dicts[k]))
-        for k in keys}
-    for c in ("probes", "timeouts"):
-        cols[c] = pa.array(np.bincount(gid, weights=rows[c].to_numpy(), minlength=n_groups).astype(np.uint64))
-    for name, _col in HISTS:
-        # every key of one row (most hourly keys of a block have one minute row): its maps as they are
-        # (a map's keys are distinct and ascending, as minute_rows builds them), one Arrow take
-        cols[name] = rows[name].take(take) if n_groups == rows.num_rows else _sum_maps_sorted(gid, n_groups,
-                                                                                               rows[name])
-    return pa.table({n: cols[n] for n in names})
-
-
-def _sorted_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int, pa.Array | None]:
-    """Codes of a key column that sort like its values, how many there can be, and for strings the sorted
-    dictionary the codes index; integers of a narrow range are their own codes (offset from the minimum)."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    if pa.types.is_integer(col.type):
-        v = col.to_numpy(zero_copy_only=False).astype(np.int64)
-        lo = int(v.min())
-        card = int(v.max()) - lo + 1
-        if card <= max(len(v), 1 << 16):
-            return v - lo, card, None
-        distinct, codes = np.unique(v, return_inverse=True)  # a wide range (history imports): dense codes
-        return codes.astype(np.int64).ravel(), len(distinct), None
-    d = col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
-    order = pc.sort_indices(d.dictionary).to_numpy()
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order), dtype=np.int64)
-    codes = rank[d.indices.to_numpy(zero_copy_only=False)]
-    return codes, max(len(order), 1), d.dictionary.take(pa.array(order))
-
-
-def _sum_maps_sorted(gid: np.ndarray, n_groups: int, maps: pa.ChunkedArray | pa.Array) -> pa.Array:
-    """:func:`_sum_maps` with one sort and ``np.add.reduceat`` (no inverse index, no ``np.add.at``, which is
-    slow on large arrays): the same maps, keys ascending."""
-    chunks = maps.chunks if isinstance(maps, pa.ChunkedArray) else [maps]
-    maps = pa.concat_arrays(chunks)
-    offsets = maps.offsets.to_numpy()
-    keys = maps.keys.to_numpy()[offsets[0]:offsets[-1]].astype(np.int64)
-    counts = maps.items.to_numpy()[offsets[0]:offsets[-1]]
-    out_offsets = np.zeros(n_groups + 1, dtype=np.int32)
-    if len(keys) == 0:
-        return pa.MapArray.from_arrays(pa.array(out_offsets), pa.array([], pa.uint16()), pa.array([], pa.uint64()),
-                                       type=_MAP)
-    pair = np.repeat(gid, np.diff(offsets)) * 65536 + keys
-    order = np.argsort(pair)
-    pair = pair[order]
-    starts = np.flatnonzero(np.concatenate(([True], pair[1:] != pair[:-1])))
-    total = np.add.reduceat(counts[order], starts)
-    pair = pair[starts]
-    np.cumsum(np.bincount(pair // 65536, minlength=n_groups), out=out_offsets[1:])
-    return pa.MapArray.from_arrays(pa.array(out_offsets), pa.array((pair % 65536).astype(np.uint16)),
-                                   pa.array(total.astype(np.uint64)), type=_MAP)

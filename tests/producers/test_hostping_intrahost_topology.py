@@ -1,4 +1,4 @@
-"""Hostping host topology (producers.hostping.topology): built from hwloc XML and from a captured sysfs tree
+"""Hostping host topology (producers.hostping.intrahost_topology): built from hwloc XML and from a captured sysfs tree
 (tests/fixtures/hostping), the affinitive endpoints and paths of each RNIC, and a clear error on a bad file.
 """
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from producers.hostping import sysfs, topology
+from producers.hostping import intrahost_topology, sysfs
 
 from conftest import REPO
 
@@ -15,7 +15,7 @@ SYSFS = FIXTURES / "sysfs_gpu_behind_switch"
 
 
 def test_hwloc_xml_topology_and_affinitive_endpoints():
-    d = topology.from_hwloc_xml(FIXTURES / "hwloc_2socket.xml")
+    d = intrahost_topology.from_hwloc_xml(FIXTURES / "hwloc_2socket.xml")
     t = d.topology
     assert t.host == "gpu-host-7"
     assert t.rnics == ["mlx5_0", "mlx5_1"]  # the Ethernet-only NIC 8a:00.0 is left out
@@ -28,7 +28,7 @@ def test_hwloc_xml_topology_and_affinitive_endpoints():
 
 
 def test_sysfs_topology_rnic_on_its_own_root_port_has_no_affinitive_gpu():
-    d = topology.from_sysfs(sysfs.SysfsSnapshot.from_root(SYSFS), host="fixture")
+    d = intrahost_topology.from_sysfs(sysfs.SysfsSnapshot.from_root(SYSFS), host="fixture")
     t = d.topology
     assert (t.rnics, t.nodes("gpu")) == (["mlx5_0"], ["gpu0", "gpu1"])
     assert t.parent == {
@@ -46,4 +46,4 @@ def test_hwloc_error_names_file_and_command(tmp_path):
     bad = tmp_path / "topo.xml"
     bad.write_text("<not-hwloc/>")
     with pytest.raises(ValueError, match=r"topo.xml.*lstopo --of xml"):
-        topology.from_hwloc_xml(bad)
+        intrahost_topology.from_hwloc_xml(bad)
