@@ -21,6 +21,7 @@ Config (JSON)::
      "registry_dir": "var/lab/registry", "registry_refresh_s": 30,
      "rates": {"tor_mesh": 10, "inter_tor": 10, "service": 10},   # probes/s per RNIC
      "upload_interval_s": 5, "trace_interval_s": 60,
+     "send_batch_ms": 10,              # probes due within 10 ms of the earliest leave with it (one wakeup)
      "reverse_trace_peers": [],        # more addresses whose ACK paths to trace (the agent's own targets always)
      "output": {"kind": "kafka", "bootstrap": "127.0.0.1:9092", "topic_prefix": ""}}
 
@@ -61,6 +62,10 @@ DEFAULT_RATES = {"tor_mesh": 10.0, "inter_tor": 10.0, "service": 10.0}
 UPLOAD_INTERVAL_S = 5.0
 TRACE_INTERVAL_S = 60.0
 RETRACE_FAILED_S = 5.0
+# Probes due within this much of the earliest are sent with it, so the loop wakes once per batch of probes
+# (12 at 8 RNICs x 150/s) instead of once per probe; a probe leaves at most this early, which no 20 s window
+# or 500 ms timeout can tell. Replies are still read as they come (t6 stays the moment ACK1 is seen).
+SEND_BATCH_MS = 10.0
 
 # (schema key, Arrow IPC bytes, message key, extra Kafka headers)
 Sink = Callable[[str, bytes, str, list[tuple[str, bytes]]], None]
@@ -168,6 +173,10 @@ class Agent:
                 on_path=self._on_path,
             )
         self.rates = {**DEFAULT_RATES, **config.get("rates", {})}
+        batch = config.get("send_batch_ms", SEND_BATCH_MS)
+        if isinstance(batch, bool) or not isinstance(batch, (int, float)) or not 0 <= batch <= 1000:
+            raise ValueError(f"agent config: send_batch_ms {batch!r} is not a number of ms in 0..1000")
+        self.send_batch_ns = int(batch * 1e6)
         self.entries: list[dict[str, Any]] = []
         self._schedule: list[tuple[int, int]] = []
         self._pinglist_mtime = 0.0
@@ -186,6 +195,8 @@ class Agent:
         (prober RNIC, pinglist) group share the pinglist's rate from ``rates``.
         """
         mine = {r.name for r in self.rnics}
+        if hasattr(self.engine, "forget_entries"):
+            self.engine.forget_entries()
         self.entries = [dict(e) for e in entries if e.get("prober_rnic") in mine]
         groups: dict[tuple[str, str], int] = {}
         for e in self.entries:
@@ -292,10 +303,12 @@ class Agent:
         self._traced[(ep.ip, ep.port, dst[0], dst[1])] = time.monotonic_ns()
         self.engine.trace(ep, dst, e.get("responder_rnic") or dst[0])
 
-    def run_due(self, now: int) -> None:
-        """Send every probe whose time has come; trace 5-tuples not traced for ``trace_interval_s``."""
+    def run_due(self, now: int, ahead_ns: int = 0) -> None:
+        """Send every probe whose time has come, or comes within ``ahead_ns`` (one batch); trace 5-tuples not
+        traced for ``trace_interval_s``."""
         trace_ns = float(self.cfg.get("trace_interval_s", TRACE_INTERVAL_S)) * 1e9
-        while self._schedule and self._schedule[0][0] <= now:
+        horizon = now + ahead_ns
+        while self._schedule and self._schedule[0][0] <= horizon:
             due, i = heapq.heappop(self._schedule)
             e = self.entries[i]
             self.engine.send_probe(e)
@@ -350,7 +363,7 @@ class Agent:
                 if now >= next_registry:
                     self._reload_registry()
                     next_registry = now + registry_ns
-                self.run_due(now)
+                self.run_due(now, self.send_batch_ns)
             elif self.tracing:  # responder: trace the ACK paths it answered, toward the host's probe targets
                 if now >= next_pinglist:
                     self._reload_pinglist()
