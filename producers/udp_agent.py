@@ -50,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from producers.probe_protocol import PendingProbe, probe_columns
 from producers.udp_prober import DEFAULT_DST_PORT, LocalRnic, UdpEngine
 from schemas.arrow_nano import encode_columns
 from schemas.records import PATH_V1, PROBE_V1, REGISTRY_V1
@@ -138,7 +139,8 @@ class Agent:
             sink, flush = make_sink(config.get("output", {"kind": "none"}))
         self.sink = sink
         self.flush = flush or (lambda: None)
-        self.probe_rows: list[dict[str, Any]] = []
+        self.probe_rows: list[dict[str, Any]] = []  # rows of the verbs engine
+        self._finished: list[PendingProbe] = []  # probes of the udp engine: columns are built at upload
         self.path_rows: list[dict[str, Any]] = []
         self.backend = config.get("backend", "udp")
         if self.backend not in ("udp", "verbs"):
@@ -169,8 +171,8 @@ class Agent:
                 hardware=bool(config.get("hardware_timestamps", False)),
                 rate_limit=float(config.get("rate_limit", 500.0)),
                 address_names=config.get("address_names", {}),
-                on_probe=self._on_probe,
                 on_path=self._on_path,
+                on_finished=self._on_finished,
             )
         self.rates = {**DEFAULT_RATES, **config.get("rates", {})}
         batch = config.get("send_batch_ms", SEND_BATCH_MS)
@@ -292,6 +294,14 @@ class Agent:
             if time.monotonic_ns() - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
                 self._trace_entry(row)  # a rehash can move a failing tuple: trace it again
 
+    def _on_finished(self, p: PendingProbe) -> None:
+        self._finished.append(p)
+        if self.tracing and (p.t5 is None or p.t3 is None or p.t4 is None):  # a timeout (see probe_columns)
+            e = p.entry
+            key = (e["src_ip"], e["src_port"], e["dst_ip"], e["dst_port"])
+            if time.monotonic_ns() - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
+                self._trace_entry(e)  # a rehash can move a failing tuple: trace it again
+
     def _on_path(self, row: dict[str, Any]) -> None:
         # Looked up at each call: upload() swaps in a fresh list, and a bound ``append`` of the first
         # list would keep filling one that is never uploaded again.
@@ -331,9 +341,14 @@ class Agent:
         marks = [("agent_id", self.agent_id.encode()), ("upload_ns", str(now).encode()), ("host", self.host.encode())]
         if self.role != "responder":
             rows, self.probe_rows = self.probe_rows, []
-            for r in rows:
-                r["upload_ns"] = now
-            self.sink(PROBE_V1.key, encode_columns(PROBE_V1.key, columns(rows, PROBE_V1.names)), self.agent_id, marks)
+            done, self._finished = self._finished, []
+            cols = probe_columns(self.agent_id, self.host, done)
+            if rows:
+                more = columns(rows, PROBE_V1.names)
+                cols = {n: cols.get(n, []) + more[n] for n in PROBE_V1.names}
+            cols["upload_ns"] = [now] * (len(done) + len(rows))
+            cols = {n: cols[n] for n in PROBE_V1.names}
+            self.sink(PROBE_V1.key, encode_columns(PROBE_V1.key, cols), self.agent_id, marks)
         if self.path_rows:
             rows, self.path_rows = self.path_rows, []
             for r in rows:

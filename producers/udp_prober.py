@@ -144,6 +144,8 @@ class UdpEngine:
         rate_limit: per-source responder limit, packets/s (burst = the same number).
         address_names: interface address -> node name, to name traced hops.
         on_probe, on_path: called with each finished ``probe.v1`` / ``path.v1`` row (a dict).
+        on_finished: when given, called with each finished probe (a :class:`PendingProbe`) instead of
+            ``on_probe``: the caller builds a batch's columns at once (:func:`probe_columns`).
     """
 
     def __init__(
@@ -163,6 +165,7 @@ class UdpEngine:
         address_names: dict[str, str] | None = None,
         on_probe: Callable[[dict[str, Any]], None] | None = None,
         on_path: Callable[[dict[str, Any]], None] | None = None,
+        on_finished: Callable[[PendingProbe], None] | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.host = host
@@ -181,7 +184,7 @@ class UdpEngine:
         # id(entry) -> (entry, its QPN, endpoint, destination, own QPN, row fields): see send_probe
         self._resolved: dict[int, tuple[dict[str, Any], int, Endpoint, tuple[str, int], int, dict[str, Any]]] = {}
         self._hw: dict[str, bool] = {}
-        self.inflight = InFlight(agent_id, host, lambda row: self.on_probe(row))
+        self.inflight = InFlight(agent_id, host, lambda row: self.on_probe(row), on_finished=on_finished)
         self.pending = self.inflight.pending
         self.traces: dict[int, tuple[int, int]] = {}  # trace packet seq -> (trace id, ttl)
         self._trace_state: dict[int, Trace] = {}
