@@ -379,20 +379,21 @@ class Agent:
                     self._reload_registry()
                     next_registry = now + registry_ns
                 self.run_due(now, self.send_batch_ns)
-            elif self.tracing:  # responder: trace the ACK paths it answered, toward the host's probe targets
-                if now >= next_pinglist:
-                    self._reload_pinglist()
-                    next_pinglist = now + 1_000_000_000
-                if now >= next_reverse:
-                    self.engine.trace_reverse_paths(reverse_since)
-                    reverse_since, next_reverse = now, now + trace_ns
+            elif self.tracing and now >= next_pinglist:  # the responder's reverse peers come from the pinglist
+                self._reload_pinglist()
+                next_pinglist = now + 1_000_000_000
+            # responder (alone or with the prober): trace the ACK paths it answered, toward the host's probe targets
+            if self.role != "prober" and self.tracing and now >= next_reverse:
+                self.engine.trace_reverse_paths(reverse_since)
+                reverse_since, next_reverse = now, now + trace_ns
             if now >= next_upload:
                 self.upload()
                 next_upload += upload_ns
-            if self.role == "responder":
-                wake = min(next_upload, next_reverse)
-            else:
-                wake = min([next_upload, next_pinglist] + ([self._schedule[0][0]] if self._schedule else []))
+            wake = next_upload
+            if self.role != "prober" and self.tracing:
+                wake = min(wake, next_reverse)
+            if self.role != "responder":
+                wake = min([wake, next_pinglist] + ([self._schedule[0][0]] if self._schedule else []))
             self.engine.poll(max(0.0, min(0.05, (wake - time.monotonic_ns()) / 1e9)))
         # Let the probes in flight finish; those still pending were cut by the stop, not lost.
         drain_end = time.monotonic_ns() + 600_000_000
