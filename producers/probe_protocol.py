@@ -36,9 +36,11 @@ class TokenBucket:
         return False
 
 
-@dataclass
+@dataclass(slots=True)
 class PendingProbe:
-    """A probe in flight: its pinglist entry, timestamps so far and deadline (monotonic ns)."""
+    """A probe in flight: its pinglist entry, timestamps so far and deadline (monotonic ns).
+
+    Slotted: an agent holds one per probe of an upload interval (6,000 at 8 RNICs x 150/s and 5 s)."""
 
     entry: dict[str, Any]
     seq: int

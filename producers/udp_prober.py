@@ -46,7 +46,7 @@ SO_RCVBUFFORCE = 33
 RESPONDER_RCVBUF = 4 * 1024 * 1024  # bytes
 MAX_REVERSE_FLOWS = 4096  # reverse-trace candidates kept between rounds (state stays bounded)
 REVERSE_FLOWS_PER_PEER = 8  # reverse traces per peer address and round
-MAX_ROUNDS = 256  # read rounds per poll: a socket that never empties cannot hold the loop
+MAX_ROUNDS = 16  # read rounds per poll: packets that keep coming (a busy peer) cannot hold back the sends
 _EPOLLIN, _EPOLLERR = select.EPOLLIN, select.EPOLLERR
 _TTL_CMSG = {ttl: (socket.SOL_IP, kernel_ts.IP_TTL, struct.pack("=i", ttl)) for ttl in range(1, 256)}
 _KEY = struct.Struct("=I")
