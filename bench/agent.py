@@ -226,21 +226,28 @@ def bench_udp(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate
 # ---- one-process udp agents over loopback ---------------------------------------------------
 
 
-def _loopback_configs(d: Path, bootstrap: str, prefix: str, rate: float, port: int) -> dict[str, Path]:
-    """Configs of two hosts ``LA``/``LB`` of :data:`RNICS` loopback RNICs, each probing every RNIC of the other."""
-    hosts = {"LA": [f"127.0.3.{i}" for i in range(1, RNICS + 1)], "LB": [f"127.0.4.{i}" for i in range(1, RNICS + 1)]}
-    qpns = {f"{h}{i}": 0x10000 * (k + 1) + i for k, h in enumerate(hosts) for i in range(1, RNICS + 1)}
+def _loopback_configs(d: Path, bootstrap: str, prefix: str, rate: float, port: int, rnics: int = RNICS
+                      ) -> dict[str, Path]:
+    """Configs of two hosts ``LA``/``LB`` of ``rnics`` loopback RNICs, each probing every RNIC of the other.
+
+    Raises:
+        ValueError: ``rnics`` outside 1..64 (the source ports of one host's entries stay below 5,000).
+    """
+    if not 1 <= rnics <= 64:
+        raise ValueError(f"bench agent: --rnics {rnics} is not in 1..64")
+    hosts = {"LA": [f"127.0.3.{i}" for i in range(1, rnics + 1)], "LB": [f"127.0.4.{i}" for i in range(1, rnics + 1)]}
+    qpns = {f"{h}{i}": 0x10000 * (k + 1) + i for k, h in enumerate(hosts) for i in range(1, rnics + 1)}
     out = {}
     for k, (host, peer) in enumerate((("LA", "LB"), ("LB", "LA"))):
-        base = 40000 + 1000 * k
+        base = 20000 + 5000 * k
         entries = [{"pinglist": "tor_mesh", "prober_rnic": f"{host}{i}", "responder_rnic": f"{peer}{j}",
-                    "responder_host": peer, "dst_ip": ip, "dst_port": port, "src_port": base + (i - 1) * RNICS + j,
-                    "qpn": qpns[f"{peer}{j}"], "rate_pps": rate / RNICS}
-                   for i in range(1, RNICS + 1) for j, ip in enumerate(hosts[peer], start=1)]
+                    "responder_host": peer, "dst_ip": ip, "dst_port": port, "src_port": base + (i - 1) * rnics + j,
+                    "qpn": qpns[f"{peer}{j}"], "rate_pps": rate / rnics}
+                   for i in range(1, rnics + 1) for j, ip in enumerate(hosts[peer], start=1)]
         (d / f"{host}.pinglist.json").write_text(json.dumps({"entries": entries}))
         cfg = {"host": host, "role": "both", "dst_port": port, "allowed_sources": hosts[peer],
                "rnics": [{"name": f"{host}{i}", "ip": ip} for i, ip in enumerate(hosts[host], start=1)],
-               "qpns": {f"{host}{i}": qpns[f"{host}{i}"] for i in range(1, RNICS + 1)},
+               "qpns": {f"{host}{i}": qpns[f"{host}{i}"] for i in range(1, rnics + 1)},
                "pinglist_file": str(d / f"{host}.pinglist.json"),
                "output": {"kind": "kafka", "bootstrap": bootstrap, "topic_prefix": prefix}}
         out[host] = d / f"{host}.json"
@@ -248,33 +255,41 @@ def _loopback_configs(d: Path, bootstrap: str, prefix: str, rate: float, port: i
     return out
 
 
-def bench_host(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate: float = RATE) -> list[ProcSample]:
-    """Two one-process udp agents (role ``both``) over loopback, each sending and answering 8 x ``rate``/s."""
+def bench_host(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate: float = RATE, rnics: int = RNICS
+               ) -> list[ProcSample]:
+    """Two one-process udp agents (role ``both``) over loopback, each sending and answering ``rnics`` x ``rate``/s.
+
+    Raises:
+        ValueError: ``rnics`` outside 1..64.
+    """
     from fabricscope.kafka_admin import create_topics, delete_topics
     from schemas.topics import PROBES_RAW, topic_name
 
-    prefix = f"benchagent{uuid.uuid4().hex[:6]}."
-    create_topics(bootstrap, prefix)
     d = Path(tempfile.mkdtemp(prefix="fabricscope-bench-host-"))
+    prefix = f"benchagent{uuid.uuid4().hex[:6]}."
+    configs = _loopback_configs(d, bootstrap, prefix, rate, 0, rnics)  # checks rnics before any topic exists
+    create_topics(bootstrap, prefix)
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
     procs = {}
     try:
-        for host, cfg in _loopback_configs(d, bootstrap, prefix, rate, port).items():
+        configs = _loopback_configs(d, bootstrap, prefix, rate, port, rnics)
+        for host, cfg in configs.items():
             log = (d / f"{host}.log").open("w")
             procs[host] = subprocess.Popen([sys.executable, "-m", "producers.udp_agent", "--config", str(cfg),
                                             "--duration", str(warmup_s + seconds + 2)], stdout=log, stderr=log)
         since = time.time_ns() + int(warmup_s * 1e9)
-        res = measure({f"udp agent {h} (8 RNICs, one process)": p.pid for h, p in procs.items()}, warmup_s, seconds)
+        res = measure({f"udp agent {h} ({rnics} RNICs, one process)": p.pid for h, p in procs.items()}, warmup_s,
+                      seconds)
         until = time.time_ns()
         for p in procs.values():
             p.wait(timeout=60)
         sent = _count_probe_rows(bootstrap, topic_name(PROBES_RAW, prefix), since, until)
         for r in res.values():
             r.probes_per_s = sent / len(procs) / r.wall_s
-            r.note = (f"prober + responder, loopback; sends and answers {RNICS} RNICs x {rate:g}/s "
+            r.note = (f"prober + responder, loopback; sends and answers {rnics} RNICs x {rate:g}/s "
                       f"({r.probes_per_s:,.0f} probes/s uploaded a host)")
         return list(res.values())
     finally:
@@ -369,11 +384,12 @@ def bench_sim(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate
 
 
 def run(bootstrap: str, seconds: float = 30.0, rate: float = RATE, which: tuple[str, ...] = ("udp", "sim"),
-        ) -> tuple[list[ProcSample], list[str]]:
+        rnics: int = RNICS) -> tuple[list[ProcSample], list[str]]:
     """Run the chosen agents (``udp``, ``host``, ``sim``); returns the samples and why any agent was skipped.
+    ``rnics`` applies to ``host`` (the lab's and the simulated host have 8).
 
     Raises:
-        ValueError: an agent name that is none of those.
+        ValueError: an agent name that is none of those, or ``rnics`` outside 1..64.
     """
     unknown = set(which) - {"udp", "host", "sim"}
     if unknown:
@@ -388,7 +404,7 @@ def run(bootstrap: str, seconds: float = 30.0, rate: float = RATE, which: tuple[
         except LabError as e:
             skipped.append(f"udp on the lab: {e}")
     if "host" in which:
-        samples += bench_host(bootstrap, seconds, rate=rate)
+        samples += bench_host(bootstrap, seconds, rate=rate, rnics=rnics)
     if "sim" in which:
         samples += bench_sim(bootstrap, seconds, rate=rate)
     return samples, skipped

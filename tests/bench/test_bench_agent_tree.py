@@ -57,5 +57,7 @@ def test_the_one_process_host_bench_pairs_two_hosts_that_probe_and_answer_each_o
     assert per_rnic == {f"LA{i}": 150.0 for i in range(1, 9)}  # 8 RNICs x 150 probes/s
     assert {e["qpn"] for e in entries} == set(lb["qpns"].values())  # addressed to LB's live QPNs
     assert len({e["src_port"] for e in entries}) == 64  # one 5-tuple an entry
+    with pytest.raises(ValueError, match="--rnics 65 is not in 1..64"):
+        ba._loopback_configs(tmp_path, "127.0.0.1:9092", "p.", 150.0, 4791, rnics=65)
     with pytest.raises(ValueError, match="nope is not one of udp, host, sim"):
         ba.run("127.0.0.1:9092", which=("nope",))
