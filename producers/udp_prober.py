@@ -385,7 +385,8 @@ class UdpEngine:
 
         One wakeup handles everything queued on every socket: each round reads one message from each
         socket that epoll reports (``EPOLLIN``: a packet; ``EPOLLERR``: the error queue, TX timestamps
-        and ICMP errors) and asks again without waiting, until nothing is left. Reads are driven by the
+        and ICMP errors) and asks again without waiting, until nothing is left or :data:`MAX_ROUNDS` rounds
+        are done (what is left stays ready for the next poll). Reads are driven by the
         readiness epoll reports, so no read ends in ``EAGAIN`` on the normal path, and replies that
         depend on a TX timestamp (ACK2) go out in the same wakeup as the ACK1 they follow.
         """
