@@ -8,6 +8,10 @@ Two agents, each run for a bounded time (default 30 s after a 5 s warm-up):
   ToR-mesh and inter-ToR entries, each entry's ``rate_pps`` set so every RNIC sends
   ``rate``/s), uploading to Kafka every 5 s. The responder of H2 (which answers its share)
   is measured too.
+- ``host``: one host's whole udp agent as deployed (prober and responder in one process, role ``both``)
+  over loopback, no root: two such hosts of 8 RNICs each (``127.0.3.x``, ``127.0.4.x``) probe each
+  other at ``rate`` probes/s per RNIC and answer each other, so each process sends and answers
+  8 x ``rate`` probes/s, the symmetric load of a host in a full mesh; both upload to Kafka every 5 s.
 - ``sim``: a process that simulates one host's 8 RNICs at ``rate`` probes/s each on a
   128-RNIC fabric (:class:`producers.sim.Simulator`, paced to real time) and publishes
   its 5 s batches (nanoarrow, never pyarrow) to Kafka, like a ``sim`` agent.
@@ -21,7 +25,9 @@ sent are counted back from the Kafka topic.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -217,6 +223,83 @@ def bench_udp(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate
         delete_topics(bootstrap, prefix)
 
 
+# ---- one-process udp agents over loopback ---------------------------------------------------
+
+
+def _loopback_configs(d: Path, bootstrap: str, prefix: str, rate: float, port: int, rnics: int = RNICS
+                      ) -> dict[str, Path]:
+    """Configs of two hosts ``LA``/``LB`` of ``rnics`` loopback RNICs, each probing every RNIC of the other.
+
+    Raises:
+        ValueError: ``rnics`` outside 1..64 (the source ports of one host's entries stay below 5,000).
+    """
+    if not 1 <= rnics <= 64:
+        raise ValueError(f"bench agent: --rnics {rnics} is not in 1..64")
+    hosts = {"LA": [f"127.0.3.{i}" for i in range(1, rnics + 1)], "LB": [f"127.0.4.{i}" for i in range(1, rnics + 1)]}
+    qpns = {f"{h}{i}": 0x10000 * (k + 1) + i for k, h in enumerate(hosts) for i in range(1, rnics + 1)}
+    out = {}
+    for k, (host, peer) in enumerate((("LA", "LB"), ("LB", "LA"))):
+        base = 20000 + 5000 * k
+        entries = [{"pinglist": "tor_mesh", "prober_rnic": f"{host}{i}", "responder_rnic": f"{peer}{j}",
+                    "responder_host": peer, "dst_ip": ip, "dst_port": port, "src_port": base + (i - 1) * rnics + j,
+                    "qpn": qpns[f"{peer}{j}"], "rate_pps": rate / rnics}
+                   for i in range(1, rnics + 1) for j, ip in enumerate(hosts[peer], start=1)]
+        (d / f"{host}.pinglist.json").write_text(json.dumps({"entries": entries}))
+        cfg = {"host": host, "role": "both", "dst_port": port, "allowed_sources": hosts[peer],
+               "rnics": [{"name": f"{host}{i}", "ip": ip} for i, ip in enumerate(hosts[host], start=1)],
+               "qpns": {f"{host}{i}": qpns[f"{host}{i}"] for i in range(1, rnics + 1)},
+               "pinglist_file": str(d / f"{host}.pinglist.json"),
+               "output": {"kind": "kafka", "bootstrap": bootstrap, "topic_prefix": prefix}}
+        out[host] = d / f"{host}.json"
+        out[host].write_text(json.dumps(cfg))
+    return out
+
+
+def bench_host(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate: float = RATE, rnics: int = RNICS
+               ) -> list[ProcSample]:
+    """Two one-process udp agents (role ``both``) over loopback, each sending and answering ``rnics`` x ``rate``/s.
+
+    Raises:
+        ValueError: ``rnics`` outside 1..64.
+    """
+    from fabricscope.kafka_admin import create_topics, delete_topics
+    from schemas.topics import PROBES_RAW, topic_name
+
+    d = Path(tempfile.mkdtemp(prefix="fabricscope-bench-host-"))
+    prefix = f"benchagent{uuid.uuid4().hex[:6]}."
+    configs = _loopback_configs(d, bootstrap, prefix, rate, 0, rnics)  # checks rnics before any topic exists
+    create_topics(bootstrap, prefix)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    procs = {}
+    try:
+        configs = _loopback_configs(d, bootstrap, prefix, rate, port, rnics)
+        for host, cfg in configs.items():
+            log = (d / f"{host}.log").open("w")
+            procs[host] = subprocess.Popen([sys.executable, "-m", "producers.udp_agent", "--config", str(cfg),
+                                            "--duration", str(warmup_s + seconds + 2)], stdout=log, stderr=log)
+        since = time.time_ns() + int(warmup_s * 1e9)
+        res = measure({f"udp agent {h} ({rnics} RNICs, one process)": p.pid for h, p in procs.items()}, warmup_s,
+                      seconds)
+        until = time.time_ns()
+        for p in procs.values():
+            p.wait(timeout=60)
+        sent = _count_probe_rows(bootstrap, topic_name(PROBES_RAW, prefix), since, until)
+        for r in res.values():
+            r.probes_per_s = sent / len(procs) / r.wall_s
+            r.note = (f"prober + responder, loopback; sends and answers {rnics} RNICs x {rate:g}/s "
+                      f"({r.probes_per_s:,.0f} probes/s uploaded a host)")
+        return list(res.values())
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        delete_topics(bootstrap, prefix)
+
+
 # ---- sim agent ------------------------------------------------------------------------------
 
 
@@ -301,8 +384,16 @@ def bench_sim(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate
 
 
 def run(bootstrap: str, seconds: float = 30.0, rate: float = RATE, which: tuple[str, ...] = ("udp", "sim"),
-        ) -> tuple[list[ProcSample], list[str]]:
-    """Run the chosen agents; returns the samples and why any agent was skipped."""
+        rnics: int = RNICS) -> tuple[list[ProcSample], list[str]]:
+    """Run the chosen agents (``udp``, ``host``, ``sim``); returns the samples and why any agent was skipped.
+    ``rnics`` applies to ``host`` (the lab's and the simulated host have 8).
+
+    Raises:
+        ValueError: an agent name that is none of those, or ``rnics`` outside 1..64.
+    """
+    unknown = set(which) - {"udp", "host", "sim"}
+    if unknown:
+        raise ValueError(f"bench agent: {', '.join(sorted(unknown))} is not one of udp, host, sim")
     samples: list[ProcSample] = []
     skipped: list[str] = []
     if "udp" in which:
@@ -312,6 +403,8 @@ def run(bootstrap: str, seconds: float = 30.0, rate: float = RATE, which: tuple[
             samples += bench_udp(bootstrap, seconds, rate=rate)
         except LabError as e:
             skipped.append(f"udp on the lab: {e}")
+    if "host" in which:
+        samples += bench_host(bootstrap, seconds, rate=rate, rnics=rnics)
     if "sim" in which:
         samples += bench_sim(bootstrap, seconds, rate=rate)
     return samples, skipped
@@ -331,11 +424,12 @@ def print_report(samples: list[ProcSample], skipped: list[str]) -> None:
         pps = "-" if s.probes_per_s != s.probes_per_s else f"{s.probes_per_s:,.0f}"
         t.add_row(s.name, f"{s.cpu_pct:.1f}", f"{s.user_pct:.1f}", f"{s.sys_pct:.1f}", f"{s.pss_mib:.1f}",
                   f"{s.rss_mib:.1f}", f"{s.hwm_mib:.1f}", str(s.processes), pps, f"{s.wall_s:.0f}", s.note)
-    if len(samples) > 1 and all(s.name.startswith("udp") for s in samples):
-        t.add_row("[bold]udp agent, all processes[/bold]", f"{sum(s.cpu_pct for s in samples):.1f}",
-                  f"{sum(s.user_pct for s in samples):.1f}", f"{sum(s.sys_pct for s in samples):.1f}",
-                  f"{sum(s.pss_mib for s in samples):.1f}", "", "", str(sum(s.processes for s in samples)),
-                  "", "", "prober + responder")
+    lab = [s for s in samples if s.name.startswith(("udp prober", "udp responder"))]
+    if len(lab) > 1:
+        t.add_row("[bold]udp agent, all processes[/bold]", f"{sum(s.cpu_pct for s in lab):.1f}",
+                  f"{sum(s.user_pct for s in lab):.1f}", f"{sum(s.sys_pct for s in lab):.1f}",
+                  f"{sum(s.pss_mib for s in lab):.1f}", "", "", str(sum(s.processes for s in lab)),
+                  "", "", "prober + responder (the lab's two processes)")
     t.add_row("R-Pingmesh paper's agent", "3", "", "", "", "", "18.5 MB", "1", "", "", "production, C++/verbs")
     con.print(t)
     for s in skipped:

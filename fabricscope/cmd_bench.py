@@ -158,13 +158,18 @@ def accuracy(
 def agent(
     seconds: float = typer.Option(30.0, help="measured seconds per agent (after a 5 s warm-up)"),
     rate: float = typer.Option(150.0, help="probes/s per RNIC (8 RNICs)"),
-    only: str = typer.Option("udp,sim", help="which agents: udp (netns lab, root), sim"),
+    only: str = typer.Option("udp,sim", help="which agents: udp (netns lab, root), host (one-process agents "
+                             "over loopback), sim"),
+    rnics: int = typer.Option(8, help="RNICs a host for --only host (the lab's and sim's hosts have 8)"),
 ) -> None:
     """CPU (% of one core) and RSS of one agent process: udp on the lab, and sim, each to Kafka."""
     from bench import agent as bench_agent
 
     s = load()
-    samples, skipped = bench_agent.run(s.kafka_bootstrap, seconds, rate, tuple(only.split(",")))
+    try:
+        samples, skipped = bench_agent.run(s.kafka_bootstrap, seconds, rate, tuple(only.split(",")), rnics)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
     bench_agent.print_report(samples, skipped)
 
 

@@ -23,7 +23,7 @@ import os
 import socket
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 # <asm-generic/socket.h>, <linux/net_tstamp.h>, <linux/errqueue.h>
 SO_TIMESTAMPING = 37
@@ -57,8 +57,7 @@ _EE = struct.Struct("=IBBBBII")  # struct sock_extended_err
 ANCBUF = 512
 
 
-@dataclass(frozen=True)
-class ErrQueueEntry:
+class ErrQueueEntry(NamedTuple):
     """One message read from a socket's error queue.
 
     Attributes:
@@ -96,28 +95,38 @@ def timestamp_from_cmsgs(ancdata: list[tuple[int, int, bytes]], hardware: bool) 
     return None
 
 
+ERRQUEUE_FLAGS = int(MSG_ERRQUEUE | socket.MSG_DONTWAIT)  # a plain int: IntFlag's | costs a µs per call
+
+
+def errqueue_entry(data: bytes, anc: list[tuple[int, int, bytes]], hardware: bool = False) -> ErrQueueEntry | None:
+    """The entry of one message read with ``MSG_ERRQUEUE`` (``data``, ancillary ``anc``); None if neither a
+    TX send timestamp nor an ICMP error."""
+    for level, ctype, cdata in anc:
+        if level == socket.SOL_IP and ctype == IP_RECVERR and len(cdata) >= _EE.size:
+            ee_errno, origin, itype, icode, _pad, info, key = _EE.unpack_from(cdata)
+            if origin == SO_EE_ORIGIN_TIMESTAMPING:
+                if info == SCM_TSTAMP_SND and ee_errno == errno.ENOMSG:
+                    return ErrQueueEntry(origin, timestamp_from_cmsgs(anc, hardware), key, 0, 0, "", b"")
+                return None
+            if origin == SO_EE_ORIGIN_ICMP:
+                offender = ""
+                if len(cdata) >= _EE.size + 8 and struct.unpack_from("=H", cdata, _EE.size)[0] == socket.AF_INET:
+                    offender = socket.inet_ntoa(cdata[_EE.size + 4 : _EE.size + 8])
+                return ErrQueueEntry(origin, None, 0, itype, icode, offender, data)
+            return None
+    return None
+
+
 def read_errqueue(sock: socket.socket, hardware: bool = False) -> Iterator[ErrQueueEntry]:
     """Drain ``sock``'s error queue: TX timestamps and ICMP errors, oldest first."""
     while True:
         try:
-            data, anc, _flags, _addr = sock.recvmsg(256, ANCBUF, MSG_ERRQUEUE | socket.MSG_DONTWAIT)
+            data, anc, _flags, _addr = sock.recvmsg(256, ANCBUF, ERRQUEUE_FLAGS)
         except (BlockingIOError, InterruptedError):
             return
-        ts = timestamp_from_cmsgs(anc, hardware)
-        for level, ctype, cdata in anc:
-            if level == socket.SOL_IP and ctype == IP_RECVERR and len(cdata) >= _EE.size:
-                ee_errno, origin, itype, icode, _pad, info, key = _EE.unpack_from(cdata)
-                offender = ""
-                if len(cdata) >= _EE.size + 8:
-                    family = struct.unpack_from("=H", cdata, _EE.size)[0]
-                    if family == socket.AF_INET:
-                        offender = socket.inet_ntoa(cdata[_EE.size + 4 : _EE.size + 8])
-                if origin == SO_EE_ORIGIN_TIMESTAMPING:
-                    if info == SCM_TSTAMP_SND and ee_errno == errno.ENOMSG:
-                        yield ErrQueueEntry(origin, ts, key, 0, 0, "", b"")
-                elif origin == SO_EE_ORIGIN_ICMP:
-                    yield ErrQueueEntry(origin, None, 0, itype, icode, offender, data)
-                break
+        e = errqueue_entry(data, anc, hardware)
+        if e is not None:
+            yield e
 
 
 def _ifreq(ifname: str, data: bytearray) -> bytes:

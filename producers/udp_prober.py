@@ -26,7 +26,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import selectors
+import select
 import socket
 import struct
 import time
@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 from producers import kernel_ts
 from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe, ReplyBudget
-from producers.udp_wire import ACK1, ACK2, PAYLOAD_BYTES, PROBE, TRACE, TRACE_REPLY, Packet, decode
+from producers.udp_wire import ACK1, ACK2, PAYLOAD_BYTES, PROBE, TRACE, TRACE_REPLY, Packet, encode, fields
 
 log = logging.getLogger("fabricscope.agent.udp")
 
@@ -46,6 +46,10 @@ SO_RCVBUFFORCE = 33
 RESPONDER_RCVBUF = 4 * 1024 * 1024  # bytes
 MAX_REVERSE_FLOWS = 4096  # reverse-trace candidates kept between rounds (state stays bounded)
 REVERSE_FLOWS_PER_PEER = 8  # reverse traces per peer address and round
+MAX_ROUNDS = 16  # read rounds per poll: packets that keep coming (a busy peer) cannot hold back the sends
+_EPOLLIN, _EPOLLERR = select.EPOLLIN, select.EPOLLERR
+_TTL_CMSG = {ttl: (socket.SOL_IP, kernel_ts.IP_TTL, struct.pack("=i", ttl)) for ttl in range(1, 256)}
+_KEY = struct.Struct("=I")
 
 
 @dataclass(frozen=True)
@@ -73,8 +77,10 @@ class Endpoint:
     explicit_keys: ClassVar[bool] = True
     sent: dict[int, tuple[str, Any]] = field(default_factory=dict)
 
-    def send(self, pkt: Packet, addr: tuple[str, int], ref: tuple[str, Any] | None = None, ttl: int = 0) -> bool:
-        """Send ``pkt``; ``ref`` is told the TX timestamp. Returns False when the kernel refused.
+    def send(self, pkt: Packet | bytes, addr: tuple[str, int], ref: tuple[str, Any] | None = None, ttl: int = 0
+             ) -> bool:
+        """Send ``pkt`` (a Packet or its 50 encoded bytes); ``ref`` is told the TX timestamp. Returns False
+        when the kernel refused.
 
         Each send names its timestamp key with ``SCM_TS_OPT_ID`` (Linux 6.13+), so a
         failed send can never shift the keys of later ones; older kernels count.
@@ -82,12 +88,13 @@ class Endpoint:
         so a failed send is retried once.
         """
         key = self.next_key & 0xFFFF_FFFF
-        anc = [(socket.SOL_IP, kernel_ts.IP_TTL, struct.pack("=i", ttl))] if ttl else []
+        anc = [_TTL_CMSG[ttl]] if ttl else []
         if Endpoint.explicit_keys:
-            anc.append((socket.SOL_SOCKET, kernel_ts.SCM_TS_OPT_ID, struct.pack("=I", key)))
+            anc.append((socket.SOL_SOCKET, kernel_ts.SCM_TS_OPT_ID, _KEY.pack(key)))
+        payload = pkt if isinstance(pkt, bytes) else pkt.encode()
         for attempt in range(2):
             try:
-                self.sock.sendmsg([pkt.encode()], anc, 0, addr)
+                self.sock.sendmsg((payload,), anc, 0, addr)
                 break
             except OSError as e:
                 if e.errno == errno.EINVAL and Endpoint.explicit_keys:
@@ -137,6 +144,8 @@ class UdpEngine:
         rate_limit: per-source responder limit, packets/s (burst = the same number).
         address_names: interface address -> node name, to name traced hops.
         on_probe, on_path: called with each finished ``probe.v1`` / ``path.v1`` row (a dict).
+        on_finished: when given, called with each finished probe (a :class:`PendingProbe`) instead of
+            ``on_probe``: the caller builds a batch's columns at once (:func:`probe_columns`).
     """
 
     def __init__(
@@ -156,6 +165,7 @@ class UdpEngine:
         address_names: dict[str, str] | None = None,
         on_probe: Callable[[dict[str, Any]], None] | None = None,
         on_path: Callable[[dict[str, Any]], None] | None = None,
+        on_finished: Callable[[PendingProbe], None] | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.host = host
@@ -168,10 +178,13 @@ class UdpEngine:
         self.address_names = dict(address_names or {})
         self.on_probe = on_probe or (lambda row: None)
         self.on_path = on_path or (lambda row: None)
-        self.sel = selectors.DefaultSelector()
+        self._epoll = select.epoll()
+        self._by_fd: dict[int, Endpoint] = {}
         self.endpoints: dict[tuple[str, int, int], Endpoint] = {}
+        # id(entry) -> (entry, its QPN, endpoint, destination, own QPN, row fields): see send_probe
+        self._resolved: dict[int, tuple[dict[str, Any], int, Endpoint, tuple[str, int], int, dict[str, Any]]] = {}
         self._hw: dict[str, bool] = {}
-        self.inflight = InFlight(agent_id, host, lambda row: self.on_probe(row))
+        self.inflight = InFlight(agent_id, host, lambda row: self.on_probe(row), on_finished=on_finished)
         self.pending = self.inflight.pending
         self.traces: dict[int, tuple[int, int]] = {}  # trace packet seq -> (trace id, ttl)
         self._trace_state: dict[int, Trace] = {}
@@ -223,16 +236,23 @@ class UdpEngine:
         s.setblocking(False)
         ep = Endpoint(s, r.ip, s.getsockname()[1], tos, rnic, hw, responder)
         self.endpoints[(r.ip, ep.port, tos)] = ep
-        self.sel.register(s, selectors.EVENT_READ, ep)
+        self._by_fd[s.fileno()] = ep
+        self._epoll.register(s.fileno(), _EPOLLIN)  # EPOLLERR (the error queue) is always reported
         return ep
 
     def close(self) -> None:
         """Close every socket."""
         for ep in self.endpoints.values():
-            self.sel.unregister(ep.sock)
+            self._epoll.unregister(ep.sock.fileno())
             ep.sock.close()
         self.endpoints.clear()
-        self.sel.close()
+        self._by_fd.clear()
+        self._resolved.clear()
+        self._epoll.close()
+
+    def forget_entries(self) -> None:
+        """Drop what :meth:`send_probe` kept of the entries it was given (call when the pinglist is replaced)."""
+        self._resolved.clear()
 
     def _next_seq(self) -> int:
         self._seq = (self._seq + 1) & 0xFFFF_FFFF_FFFF_FFFF
@@ -246,19 +266,25 @@ class UdpEngine:
         The entry needs ``prober_rnic``, ``dst_ip``, ``qpn`` and may set ``src_port``
         (0: ephemeral), ``dst_port`` and ``traffic_class``.
         """
-        ep = self.endpoint(entry["prober_rnic"], int(entry.get("src_port") or 0), int(entry.get("traffic_class") or 0))
-        seq = self._next_seq()
-        dst = (entry["dst_ip"], int(entry.get("dst_port") or self.dst_port))
+        # An entry with a fixed source port resolves to the same socket, row fields and QPNs every time: kept
+        # (by the entry's identity, while its QPN is unchanged), so a probe copies no dict and opens nothing.
+        qpn = int(entry.get("qpn") or 0)
+        hit = self._resolved.get(id(entry))
+        if hit is None or hit[0] is not entry or hit[1] != qpn or hit[2].sock.fileno() < 0:
+            ep = self.endpoint(entry["prober_rnic"], int(entry.get("src_port") or 0),
+                               int(entry.get("traffic_class") or 0))
+            dst = (entry["dst_ip"], int(entry.get("dst_port") or self.dst_port))
+            row = dict(entry, src_ip=ep.ip, src_port=ep.port, dst_port=dst[1])
+            hit = (entry, qpn, ep, dst, self.qpns[ep.rnic], row)
+            if entry.get("src_port"):  # an ephemeral source is a new socket (a new 5-tuple) for each probe
+                if len(self._resolved) > 65_536:
+                    self._resolved.clear()
+                self._resolved[id(entry)] = hit
+        _, _, ep, dst, own_qpn, row = hit
+        self._seq = seq = (self._seq + 1) & 0xFFFF_FFFF_FFFF_FFFF
         t1 = time.time_ns()
-        p = PendingProbe(
-            dict(entry, src_ip=ep.ip, src_port=ep.port, dst_port=dst[1]),
-            seq,
-            t1,
-            time.monotonic_ns() + TIMEOUT_NS,
-            ep.hardware,
-        )
-        self.inflight.add(p)
-        ep.send(Packet(PROBE, seq, int(entry.get("qpn") or 0), self.qpns[ep.rnic]), dst, ("probe", seq))
+        self.inflight.add(PendingProbe(row, seq, t1, time.monotonic_ns() + TIMEOUT_NS, ep.hardware))
+        ep.send(encode(PROBE, seq, qpn, own_qpn), dst, ("probe", seq))
         return seq
 
     def expire(self, now_mono: int | None = None) -> int:
@@ -287,7 +313,7 @@ class UdpEngine:
         for ttl in range(1, max_hops + 1):
             seq = self._next_seq()
             self.traces[seq] = (tid, ttl)
-            ep.send(Packet(TRACE, seq, 0, self.qpns[ep.rnic]), dst, None, ttl=ttl)
+            ep.send(encode(TRACE, seq, 0, self.qpns[ep.rnic]), dst, None, ttl=ttl)
         return tid
 
     def _trace_hit(self, seq: int, offender: str | None) -> None:
@@ -355,83 +381,110 @@ class UdpEngine:
     # ---- event loop --------------------------------------------------------------
 
     def poll(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for packets and timestamps, handle them, expire deadlines."""
-        for key, _mask in self.sel.select(timeout_s):
-            ep: Endpoint = key.data
-            self._drain_errqueue(ep)
-            self._drain_rx(ep)
-            self._drain_errqueue(ep)
+        """Wait up to ``timeout_s`` for packets and timestamps, handle all that came, expire deadlines.
+
+        One wakeup handles everything queued on every socket: each round reads one message from each
+        socket that epoll reports (``EPOLLIN``: a packet; ``EPOLLERR``: the error queue, TX timestamps
+        and ICMP errors) and asks again without waiting, until nothing is left or :data:`MAX_ROUNDS` rounds
+        are done (what is left stays ready for the next poll). Reads are driven by the
+        readiness epoll reports, so no read ends in ``EAGAIN`` on the normal path, and replies that
+        depend on a TX timestamp (ACK2) go out in the same wakeup as the ACK1 they follow.
+        """
+        events = self._epoll.poll(timeout_s)
+        by_fd, rounds = self._by_fd, 0
+        while events and rounds < MAX_ROUNDS:
+            for fd, ev in events:
+                ep = by_fd.get(fd)
+                if ep is None:
+                    continue
+                if ev & _EPOLLERR:
+                    self._read_errqueue(ep)
+                if ev & _EPOLLIN:
+                    self._read_rx(ep)
+            events = self._epoll.poll(0)
+            rounds += 1
         self.expire()
 
-    def _drain_rx(self, ep: Endpoint) -> None:
-        while True:
-            try:
-                data, anc, _flags, addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF, socket.MSG_DONTWAIT)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:  # a queued ICMP error surfaced as sk_err; the error queue has it
-                continue
-            t_user = time.time_ns()
-            pkt = decode(data)
-            if pkt is None:
-                continue
-            if addr[0] in self.allowed or addr[0] in self.reverse_peers:  # bounded by the registry
-                self.budget.received(addr[0], len(data), time.monotonic())
-            t_rx = kernel_ts.timestamp_from_cmsgs(anc, ep.hardware)
-            self._on_packet(ep, pkt, addr, t_rx, t_user)
+    def _read_rx(self, ep: Endpoint) -> None:
+        try:
+            data, anc, _flags, addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # a queued ICMP error surfaced as sk_err (now cleared); the error queue has it
+            return
+        t_user = time.time_ns()
+        f = fields(data)
+        if f is None:
+            return
+        src = addr[0]
+        if src in self.allowed or src in self.reverse_peers:  # bounded by the registry
+            self.budget.received(src, len(data), time.monotonic())
+        t_rx = kernel_ts.timestamp_from_cmsgs(anc, ep.hardware)
+        self._on_packet(ep, f, addr, t_rx, t_user)
 
-    def _drain_errqueue(self, ep: Endpoint) -> None:
-        for e in kernel_ts.read_errqueue(ep.sock, ep.hardware):
-            if e.origin == kernel_ts.SO_EE_ORIGIN_TIMESTAMPING:
-                ref = ep.sent.pop(e.key, None)
-                if ref is not None and e.ts_ns is not None:
-                    self._on_tx_timestamp(ep, ref, e.ts_ns)
-            elif e.icmp_type == 11:  # time exceeded: one hop of a trace
-                pkt = decode(e.payload)
-                if pkt is not None and pkt.kind == TRACE:
-                    self._trace_hit(pkt.seq, e.offender)
+    def _read_errqueue(self, ep: Endpoint) -> None:
+        try:
+            data, anc, _flags, _addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF, kernel_ts.ERRQUEUE_FLAGS)
+        except (BlockingIOError, InterruptedError):
+            # EPOLLERR with an empty error queue: a pending socket error; reading it clears it (else epoll
+            # would report it again at once, for ever)
+            ep.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            return
+        e = kernel_ts.errqueue_entry(data, anc, ep.hardware)
+        if e is None:
+            return
+        if e.origin == kernel_ts.SO_EE_ORIGIN_TIMESTAMPING:
+            ref = ep.sent.pop(e.key, None)
+            if ref is not None and e.ts_ns is not None:
+                self._on_tx_timestamp(ep, ref, e.ts_ns)
+        elif e.icmp_type == 11:  # time exceeded: one hop of a trace
+            f = fields(e.payload)
+            if f is not None and f[0] == TRACE:
+                self._trace_hit(f[1], e.offender)
 
-    def _on_packet(self, ep: Endpoint, pkt: Packet, addr: tuple[str, int], t_rx: int | None, t_user: int) -> None:
-        if pkt.kind == PROBE:
+    def _on_packet(self, ep: Endpoint, f: tuple[int, int, int, int, int, int, int], addr: tuple[str, int],
+                   t_rx: int | None, t_user: int) -> None:
+        kind, seq, pkt_qpn, prober_qpn, t3, t4, hw = f
+        if kind == ACK1:
+            p = self.pending.get(seq)
+            if p is not None and p.t5 is None and addr[0] == p.entry["dst_ip"]:
+                p.t5 = t_rx if t_rx is not None else t_user
+                p.t6 = t_user
+                if p.t3 is not None:
+                    self.inflight.finish(p)
+        elif kind == ACK2:
+            p = self.pending.get(seq)
+            if p is not None and addr[0] == p.entry["dst_ip"]:
+                p.t3, p.t4, p.responder_hw = t3, t4, bool(hw)
+                if p.t5 is not None:
+                    self.inflight.finish(p)
+        elif kind == PROBE:
             if not ep.responder or not self.admission.admit(addr[0], time.monotonic()):
                 return
             qpn = self.qpns[ep.rnic]
-            if pkt.qpn != qpn:
+            if pkt_qpn != qpn:
                 self.counters["dropped_stale_qpn"] += 1
                 return
             if not self.budget.allow(addr[0], 2 * PAYLOAD_BYTES, time.monotonic()):  # ACK1 and ACK2
                 self.counters["dropped_budget"] += 1
                 return
             t3 = t_rx if t_rx is not None else t_user
-            ack_ref = ("ack1", (addr, pkt.seq, t3, pkt.prober_qpn))
-            if ep.send(Packet(ACK1, pkt.seq, qpn, pkt.prober_qpn), addr, ack_ref):
+            ack_ref = ("ack1", (addr, seq, t3, prober_qpn))
+            if ep.send(encode(ACK1, seq, qpn, prober_qpn), addr, ack_ref):
                 self.counters["answered"] += 1
                 flow = (ep.ip, ep.port, addr[0], addr[1])
                 if addr[0] in self.reverse_peers and (flow in self.reverse_seen
                                                       or len(self.reverse_seen) < MAX_REVERSE_FLOWS):
                     self.reverse_seen[flow] = time.monotonic_ns()
-        elif pkt.kind == TRACE:
+        elif kind == TRACE:
             if self.admission.admit(addr[0], time.monotonic()):
                 if not self.budget.allow(addr[0], PAYLOAD_BYTES, time.monotonic()):
                     self.counters["dropped_budget"] += 1
                     return
                 # QPN 0: a trace reply tells nothing a sender without the responder's QPN should learn.
-                ep.send(Packet(TRACE_REPLY, pkt.seq, 0), addr)
-        elif pkt.kind == TRACE_REPLY:
-            self._trace_hit(pkt.seq, None)
-        elif pkt.kind == ACK1:
-            p = self.pending.get(pkt.seq)
-            if p is not None and p.t5 is None and addr[0] == p.entry["dst_ip"]:
-                p.t5 = t_rx if t_rx is not None else t_user
-                p.t6 = t_user
-                if p.t3 is not None:
-                    self.inflight.finish(p)
-        elif pkt.kind == ACK2:
-            p = self.pending.get(pkt.seq)
-            if p is not None and addr[0] == p.entry["dst_ip"]:
-                p.t3, p.t4, p.responder_hw = pkt.t3, pkt.t4, pkt.hardware
-                if p.t5 is not None:
-                    self.inflight.finish(p)
+                ep.send(encode(TRACE_REPLY, seq, 0), addr)
+        elif kind == TRACE_REPLY:
+            self._trace_hit(seq, None)
 
     def _on_tx_timestamp(self, ep: Endpoint, ref: tuple[str, Any], ts: int) -> None:
         kind, data = ref
@@ -441,4 +494,4 @@ class UdpEngine:
                 p.t2 = ts
         elif kind == "ack1":
             addr, seq, t3, prober_qpn = data
-            ep.send(Packet(ACK2, seq, self.qpns[ep.rnic], prober_qpn, t3, ts, ep.hardware), addr)
+            ep.send(encode(ACK2, seq, self.qpns[ep.rnic], prober_qpn, t3, ts, ep.hardware), addr)

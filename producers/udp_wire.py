@@ -51,17 +51,32 @@ class Packet:
 
     def encode(self) -> bytes:
         """The 50-byte payload."""
-        head = _HEAD.pack(
-            MAGIC, VERSION, self.kind, self.seq, self.qpn, self.prober_qpn, self.t3, self.t4, int(self.hardware)
-        )
-        return head + _PAD
+        return encode(self.kind, self.seq, self.qpn, self.prober_qpn, self.t3, self.t4, self.hardware)
 
 
-def decode(data: bytes) -> Packet | None:
-    """Parse a payload; None for anything that is not ours (wrong size, magic or version)."""
+def encode(kind: int, seq: int, qpn: int, prober_qpn: int = 0, t3: int = 0, t4: int = 0, hardware: bool = False
+           ) -> bytes:
+    """The 50-byte payload of these fields (what :meth:`Packet.encode` gives, without building a Packet)."""
+    return _HEAD.pack(MAGIC, VERSION, kind, seq, qpn, prober_qpn, t3, t4, hardware) + _PAD
+
+
+def fields(data: bytes) -> tuple[int, int, int, int, int, int, int] | None:
+    """``(kind, seq, qpn, prober_qpn, t3, t4, hardware)`` of a payload, or None when it is not ours.
+
+    The engine's per-packet path: :func:`decode` without the Packet object.
+    """
     if len(data) < _HEAD.size:
         return None
     magic, version, kind, seq, qpn, pqpn, t3, t4, hw = _HEAD.unpack_from(data)
     if magic != MAGIC or version != VERSION or not PROBE <= kind <= TRACE_REPLY:
         return None
+    return kind, seq, qpn, pqpn, t3, t4, hw
+
+
+def decode(data: bytes) -> Packet | None:
+    """Parse a payload; None for anything that is not ours (wrong size, magic or version)."""
+    f = fields(data)
+    if f is None:
+        return None
+    kind, seq, qpn, pqpn, t3, t4, hw = f
     return Packet(kind, seq, qpn, pqpn, t3, t4, bool(hw))

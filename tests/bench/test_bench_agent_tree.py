@@ -3,6 +3,7 @@ apart, PSS summed over the tree."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -41,3 +42,22 @@ def test_the_tree_holds_the_children_and_its_pss_sums_over_them():
         p.wait(timeout=30)
     with pytest.raises(FileNotFoundError):
         ba.process_tree(p.pid)
+
+
+def test_the_one_process_host_bench_pairs_two_hosts_that_probe_and_answer_each_other(tmp_path):
+    cfgs = ba._loopback_configs(tmp_path, "127.0.0.1:9092", "p.", 150.0, 4791)
+    la, lb = (json.loads(cfgs[h].read_text()) for h in ("LA", "LB"))
+    assert la["role"] == lb["role"] == "both"
+    assert la["allowed_sources"] == [r["ip"] for r in lb["rnics"]] and len(la["rnics"]) == ba.RNICS == 8
+    entries = json.loads((tmp_path / "LA.pinglist.json").read_text())["entries"]
+    assert len(entries) == 64 and {e["dst_ip"] for e in entries} == {r["ip"] for r in lb["rnics"]}
+    per_rnic = {}
+    for e in entries:
+        per_rnic[e["prober_rnic"]] = per_rnic.get(e["prober_rnic"], 0) + e["rate_pps"]
+    assert per_rnic == {f"LA{i}": 150.0 for i in range(1, 9)}  # 8 RNICs x 150 probes/s
+    assert {e["qpn"] for e in entries} == set(lb["qpns"].values())  # addressed to LB's live QPNs
+    assert len({e["src_port"] for e in entries}) == 64  # one 5-tuple an entry
+    with pytest.raises(ValueError, match="--rnics 65 is not in 1..64"):
+        ba._loopback_configs(tmp_path, "127.0.0.1:9092", "p.", 150.0, 4791, rnics=65)
+    with pytest.raises(ValueError, match="nope is not one of udp, host, sim"):
+        ba.run("127.0.0.1:9092", which=("nope",))

@@ -38,14 +38,14 @@ def _unit(path: Path) -> configparser.ConfigParser:
 def units(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("units")
     files = {f.name: f for f in render(_venv(), out)}
-    (out / "fabricscope-agent@prober.service").symlink_to(files["fabricscope-agent@.service"])
+    (out / "fabricscope-agent@both.service").symlink_to(files["fabricscope-agent@.service"])
     return files
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze absent (Debian: systemd)")
 def test_units_verify_clean_against_the_checkouts_venv(units):
     out = next(iter(units.values())).parent
-    names = [n for n in UNITS if "@." not in n] + ["fabricscope-agent@prober.service"]
+    names = [n for n in UNITS if "@." not in n] + ["fabricscope-agent@both.service"]
     r = subprocess.run(["systemd-analyze", "verify", "--man=no", *[str(out / n) for n in names]],
                        capture_output=True, text=True, timeout=120)
     # rc 0 alone is not enough: unknown keys are only warnings
@@ -94,9 +94,10 @@ def test_manifests_agents_daemonset_capabilities_and_config_from_configmap_and_s
     by = {(d["kind"], d["metadata"]["name"]): d for d in _docs()}
     ds = by[("DaemonSet", "fabricscope-agent")]["spec"]["template"]["spec"]
     caps = {c["name"]: c["securityContext"]["capabilities"] for c in ds["containers"]}
-    assert caps == {"prober": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
-                    "responder": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
+    assert caps == {"agent": {"drop": ["ALL"], "add": ["NET_ADMIN"]},
                     "hostping": {"drop": ["ALL"], "add": ["SYSLOG"]}}
+    agent = next(c for c in ds["containers"] if c["name"] == "agent")
+    assert agent["args"][-2:] == ["--role", "both"]  # prober and responder in one process
     assert ds["hostNetwork"] is True
     for name in ("fabricscope-worker", "fabricscope-reducer", "fabricscope-sink"):
         spec = by[("Deployment", name)]["spec"]["template"]["spec"]

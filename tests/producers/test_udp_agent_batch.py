@@ -1,0 +1,108 @@
+"""The udp agent's batched loop over loopback: probes due within one batch leave together, a batch's
+probe.v1 columns equal the rows of its probes, an ICMP error on a probe socket neither wedges nor spins
+the poll, and one process (role ``both``) traces the ACK paths it answers as a responder alone does."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+import pyarrow.ipc as ipc
+import pytest
+
+from producers.probe_protocol import TIMEOUT_NS, PendingProbe, probe_columns, probe_row
+from producers.udp_agent import Agent
+from producers.udp_prober import LocalRnic, UdpEngine
+
+from conftest import free_port, wait_for
+
+
+def _port() -> int:
+    return free_port(kind=socket.SOCK_DGRAM)
+
+
+def test_probe_columns_are_the_rows_of_each_probe() -> None:
+    entry = {"pinglist": "inter_tor", "prober_rnic": "A1", "responder_rnic": "B2", "responder_host": "H3",
+             "src_ip": "10.1.1.2", "dst_ip": "10.2.2.2", "src_port": 49152, "dst_port": 4791, "qpn": 77,
+             "flow_label": 5, "job_id": "j1"}
+    other = {"prober_rnic": "A2", "src_ip": "10.1.2.2", "dst_ip": "10.2.1.2", "src_port": 49153, "dst_port": 4791}
+    ok = PendingProbe(entry, seq=1, t1=100, deadline=0, hardware=True, t2=110, t3=500, t4=520, t5=900, t6=950,
+                      responder_hw=True)
+    lost_ack2 = PendingProbe(entry, seq=2, t1=200, deadline=0, hardware=True, t2=210, t5=1_000, t6=1_100)
+    soft = PendingProbe(other, seq=3, t1=300, deadline=0, hardware=False, t2=310, t3=600, t4=650, t5=990, t6=999,
+                        responder_hw=False)
+    cols = probe_columns("H1", "H1", [ok, lost_ack2, soft])
+    assert cols["status"] == ["ok", "timeout", "ok"]
+    assert cols["t3"] == [500, None, 600] and cols["t5"] == [900, None, 990] and cols["t6"] == [950, None, 999]
+    assert cols["t2"] == [110, 210, 310]  # the prober's own TX stamp stays on a timeout
+    assert cols["ts_source"] == ["hardware", "software", "software"]  # no ACK2: the responder's clock unknown
+    assert cols["pinglist"] == ["inter_tor", "inter_tor", "tor_mesh"]
+    assert cols["prober_host"] == ["H1"] * 3 and cols["responder_host"] == ["H3", "H3", ""]
+    assert cols["qpn"] == [77, 77, 0] and cols["flow_label"] == [5, 5, 0] and cols["job_id"] == ["j1", "j1", None]
+    assert cols["seq"] == [1, 2, 3] and cols["agent_id"] == ["H1"] * 3
+    for i, p in enumerate((ok, lost_ack2, soft)):
+        assert probe_row("H1", "H1", p) == {k: v[i] for k, v in cols.items()}
+    assert probe_columns("H1", "H1", []) == {k: [] for k in cols}
+
+
+def test_probes_due_within_one_batch_leave_together_and_keep_their_rate() -> None:
+    agent = Agent({"host": "H1", "rnics": [{"name": "A1", "ip": "127.0.0.1"}], "dst_port": _port(),
+                   "role": "prober", "trace_interval_s": 3600}, sink=lambda *a: None)
+    try:
+        agent.set_entries([{"prober_rnic": "A1", "dst_ip": "127.0.0.1", "src_port": _port(), "qpn": 9,
+                            "rate_pps": 1} for _ in range(4)])
+        t0 = time.monotonic_ns()
+        agent._schedule = [(t0, 0), (t0 + 3_000_000, 1), (t0 + 9_000_000, 2), (t0 + 15_000_000, 3)]
+        agent.run_due(t0, 10_000_000)
+        assert len(agent.engine.pending) == 3  # the three due by t0 + 10 ms, in one wakeup
+        assert sorted(agent._schedule) == [(t0 + 15_000_000, 3), (t0 + 1_000_000_000, 0),
+                                           (t0 + 1_003_000_000, 1), (t0 + 1_009_000_000, 2)]  # each its own rate
+    finally:
+        agent.engine.close()
+    with pytest.raises(ValueError, match="send_batch_ms 'x'"):
+        Agent({"host": "H1", "rnics": [], "send_batch_ms": "x"}, sink=lambda *a: None)
+
+
+def test_an_icmp_error_on_a_probe_socket_neither_wedges_nor_spins_the_poll() -> None:
+    """A probe to a port nobody listens on: loopback answers ICMP port unreachable, which lands on the
+    socket's error queue and sets its pending error (EPOLLERR). The poll reads it, the TX stamp too, and
+    epoll then reports nothing; the probe ends as a timeout with its t2."""
+    rows: list[dict] = []
+    engine = UdpEngine("H1", "H1", [LocalRnic("A1", "127.0.0.1")], responder=False, on_probe=rows.append)
+    try:
+        closed = _port()
+        engine.send_probe({"prober_rnic": "A1", "dst_ip": "127.0.0.1", "dst_port": closed, "src_port": _port(),
+                           "qpn": 5})
+        p = next(iter(engine.pending.values()))
+        wait_for(lambda: (engine.poll(0.01), p.t2 is not None and engine._epoll.poll(0) == [])[1], timeout=30,
+                 every=0.0, what="the TX stamp read and the ICMP error cleared")
+        assert engine.expire(time.monotonic_ns() + TIMEOUT_NS) == 1
+    finally:
+        engine.close()
+    assert len(rows) == 1 and rows[0]["status"] == "timeout" and rows[0]["t2"] is not None
+    assert rows[0]["t5"] is None and rows[0]["dst_port"] == closed
+
+
+def test_one_process_prober_and_responder_traces_the_ack_paths_it_answers() -> None:
+    """Role ``both`` (the one-process agent): its responder part runs the reverse-trace rounds too."""
+    port = _port()
+    reverse: list[dict] = []
+    cfg = {"host": "H1", "rnics": [{"name": "A1", "ip": "127.0.0.1", "tor": "A"}], "dst_port": port,
+           "allowed_sources": ["127.0.0.1"], "upload_interval_s": 0.3, "trace_interval_s": 0.5}
+
+    def sink(schema: str, payload: bytes, key: str, headers: list[tuple[str, bytes]]) -> None:
+        if schema == "path.v1":
+            reverse.extend(r for r in ipc.open_stream(payload).read_all().to_pylist() if r["direction"] == "reverse")
+        if reverse:
+            agent.stop()
+
+    agent = Agent(cfg, sink=sink)
+    assert agent.role == "both"
+    src_port = _port()
+    agent.set_entries([{"prober_rnic": "A1", "responder_rnic": "A1", "dst_ip": "127.0.0.1", "dst_port": port,
+                        "src_port": src_port, "qpn": agent.engine.qpns["A1"], "rate_pps": 20}])
+    agent.run(duration_s=60)  # only bounds a failure: stopped by the sink
+    assert reverse, "no reverse trace from the one-process agent"
+    r = reverse[0]
+    assert (r["src_port"], r["dst_port"]) == (port, src_port)  # the ACK's 5-tuple: responder port -> prober's
+    assert r["hops"] == "A1,127.0.0.1" and r["complete"]  # loopback: the prober's socket answers at TTL 1
