@@ -178,11 +178,19 @@ def sim_fault_of(f: LabFault, start_ns: int, end_ns: int) -> Fault:
 
 @dataclass
 class LabRun:
-    """What one scenario did on the lab: when its window grid starts, each fault's wall-clock interval."""
+    """What one scenario did on the lab: when its window grid starts, what was in force when (wall clock).
+
+    ``events`` are (fault, start ns, end ns): the scenario's faults, and for each ``host-down`` the
+    restart of the host's agents that its clear is (new QPNs: :func:`restart_span`), as a
+    ``host-restart``.
+    """
 
     scenario: LabScenario
     first_window_ns: int
-    spans: list[tuple[int, int]] = field(default_factory=list)
+    events: list[tuple[LabFault, int, int]] = field(default_factory=list)
+    n_windows: int = 0
+    """Windows from its injection boundary to the next scenario's: its fault windows and the quiet ones after
+    the clear (one, or more while a restart's stale QPNs may linger); 0: ``scenario.windows + 1``."""
     wall_s: float = 0.0
     """From its injection boundary to the next scenario's (s)."""
     inject_s: float = 0.0
@@ -192,8 +200,28 @@ class LabRun:
 
     @property
     def window_starts(self) -> list[int]:
-        """Its windows: the ``windows`` fault windows and the one after the clear (ns)."""
-        return [self.first_window_ns + i * WINDOW for i in range(self.scenario.windows + 1)]
+        """Its windows' starts (ns)."""
+        return [self.first_window_ns + i * WINDOW for i in range(self.n_windows or self.scenario.windows + 1)]
+
+
+REGISTRY_REFRESH_S = 30.0
+"""The lab probers' registry refresh (s): after a host's agents restart with new QPNs, a prober keeps
+probing the old ones for up to this long (``stale_qpn`` noise, R-Pingmesh §5). The benchmark starts its
+agents with it (:func:`run_lab`)."""
+
+
+def restart_span(started_ns: int, registered_ns: int, refresh_s: float = REGISTRY_REFRESH_S) -> tuple[int, int]:
+    """When a host restart's probes may time out on stale QPNs: from the restart's start until
+    ``refresh_s`` after its responders registered the new QPNs (the simulator's ``HostRestart``
+    truth: downtime + refresh)."""
+    return int(started_ns), int(registered_ns + refresh_s * 1e9)
+
+
+def quiet_windows(events: list[tuple[LabFault, int, int]], clear_done_ns: int, fault_end_ns: int) -> int:
+    """Windows to wait after the fault windows (ending at boundary ``fault_end_ns``) before the next
+    scenario: one, or more until every event has ended (a restart's stale QPNs) and the clear returned."""
+    last = max([clear_done_ns, *(b for _, _, b in events)])
+    return max(1, -(-(last - fault_end_ns) // WINDOW))
 
 
 def scenario_result(run: LabRun, inv: Inventory, size: str, verdicts: list[dict],
@@ -201,7 +229,7 @@ def scenario_result(run: LabRun, inv: Inventory, size: str, verdicts: list[dict]
     """The run of one scenario as :func:`bench.accuracy.score` takes it.
 
     Args:
-        run: the scenario and its faults' intervals (wall clock, ns).
+        run: the scenario and its events' intervals (wall clock, ns).
         inv: the lab's inventory.
         size: the fabric's label in the report.
         verdicts: verdict.v1 dicts; those of the scenario's windows are kept (every window of it is
@@ -211,9 +239,8 @@ def scenario_result(run: LabRun, inv: Inventory, size: str, verdicts: list[dict]
     Times are shifted by one offset so that the scenario's first window starts at ``T0``.
     """
     shift = run.first_window_ns - T0
-    truths = [truth_of(f, a - shift, b - shift) for f, (a, b) in zip(run.scenario.faults, run.spans, strict=True)]
-    faults = [sim_fault_of(f, a - shift, b - shift) for f, (a, b) in zip(run.scenario.faults, run.spans,
-                                                                          strict=True)]
+    truths = [truth_of(f, a - shift, b - shift) for f, a, b in run.events]
+    faults = [sim_fault_of(f, a - shift, b - shift) for f, a, b in run.events]
     by_ws: dict[int, list[dict]] = {}
     for v in verdicts:
         by_ws.setdefault(int(v["window_start_ns"]), []).append(v)
@@ -357,7 +384,7 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
     try:
         say(f"lab {spec.prefix}*: building, agents uploading to {settings.kafka_bootstrap} (topics {prefix}*)")
         lab = start_lab_source(settings.kafka_bootstrap, prefix, seed=seed, spec=spec, directory=lab_dir,
-                               kafka_config=conf or None)
+                               kafka_config=conf or None, registry_refresh_s=REGISTRY_REFRESH_S)
         size = f"lab {len(fab.spines)}x{len(fab.tors)} ({len(fab.rnics)} RNICs)"
         boundary = (time.time_ns() + int(warmup_s * 1e9)) // WINDOW * WINDOW + WINDOW
         for sc in drawn:
@@ -365,21 +392,31 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
             t0 = time.perf_counter()
             run = LabRun(sc, boundary)
             out.runs.append(run)  # from here on its windows are scored, whatever happens next
-            ids, starts = [], []
+            placed: list[tuple[LabFault, str, int, int]] = []  # fault, lab id, start, injected
             for f in sc.faults:
-                starts.append(time.time_ns())
-                ids.append(lab_faults.inject(f.kind, lab_dir, **f.kwargs)["id"])
+                started = time.time_ns()
+                placed.append((f, lab_faults.inject(f.kind, lab_dir, **f.kwargs)["id"], started, time.time_ns()))
             run.inject_s = time.perf_counter() - t0
             pump(boundary + sc.windows * WINDOW)
             t1 = time.perf_counter()
-            for fid in ids:
-                lab_faults.clear(fid, lab_dir)
+            cleared: list[tuple[LabFault, int, int]] = []
+            for f, fid, _, _ in placed:
+                started = time.time_ns()
+                lab_faults.clear(fid, lab_dir)  # a host-down's clear restarts its agents: new QPNs
+                cleared.append((f, started, time.time_ns()))
             if any(f.kind in HOST_KINDS for f in sc.faults):
-                lab.refresh_pinglists(seed)  # restarted responders have new QPNs: the controller's rebuild
+                lab.refresh_pinglists(seed)  # the controller's rebuild with the new QPNs
             end = time.time_ns()
             run.clear_s = time.perf_counter() - t1
-            run.spans = [(s, end) for s in starts]
-            boundary += (sc.windows + 1) * WINDOW
+            for f, _, started, injected in placed:
+                run.events.append((f, *(restart_span(started, injected) if f.kind == "host-restart"
+                                        else (started, end))))
+            for f, started, done in cleared:
+                if f.kind == "host-down":
+                    run.events.append((LabFault("host-restart", f.target), *restart_span(started, done)))
+            quiet = quiet_windows(run.events, end, boundary + sc.windows * WINDOW)
+            run.n_windows = sc.windows + quiet
+            boundary += run.n_windows * WINDOW
             pump(boundary)
             run.wall_s = time.perf_counter() - t0
             if progress:

@@ -14,6 +14,8 @@ from bench.lab_accuracy import (
     LabRun,
     LabScenario,
     draw_lab_scenario,
+    quiet_windows,
+    restart_span,
     scenario_result,
     truth_of,
 )
@@ -80,11 +82,11 @@ def _v(ws: int, kind: str, location: str, i: int, revision_of: str | None = None
 def test_scoring_of_hand_made_verdicts_over_two_lab_scenarios():
     # scenario 0: A-S3 down for two windows (injected 0.2 s after the boundary, cleared 0.3 s after the
     # second window ended), then the window after the clear; scenario 1: H2 restarts, one window
-    down = LabRun(LabScenario(0, (LabFault("link-down", (("a", "A"), ("b", "S3"))),), 2), B,
-                  spans=[(B + S // 5, B + 2 * W + 3 * S // 10)])
+    dead = LabFault("link-down", (("a", "A"), ("b", "S3")))
+    down = LabRun(LabScenario(0, (dead,), 2), B, [(dead, B + S // 5, B + 2 * W + 3 * S // 10)])
     b1 = B + 3 * W
-    restart = LabRun(LabScenario(1, (LabFault("host-restart", (("host", "H2"),)),), 1), b1,
-                     spans=[(b1, b1 + W + S)])
+    h2 = LabFault("host-restart", (("host", "H2"),))
+    restart = LabRun(LabScenario(1, (h2,), 1), b1, [(h2, b1, b1 + W + S)])
     verdicts = [
         _v(B, "switch", "A->S3", 1),             # right, window 0
         _v(B, "rnic", "B1", 2),                  # wrong: no fault there
@@ -113,7 +115,26 @@ def test_scoring_of_hand_made_verdicts_over_two_lab_scenarios():
 
 
 def test_a_window_without_verdicts_is_a_miss_not_dropped():
-    run = LabRun(LabScenario(0, (LabFault("nic-down", (("rnic", "C1"),)),), 2), B, spans=[(B, B + 2 * W)])
+    c1 = LabFault("nic-down", (("rnic", "C1"),))
+    run = LabRun(LabScenario(0, (c1,), 2), B, [(c1, B, B + 2 * W)])
     rep = accuracy.score([scenario_result(run, INV, "lab", [_v(B, "rnic", "C1", 1)])], seed=1, wall_s=0.0)
     assert rep.window_recall == {"rnic_down": (1, 2)}
     assert [m["window"] for m in rep.missed_windows] == [1]
+
+
+def test_a_host_downs_clear_is_a_restart_scored_until_the_probers_refresh():
+    # H2 down for one window; its clear (restarting its agents with new QPNs) returns 1.5 s after the boundary
+    h2 = LabFault("host-down", (("host", "H2"),))
+    cleared = B + W + 3 * S // 2
+    span = restart_span(B + W, cleared)
+    assert span == (B + W, cleared + 30 * S)
+    events = [(h2, B, cleared), (LabFault("host-restart", h2.target), *span)]
+    # stale QPNs may linger until 31.5 s after the fault window: two quiet windows before the next scenario
+    assert quiet_windows(events, cleared, B + W) == 2
+    assert quiet_windows(events[:1], cleared, B + W) == 1
+    run = LabRun(LabScenario(0, (h2,), 1), B, events, n_windows=3)
+    verdicts = [_v(B, "host_down", "H2", 1), _v(B + W, "stale_qpn", "A3", 2), _v(B + 2 * W, "stale_qpn", "A4", 3)]
+    rep = accuracy.score([scenario_result(run, INV, "lab", verdicts)], seed=1, wall_s=0.0)
+    assert rep.precision == {"host_down": (1, 1), "stale_qpn": (2, 2)}
+    # the restart is active 18.5 s of window 1 (required) and 11.5 s of window 2 (required)
+    assert rep.window_recall == {"host_down": (1, 1), "host_restart": (2, 2)}
