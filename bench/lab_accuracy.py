@@ -46,6 +46,7 @@ from schemas.inventory import Inventory
 LAB_KINDS: dict[str, tuple[str, str]] = {
     "link-down": ("link_down", "switch"),
     "link-loss": ("lossy_link", "switch"),
+    "one-way-loss": ("lossy_link", "switch"),
     "partial-5tuple": ("partial_5tuple_loss", "switch"),
     "nic-down": ("rnic_down", "rnic"),
     "host-down": ("host_down", "host_down"),
@@ -53,8 +54,9 @@ LAB_KINDS: dict[str, tuple[str, str]] = {
     "busy-host": ("busy_host", "busy_host"),
 }
 """Lab fault kind (:data:`infra.lab.faults.KINDS`) → (the simulator's fault name, the verdict kind a
-correct analyzer gives), the names :func:`bench.accuracy.score` scores under."""
-LINK_KINDS = ("link-down", "link-loss", "partial-5tuple")
+correct analyzer gives), the names :func:`bench.accuracy.score` scores under. A one-way loss is scored in
+the lossy-link row: the simulator has no fault of its own for it."""
+LINK_KINDS = ("link-down", "link-loss", "one-way-loss", "partial-5tuple")
 HOST_KINDS = ("host-down", "host-restart", "busy-host")
 N_FAULTS = (0, 1, 1, 1, 1, 2)
 """How many concurrent faults a scenario draws (uniformly from this tuple): 1 in 6 healthy, 1 in 6 two."""
@@ -70,7 +72,9 @@ class LabFault:
 
     ``target`` is ``{"a": ToR, "b": spine}`` for link kinds, ``{"rnic": name}`` for ``nic-down``,
     ``{"host": name}`` for host kinds (the keyword arguments of :func:`infra.lab.faults.inject`).
-    ``loss`` (0..1) is used by ``link-loss``, ``fraction`` (0..1) and ``hash_seed`` by ``partial-5tuple``.
+    ``loss`` (0..1) is used by ``link-loss`` and ``one-way-loss`` (which drops what the ToR sends up the
+    cable when ``down`` is False, else what the spine sends down it), ``fraction`` (0..1) and
+    ``hash_seed`` by ``partial-5tuple``.
     """
 
     kind: str
@@ -78,13 +82,16 @@ class LabFault:
     loss: float = 0.0
     fraction: float = 0.0
     hash_seed: int = 1
+    down: bool = False
 
     @property
     def kwargs(self) -> dict[str, Any]:
         """Keyword arguments of :func:`infra.lab.faults.inject` for this fault (besides ``kind``)."""
         kw: dict[str, Any] = dict(self.target)
-        if self.kind == "link-loss":
+        if self.kind in ("link-loss", "one-way-loss"):
             kw["loss"] = self.loss
+        if self.kind == "one-way-loss" and self.down:  # the sender is ``a``
+            kw["a"], kw["b"] = kw["b"], kw["a"]
         if self.kind == "partial-5tuple":
             kw["fraction"], kw["seed"] = self.fraction, self.hash_seed
         return kw
@@ -125,7 +132,8 @@ def draw_lab_scenario(index: int, seed: int, fabric: Any, windows: int = 2) -> L
             lo, hi = LOSS_RANGE
             out.append(LabFault(kind, (("a", tor), ("b", spine)),
                                 loss=round(float(np.exp(rng.uniform(np.log(lo), np.log(hi)))), 3),
-                                fraction=round(rng.uniform(*FRACTION_RANGE), 2), hash_seed=rng.randrange(1, 2**16)))
+                                fraction=round(rng.uniform(*FRACTION_RANGE), 2), hash_seed=rng.randrange(1, 2**16),
+                                down=rng.random() < 0.5))
             continue
         host = rng.choice([h for h in hosts if h not in used_hosts])
         used_hosts.add(host)
@@ -163,6 +171,8 @@ def sim_fault_of(f: LabFault, start_ns: int, end_ns: int) -> Fault:
         return LinkDown(a=t["a"], b=t["b"], **span)
     if f.kind == "link-loss":
         return LossyLink(a=t["a"], b=t["b"], rate=f.loss, **span)
+    if f.kind == "one-way-loss":  # about half the probes crossing a cable cross it in the lossy direction
+        return LossyLink(a=t["a"], b=t["b"], rate=f.loss / 2, **span)
     if f.kind == "partial-5tuple":
         return PartialTupleLoss(a=t["a"], b=t["b"], fraction=f.fraction, **span)
     if f.kind == "nic-down":

@@ -6,6 +6,8 @@ kind               what it does                                                 
 ``link-down``      a ToR-spine cable dies: the ToR end goes admin-down, the spine  ``switch`` (link)
                    end loses carrier; far ToRs keep hashing onto it (blackhole)
 ``link-loss``      random loss (``numgen random``) both ways on one cable          ``switch`` (link)
+``one-way-loss``   random loss on one cable in one direction only: what leaves     ``switch`` (link)
+                   ``a`` toward ``b`` (a ToR's uplink, or a spine's downlink)
 ``partial-5tuple`` one cable drops a hashed subset of 5-tuples, both directions    ``switch`` (link)
 ``nic-down``       an RNIC's link goes down (host side)                            ``rnic``
 ``host-down``      the host's agents are stopped                                   ``host_down``
@@ -28,7 +30,10 @@ from infra.lab import agents, nft, procs
 from infra.lab.netns import LabError, lab_dir, load, ns_exec, read_state, write_state
 from infra.lab.topology import Fabric
 
-KINDS = ("link-down", "link-loss", "partial-5tuple", "nic-down", "host-down", "host-restart", "busy-host")
+KINDS = ("link-down", "link-loss", "one-way-loss", "partial-5tuple", "nic-down", "host-down", "host-restart",
+         "busy-host")
+LINK_KINDS = ("link-down", "link-loss", "one-way-loss", "partial-5tuple")
+"""The kinds that take a ToR-spine cable (``a``, ``b``)."""
 
 
 def _fault_id(state: dict[str, Any]) -> str:
@@ -52,7 +57,7 @@ def _switch_link(fab: Fabric, a: str, b: str) -> tuple[str, str]:
 def pick_target(kind: str, fab: Fabric, seed: int) -> dict[str, str]:
     """Draw the faulted link, RNIC or host of ``kind`` from ``seed`` (the demo scenarios)."""
     rng = random.Random(seed)
-    if kind in ("link-down", "link-loss", "partial-5tuple"):
+    if kind in LINK_KINDS:
         return {"a": rng.choice(fab.tors), "b": rng.choice(fab.spines)}
     if kind == "nic-down":
         return {"rnic": rng.choice(fab.rnics).name}
@@ -79,10 +84,11 @@ def inject(
 
     Args:
         kind: one of :data:`KINDS`.
-        a, b: the cable's ends (a ToR and a spine) for link faults.
+        a, b: the cable's ends (a ToR and a spine, either order) for link faults; ``one-way-loss`` drops
+            what ``a`` sends to ``b``.
         rnic: the RNIC for ``nic-down``.
         host: the host for ``host-down``, ``host-restart``, ``busy-host``.
-        loss: drop probability of ``link-loss`` (0..1).
+        loss: drop probability of ``link-loss`` and ``one-way-loss`` (0..1).
         fraction: share of 5-tuples dropped by ``partial-5tuple`` (0..1).
         stop_ms, run_ms: ``busy-host`` burst lengths in ms.
         seed: hash seed of ``partial-5tuple`` (which tuples die).
@@ -94,13 +100,19 @@ def inject(
     fab, state = load(d)
     fid = _fault_id(state)
     rec: dict[str, Any] = {"id": fid, "kind": kind, "injected_ns": time.time_ns()}  # `lab fault list` shows it
-    if kind in ("link-down", "link-loss", "partial-5tuple"):
+    if kind in LINK_KINDS:
         tor, spine = _switch_link(fab, a, b)
         ln = fab.link(tor, spine)
         rec["target"] = f"{tor}-{spine}"
         if kind == "link-down":
             ns_exec(fab.netns(tor), ["ip", "link", "set", "dev", ln.a_if, "down"])
             rec["undo"] = [[fab.netns(tor), ["ip", "link", "set", "dev", ln.a_if, "up"]]]
+        elif kind == "one-way-loss":
+            table = f"fs_{fid}"
+            sender, ifname = (tor, ln.a_if) if a == tor else (spine, ln.b_if)
+            nft.add_table(fab.netns(sender), table, [nft.loss_rule(ifname, max(1, round(loss * 1000)))])
+            rec["tables"] = [[fab.netns(sender), table]]
+            rec["loss"], rec["direction"] = loss, f"{sender}->{spine if sender == tor else tor}"
         else:
             table = f"fs_{fid}"
             for node, ifname in ((tor, ln.a_if), (spine, ln.b_if)):

@@ -40,6 +40,7 @@ def test_draw_covers_every_kind_healthy_and_two_faults_on_disjoint_targets():
     n = Counter(len(d.faults) for d in drawn)
     assert set(n) == {0, 1, 2} and n[0] > 20 and n[2] > 20, n
     assert {f.kind for d in drawn for f in d.faults} == set(LAB_KINDS)
+    assert {f.down for d in drawn for f in d.faults if f.kind == "one-way-loss"} == {True, False}
     for d in drawn:
         assert d.windows == 3
         links = [dict(f.target)["a"] + dict(f.target)["b"] for f in d.faults if "a" in dict(f.target)]
@@ -53,6 +54,8 @@ def test_draw_covers_every_kind_healthy_and_two_faults_on_disjoint_targets():
             if f.kind == "link-loss":
                 assert 0.005 <= f.loss <= 0.5
                 assert f.kwargs == {"a": t["a"], "b": t["b"], "loss": f.loss}
+            if f.kind == "one-way-loss":  # inject drops what its ``a`` sends
+                assert f.kwargs["a"] == (t["b"] if f.down else t["a"]) and f.kwargs["loss"] == f.loss
             if f.kind == "partial-5tuple":
                 assert 0.1 <= f.fraction <= 0.6
                 assert f.kwargs["fraction"] == f.fraction and f.kwargs["seed"] == f.hash_seed
@@ -70,6 +73,9 @@ def test_truth_is_the_simulators_shape_with_the_analyzers_link_name():
     assert truth_of(LabFault("nic-down", (("rnic", "C2"),)), 1, 2)["kind"] == "rnic"
     assert truth_of(LabFault("host-restart", (("host", "H4"),)), 1, 2) == {
         "kind": "stale_qpn", "location": "H4", "start_ns": 1, "end_ns": 2, "fault": "host_restart"}
+    # a one-way loss down the cable names the same physical link
+    one_way = LabFault("one-way-loss", (("a", "B"), ("b", "S3")), loss=0.1, down=True)
+    assert truth_of(one_way, 5, 9)["location"] == "B->S3"
     with pytest.raises(ValueError, match="unknown lab fault"):
         truth_of(LabFault("meteor", ()), 1, 2)
 
