@@ -214,10 +214,12 @@ class LabRun:
         return [self.first_window_ns + i * WINDOW for i in range(self.n_windows or self.scenario.windows + 1)]
 
 
-REGISTRY_REFRESH_S = 30.0
-"""The lab probers' registry refresh (s): after a host's agents restart with new QPNs, a prober keeps
-probing the old ones for up to this long (``stale_qpn`` noise, R-Pingmesh §5). The benchmark starts its
-agents with it (:func:`run_lab`)."""
+REGISTRY_REFRESH_S = 10.0
+"""How often the benchmark's probers re-read the registry (s; the agents' default is 30): after a host's
+agents restart with new QPNs, a prober keeps probing the old ones until its next read, at its own phase
+(``stale_qpn`` noise, R-Pingmesh §5). The truth of a restart runs until ``REGISTRY_REFRESH_S`` after the new
+QPNs registered, a bound; a shorter period makes it tighter (the simulator's probers all refresh at once,
+its truth is exact), so a window is required to name the restart only where the stale probes were."""
 
 
 def restart_span(started_ns: int, registered_ns: int, refresh_s: float = REGISTRY_REFRESH_S) -> tuple[int, int]:

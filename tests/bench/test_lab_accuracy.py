@@ -132,8 +132,9 @@ def test_a_host_downs_clear_is_a_restart_scored_until_the_probers_refresh():
     # H2 down for one window; its clear (restarting its agents with new QPNs) returns 1.5 s after the boundary
     h2 = LabFault("host-down", (("host", "H2"),))
     cleared = B + W + 3 * S // 2
-    span = restart_span(B + W, cleared)
+    span = restart_span(B + W, cleared, refresh_s=30.0)
     assert span == (B + W, cleared + 30 * S)
+    assert restart_span(B + W, cleared)[1] == cleared + 10 * S  # the benchmark's probers refresh every 10 s
     events = [(h2, B, cleared), (LabFault("host-restart", h2.target), *span)]
     # stale QPNs may linger until 31.5 s after the fault window: two quiet windows before the next scenario
     assert quiet_windows(events, cleared, B + W) == 2
