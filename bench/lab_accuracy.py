@@ -40,7 +40,17 @@ from typing import Any
 import numpy as np
 
 from bench.accuracy import T0, WINDOW, Scenario, ScenarioResult
-from producers.sim.faults import BusyHost, Fault, HostDown, HostRestart, LinkDown, LossyLink, PartialTupleLoss, RnicDown
+from producers.sim.faults import (
+    BusyHost,
+    Fault,
+    FlappingLink,
+    HostDown,
+    HostRestart,
+    LinkDown,
+    LossyLink,
+    PartialTupleLoss,
+    RnicDown,
+)
 from schemas.inventory import Inventory
 
 LAB_KINDS: dict[str, tuple[str, str]] = {
@@ -48,6 +58,7 @@ LAB_KINDS: dict[str, tuple[str, str]] = {
     "link-loss": ("lossy_link", "switch"),
     "one-way-loss": ("lossy_link", "switch"),
     "partial-5tuple": ("partial_5tuple_loss", "switch"),
+    "flapping-link": ("flapping_link", "switch"),
     "nic-down": ("rnic_down", "rnic"),
     "host-down": ("host_down", "host_down"),
     "host-restart": ("host_restart", "stale_qpn"),
@@ -56,7 +67,7 @@ LAB_KINDS: dict[str, tuple[str, str]] = {
 """Lab fault kind (:data:`infra.lab.faults.KINDS`) → (the simulator's fault name, the verdict kind a
 correct analyzer gives), the names :func:`bench.accuracy.score` scores under. A one-way loss is scored in
 the lossy-link row: the simulator has no fault of its own for it."""
-LINK_KINDS = ("link-down", "link-loss", "one-way-loss", "partial-5tuple")
+LINK_KINDS = ("link-down", "link-loss", "one-way-loss", "partial-5tuple", "flapping-link")
 HOST_KINDS = ("host-down", "host-restart", "busy-host")
 N_FAULTS = (0, 1, 1, 1, 1, 2)
 """How many concurrent faults a scenario draws (uniformly from this tuple): 1 in 6 healthy, 1 in 6 two."""
@@ -74,7 +85,7 @@ class LabFault:
     ``{"host": name}`` for host kinds (the keyword arguments of :func:`infra.lab.faults.inject`).
     ``loss`` (0..1) is used by ``link-loss`` and ``one-way-loss`` (which drops what the ToR sends up the
     cable when ``down`` is False, else what the spine sends down it), ``fraction`` (0..1) and
-    ``hash_seed`` by ``partial-5tuple``.
+    ``hash_seed`` by ``partial-5tuple``, ``period_s`` and ``down_s`` (s) by ``flapping-link``.
     """
 
     kind: str
@@ -83,6 +94,8 @@ class LabFault:
     fraction: float = 0.0
     hash_seed: int = 1
     down: bool = False
+    period_s: float = 10.0
+    down_s: float = 2.0
 
     @property
     def kwargs(self) -> dict[str, Any]:
@@ -94,6 +107,8 @@ class LabFault:
             kw["a"], kw["b"] = kw["b"], kw["a"]
         if self.kind == "partial-5tuple":
             kw["fraction"], kw["seed"] = self.fraction, self.hash_seed
+        if self.kind == "flapping-link":
+            kw["period_s"], kw["down_s"] = self.period_s, self.down_s
         return kw
 
 
@@ -133,7 +148,8 @@ def draw_lab_scenario(index: int, seed: int, fabric: Any, windows: int = 2) -> L
             out.append(LabFault(kind, (("a", tor), ("b", spine)),
                                 loss=round(float(np.exp(rng.uniform(np.log(lo), np.log(hi)))), 3),
                                 fraction=round(rng.uniform(*FRACTION_RANGE), 2), hash_seed=rng.randrange(1, 2**16),
-                                down=rng.random() < 0.5))
+                                down=rng.random() < 0.5, period_s=rng.choice((5.0, 10.0, 20.0)),
+                                down_s=rng.choice((1.0, 2.0, 3.0))))
             continue
         host = rng.choice([h for h in hosts if h not in used_hosts])
         used_hosts.add(host)
@@ -175,6 +191,8 @@ def sim_fault_of(f: LabFault, start_ns: int, end_ns: int) -> Fault:
         return LossyLink(a=t["a"], b=t["b"], rate=f.loss / 2, **span)
     if f.kind == "partial-5tuple":
         return PartialTupleLoss(a=t["a"], b=t["b"], fraction=f.fraction, **span)
+    if f.kind == "flapping-link":
+        return FlappingLink(a=t["a"], b=t["b"], period_s=f.period_s, down_s=f.down_s, **span)
     if f.kind == "nic-down":
         return RnicDown(rnic=t["rnic"], **span)
     if f.kind == "host-down":

@@ -231,7 +231,7 @@ def _fault_rows(active: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
     rows = []
     for f in active:
-        detail = ", ".join(f"{k} {f[k]}" for k in ("loss", "fraction", "direction") if k in f)
+        detail = ", ".join(f"{k} {f[k]}" for k in ("loss", "fraction", "direction", "period_s", "down_s") if k in f)
         since = format_time(f["injected_ns"]) if f.get("injected_ns") else ""
         rows.append((f["id"], f["kind"], f.get("target", ""), detail, since))
     return rows
@@ -350,6 +350,8 @@ def fault_cmd(
     fraction: float = typer.Option(0.25, min=0.001, max=1.0, help="partial-5tuple share of tuples dropped"),
     stop_ms: float = typer.Option(700.0, help="busy-host: SIGSTOP burst length (ms)"),
     run_ms: float = typer.Option(300.0, help="busy-host: run time between bursts (ms)"),
+    period_s: float = typer.Option(10.0, min=0.2, help="flapping-link: one down-and-up cycle (s)"),
+    down_s: float = typer.Option(2.0, min=0.1, help="flapping-link: down this long in each cycle (s)"),
     directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
     as_json: bool = typer.Option(False, "--json", help="list: one JSON record per fault (with its undo data)"),
 ) -> None:
@@ -376,7 +378,8 @@ def fault_cmd(
         fab, _ = lab_infra.load(directory)
         tgt = _fault_target(kind, targets, fab, seed)
         rec = faults.inject(
-            kind, directory, loss=loss, fraction=fraction, stop_ms=stop_ms, run_ms=run_ms, seed=seed, **tgt
+            kind, directory, loss=loss, fraction=fraction, stop_ms=stop_ms, run_ms=run_ms, period_s=period_s,
+            down_s=down_s, seed=seed, **tgt
         )
     except (LabError, KeyError) as e:
         raise _fail(e) from None

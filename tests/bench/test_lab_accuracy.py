@@ -56,6 +56,9 @@ def test_draw_covers_every_kind_healthy_and_two_faults_on_disjoint_targets():
                 assert f.kwargs == {"a": t["a"], "b": t["b"], "loss": f.loss}
             if f.kind == "one-way-loss":  # inject drops what its ``a`` sends
                 assert f.kwargs["a"] == (t["b"] if f.down else t["a"]) and f.kwargs["loss"] == f.loss
+            if f.kind == "flapping-link":  # the simulator benchmark's periods and down times
+                assert f.period_s in (5.0, 10.0, 20.0) and f.down_s in (1.0, 2.0, 3.0)
+                assert f.kwargs == {"a": t["a"], "b": t["b"], "period_s": f.period_s, "down_s": f.down_s}
             if f.kind == "partial-5tuple":
                 assert 0.1 <= f.fraction <= 0.6
                 assert f.kwargs["fraction"] == f.fraction and f.kwargs["seed"] == f.hash_seed
