@@ -18,7 +18,7 @@ if not lab_available():
     pytest.skip("the lab needs root and network namespaces", allow_module_level=True)
 
 PREFIX = "fsa-"
-SEED = 18  # scenario 0: nic-down C3, scenario 1: link-down A-S2 (tests/bench/test_lab_accuracy.py draws)
+SEED = 480  # scenario 0: nic-down C1, scenario 1: link-down A-S3 (draw_lab_scenario, over LAB_KINDS in order)
 
 
 def test_two_lab_scenarios_are_named_in_every_fault_window(kafka_bootstrap, tmp_path, no_fork):
