@@ -388,10 +388,9 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
     lab_dir = var / "lab"
     conf = settings.kafka_client_config()
     out = LabAccuracyRun()
-    create_topics(settings.kafka_bootstrap, prefix, conf)
-    procs = demo._children(settings, prefix, var, 1)
-    collector = demo._Collector(settings.kafka_bootstrap, prefix, conf)
-    counter = _PartialsCounter(settings.kafka_bootstrap, prefix, conf)
+    procs: list[Any] = []
+    collector: Any = None
+    counter: _PartialsCounter | None = None
 
     class _Sink:  # the demo collector fills a DemoResult's verdicts and windows
         def __init__(self) -> None:
@@ -405,13 +404,17 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
         while True:
             left = (until_ns - time.time_ns()) / 1e9
             collector.poll(sink, timeout=max(0.05, min(0.5, left)))  # type: ignore[arg-type]
-            counter.poll(timeout=0.05)
+            counter.poll(timeout=0.05)  # type: ignore[union-attr]
             if any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"a pipeline process exited; see the logs in {var}")
             if time.time_ns() >= until_ns:
                 return
 
     try:
+        create_topics(settings.kafka_bootstrap, prefix, conf)
+        procs += demo._children(settings, prefix, var, 1)
+        collector = demo._Collector(settings.kafka_bootstrap, prefix, conf)
+        counter = _PartialsCounter(settings.kafka_bootstrap, prefix, conf)
         say(f"lab {spec.prefix}*: building, agents uploading to {settings.kafka_bootstrap} (topics {prefix}*)")
         lab = start_lab_source(settings.kafka_bootstrap, prefix, seed=seed, spec=spec, directory=lab_dir,
                                kafka_config=conf or None, registry_refresh_s=REGISTRY_REFRESH_S)
@@ -456,10 +459,10 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
         while time.time_ns() < deadline and not any(w["window_start_ns"] >= last for w in sink.windows):
             pump(min(deadline, time.time_ns() + 1_000_000_000))
         collector.poll(sink, timeout=2.0)  # type: ignore[arg-type]
-        counter.poll(timeout=1.0)
+        counter.poll(timeout=1.0)  # type: ignore[union-attr]
         out.verdicts = sink.verdicts
         out.closed = {int(w["window_start_ns"]) for w in sink.windows}
-        out.link_probes = counter.link_probes
+        out.link_probes = counter.link_probes  # type: ignore[union-attr]
         out.unclosed = [ws for r in out.runs for ws in r.window_starts if ws not in out.closed]
         inv = lab.inventory
         return out, inv, size
@@ -472,8 +475,9 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
             cleanup.done("lab")
             for p in procs:
                 signal_group(p, signal.SIGTERM)
-            collector.close()
-            counter.close()
+            for c in (collector, counter):
+                if c is not None:
+                    c.close()
             demo._stop(procs)
             cleanup.owe("topics", f"the run's topics {prefix}* (`fabricscope topics` lists them)")
             delete_topics(settings.kafka_bootstrap, prefix, conf)
