@@ -609,8 +609,8 @@ def _quantile(xs: list[int], q: float) -> str:
     return f"{float(np.quantile(np.array(xs), q, method='inverted_cdf')):.0f}" if xs else "-"
 
 
-def print_report(rep: AccuracyReport, console: object | None = None) -> None:
-    """Print the report as rich tables."""
+def print_report(rep: AccuracyReport, console: object | None = None, hostping: bool = True) -> None:
+    """Print the report as rich tables (``hostping``: and the Hostping line, which only the simulator runs)."""
     from rich.console import Console
     from rich.table import Table
 
@@ -700,7 +700,8 @@ def print_report(rep: AccuracyReport, console: object | None = None) -> None:
             st = "-" if m["start_ns"] is None else f"{(m['start_ns'] - T0) / S:.0f}"
             t.add_row(str(m["scenario"]), m["size"], m["fault"], m["location"], st)
         con.print(t)
-    print_hostping(rep, con)
+    if hostping:
+        print_hostping(rep, con)
 
 
 def run_hostping(rep: AccuracyReport) -> None:

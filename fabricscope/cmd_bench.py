@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from fabricscope.choices import DemoSource, value
 from fabricscope.settings import load
+from infra.lab.layout import LabSpec
 
 bench_app = typer.Typer(name="bench", help="Benchmarks that print figures (see BENCHMARKS.md).")
 
@@ -127,13 +129,27 @@ def accuracy(
     background_loss: bool = typer.Option(True, help="healthy links drop 1e-5..1e-4 of packets"),
     loop: bool = typer.Option(False, help="run the controller's closed loop: undetermined link groups get "
                               "probes that split them in the next windows (docs/identifiability.md)"),
+    source: DemoSource = typer.Option("sim", help="sim: the simulator's fabrics | lab: faults injected on the "
+                                      "netns lab, real packets through the broker and workers (root; "
+                                      "docs/lab-accuracy.md)"),
+    lab_prefix: str = typer.Option(LabSpec().prefix, help="lab only: namespace prefix of the lab it builds "
+                                   "(another prefix runs beside a lab already up)"),
+    windows: int = typer.Option(2, min=1, max=15, help="lab only: 20 s windows each scenario's faults last "
+                                "(then they are cleared and one window passes)"),
 ) -> None:
-    """Diagnosis precision/recall against the simulator's ground truth, and the 12 Hostping patterns."""
+    """Diagnosis precision/recall against the simulator's ground truth, and the 12 Hostping patterns;
+    with ``--source lab``, against the faults injected on the netns lab."""
     from rich.console import Console
 
     from bench import accuracy as bench_accuracy
 
     con = Console(width=160)
+    if value(source) == "lab":
+        if hostping_only or loop or seeds or huge:
+            raise typer.BadParameter("--hostping-only, --loop, --seeds and --huge are for --source sim",
+                                     param_hint="'--source'")
+        _accuracy_lab(con, scenarios, seed, windows, lab_prefix)
+        return
     if hostping_only:
         rep = bench_accuracy.AccuracyReport(seed=seed, scenarios=0, wall_s=0.0)
         bench_accuracy.run_hostping(rep)
@@ -152,6 +168,52 @@ def accuracy(
                              background_loss=bench_accuracy.BACKGROUND_LOSS if background_loss else None,
                              loop=loop)
     bench_accuracy.print_report(rep, con)
+
+
+def _accuracy_lab(con: object, scenarios: int, seed: int, windows: int, lab_prefix: str) -> None:
+    """``bench accuracy --source lab``: run, score with the simulator's scoring, print the same report."""
+    import time
+
+    from bench import accuracy as bench_accuracy
+    from bench import lab_accuracy
+    from fabricscope.local_services import kafka_answers, lab_available
+    from fabricscope.stopping import interrupt_on_terminate
+    from infra.lab.netns import LabError
+
+    if not lab_available():
+        raise typer.BadParameter("the netns lab needs root and network namespaces; use --source sim",
+                                 param_hint="'--source'")
+    if scenarios < 1:
+        raise typer.BadParameter(f"--scenarios {scenarios}: run at least one", param_hint="'--scenarios'")
+    s = load()
+    if not kafka_answers(s.kafka_bootstrap):
+        typer.secho(f"error: no Kafka broker answers on {s.kafka_bootstrap} (`fabricscope kafka start`, or set "
+                    "KAFKA_BOOTSTRAP)", fg="red", err=True)
+        raise typer.Exit(1)
+
+    def progress(r: lab_accuracy.LabRun) -> None:
+        con.print(f"[dim]scenario {r.scenario.index:3d} {r.wall_s:5.1f} s (inject {r.inject_s:.1f} s, clear "  # type: ignore[attr-defined]
+                  f"{r.clear_s:.1f} s)  {lab_accuracy.describe(r)}[/dim]")
+
+    restore = interrupt_on_terminate()  # kill PID cleans up as Ctrl-C does: faults, lab, children, topics
+    t = time.perf_counter()
+    try:
+        out, inv, size = lab_accuracy.run_lab(s, scenarios, seed, windows, lab_prefix,
+                                              say=lambda m: con.print(f"[dim]{m}[/dim]"),  # type: ignore[attr-defined]
+                                              progress=progress)
+    except KeyboardInterrupt:
+        typer.secho("bench accuracy: stopped; the lab, the pipeline and its topics were removed", fg="red",
+                    err=True)
+        raise typer.Exit(130) from None
+    except (LabError, RuntimeError) as e:
+        typer.secho(f"error: {e}", fg="red", err=True)
+        raise typer.Exit(1) from None
+    finally:
+        restore()
+    rep = bench_accuracy.score(lab_accuracy.results_of(out, inv, size), seed, time.perf_counter() - t)
+    bench_accuracy.print_report(rep, con, hostping=False)
+    if out.unclosed:
+        con.print(f"windows the pipeline never closed (scored with no verdicts): {len(out.unclosed)}")  # type: ignore[attr-defined]
 
 
 @bench_app.command("agent")

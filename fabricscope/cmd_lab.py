@@ -188,7 +188,7 @@ def _fault_target(kind: str, targets: list[str], fab: lab_infra.Fabric, seed: in
     def bad(msg: str) -> typer.BadParameter:
         return typer.BadParameter(msg + " (`fabricscope lab status` lists the lab's names)", param_hint="TARGETS")
 
-    if kind in ("link-down", "link-loss", "partial-5tuple"):
+    if kind in faults.LINK_KINDS:
         if not targets:
             return faults.pick_target(kind, fab, seed)
         if len(targets) != 2:
@@ -231,7 +231,7 @@ def _fault_rows(active: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
 
     rows = []
     for f in active:
-        detail = ", ".join(f"{k} {f[k]}" for k in ("loss", "fraction") if k in f)
+        detail = ", ".join(f"{k} {f[k]}" for k in ("loss", "fraction", "direction", "period_s", "down_s") if k in f)
         since = format_time(f["injected_ns"]) if f.get("injected_ns") else ""
         rows.append((f["id"], f["kind"], f.get("target", ""), detail, since))
     return rows
@@ -345,10 +345,13 @@ def fault_cmd(
     kind: LabFault = typer.Argument(..., help="the fault to inject, or clear | list"),
     targets: list[str] = typer.Argument(None, help="link: TOR SPINE; nic-down: RNIC; host faults: HOST; clear: ID"),
     seed: int = typer.Option(1, help="draws the target when none is given; partial-5tuple hash seed"),
-    loss: float = typer.Option(0.05, min=0.001, max=1.0, help="link-loss drop probability"),
+    loss: float = typer.Option(0.05, min=0.001, max=1.0, help="link-loss / one-way-loss drop probability "
+                               "(one-way-loss drops what the first name sends to the second)"),
     fraction: float = typer.Option(0.25, min=0.001, max=1.0, help="partial-5tuple share of tuples dropped"),
     stop_ms: float = typer.Option(700.0, help="busy-host: SIGSTOP burst length (ms)"),
     run_ms: float = typer.Option(300.0, help="busy-host: run time between bursts (ms)"),
+    period_s: float = typer.Option(10.0, min=0.2, help="flapping-link: one down-and-up cycle (s)"),
+    down_s: float = typer.Option(2.0, min=0.1, help="flapping-link: down this long in each cycle (s)"),
     directory: Path = typer.Option(None, "--dir", help="state directory (default ./var/lab)"),
     as_json: bool = typer.Option(False, "--json", help="list: one JSON record per fault (with its undo data)"),
 ) -> None:
@@ -375,7 +378,8 @@ def fault_cmd(
         fab, _ = lab_infra.load(directory)
         tgt = _fault_target(kind, targets, fab, seed)
         rec = faults.inject(
-            kind, directory, loss=loss, fraction=fraction, stop_ms=stop_ms, run_ms=run_ms, seed=seed, **tgt
+            kind, directory, loss=loss, fraction=fraction, stop_ms=stop_ms, run_ms=run_ms, period_s=period_s,
+            down_s=down_s, seed=seed, **tgt
         )
     except (LabError, KeyError) as e:
         raise _fail(e) from None

@@ -6,7 +6,11 @@ kind               what it does                                                 
 ``link-down``      a ToR-spine cable dies: the ToR end goes admin-down, the spine  ``switch`` (link)
                    end loses carrier; far ToRs keep hashing onto it (blackhole)
 ``link-loss``      random loss (``numgen random``) both ways on one cable          ``switch`` (link)
+``one-way-loss``   random loss on one cable in one direction only: what leaves     ``switch`` (link)
+                   ``a`` toward ``b`` (a ToR's uplink, or a spine's downlink)
 ``partial-5tuple`` one cable drops a hashed subset of 5-tuples, both directions    ``switch`` (link)
+``flapping-link``  a ToR-spine cable is down ``down_s`` of every ``period_s`` s    ``switch`` (link)
+                   (:mod:`infra.lab.flap`: the ToR end, as for ``link-down``)
 ``nic-down``       an RNIC's link goes down (host side)                            ``rnic``
 ``host-down``      the host's agents are stopped                                   ``host_down``
 ``host-restart``   the host's agents restart with new QPNs                         ``stale_qpn`` noise
@@ -28,7 +32,10 @@ from infra.lab import agents, nft, procs
 from infra.lab.layout import Fabric
 from infra.lab.netns import LabError, lab_dir, load, ns_exec, read_state, write_state
 
-KINDS = ("link-down", "link-loss", "partial-5tuple", "nic-down", "host-down", "host-restart", "busy-host")
+KINDS = ("link-down", "link-loss", "one-way-loss", "partial-5tuple", "flapping-link", "nic-down", "host-down",
+         "host-restart", "busy-host")
+LINK_KINDS = ("link-down", "link-loss", "one-way-loss", "partial-5tuple", "flapping-link")
+"""The kinds that take a ToR-spine cable (``a``, ``b``)."""
 
 
 def _fault_id(state: dict[str, Any]) -> str:
@@ -52,7 +59,7 @@ def _switch_link(fab: Fabric, a: str, b: str) -> tuple[str, str]:
 def pick_target(kind: str, fab: Fabric, seed: int) -> dict[str, str]:
     """Draw the faulted link, RNIC or host of ``kind`` from ``seed`` (the demo scenarios)."""
     rng = random.Random(seed)
-    if kind in ("link-down", "link-loss", "partial-5tuple"):
+    if kind in LINK_KINDS:
         return {"a": rng.choice(fab.tors), "b": rng.choice(fab.spines)}
     if kind == "nic-down":
         return {"rnic": rng.choice(fab.rnics).name}
@@ -73,18 +80,22 @@ def inject(
     fraction: float = 0.25,
     stop_ms: float = 700.0,
     run_ms: float = 300.0,
+    period_s: float = 10.0,
+    down_s: float = 2.0,
     seed: int = 1,
 ) -> dict[str, Any]:
     """Inject one fault; returns its record (``id``, ``kind``, ``target`` and undo data).
 
     Args:
         kind: one of :data:`KINDS`.
-        a, b: the cable's ends (a ToR and a spine) for link faults.
+        a, b: the cable's ends (a ToR and a spine, either order) for link faults; ``one-way-loss`` drops
+            what ``a`` sends to ``b``.
         rnic: the RNIC for ``nic-down``.
         host: the host for ``host-down``, ``host-restart``, ``busy-host``.
-        loss: drop probability of ``link-loss`` (0..1).
+        loss: drop probability of ``link-loss`` and ``one-way-loss`` (0..1).
         fraction: share of 5-tuples dropped by ``partial-5tuple`` (0..1).
         stop_ms, run_ms: ``busy-host`` burst lengths in ms.
+        period_s, down_s: ``flapping-link``: down for ``down_s`` of every ``period_s`` seconds.
         seed: hash seed of ``partial-5tuple`` (which tuples die).
 
     Raises:
@@ -94,13 +105,28 @@ def inject(
     fab, state = load(d)
     fid = _fault_id(state)
     rec: dict[str, Any] = {"id": fid, "kind": kind, "injected_ns": time.time_ns()}  # `lab fault list` shows it
-    if kind in ("link-down", "link-loss", "partial-5tuple"):
+    if kind in LINK_KINDS:
         tor, spine = _switch_link(fab, a, b)
         ln = fab.link(tor, spine)
         rec["target"] = f"{tor}-{spine}"
         if kind == "link-down":
             ns_exec(fab.netns(tor), ["ip", "link", "set", "dev", ln.a_if, "down"])
             rec["undo"] = [[fab.netns(tor), ["ip", "link", "set", "dev", ln.a_if, "up"]]]
+        elif kind == "flapping-link":
+            if not 0 < down_s < period_s:
+                raise LabError(f"flapping-link: down_s {down_s} must be in (0, period_s {period_s})")
+            argv = procs.python_argv("infra.lab.flap", "--netns", fab.netns(tor), "--dev", ln.a_if,
+                                     "--period-s", str(period_s), "--down-s", str(down_s))
+            procs.start(d, state, f"flap.{fid}", argv, kind="flap", host=tor)
+            rec["process"] = f"flap.{fid}"
+            rec["undo"] = [[fab.netns(tor), ["ip", "link", "set", "dev", ln.a_if, "up"]]]  # also if it was killed
+            rec["period_s"], rec["down_s"] = period_s, down_s
+        elif kind == "one-way-loss":
+            table = f"fs_{fid}"
+            sender, ifname = (tor, ln.a_if) if a == tor else (spine, ln.b_if)
+            nft.add_table(fab.netns(sender), table, [nft.loss_rule(ifname, max(1, round(loss * 1000)))])
+            rec["tables"] = [[fab.netns(sender), table]]
+            rec["loss"], rec["direction"] = loss, f"{sender}->{spine if sender == tor else tor}"
         else:
             table = f"fs_{fid}"
             for node, ifname in ((tor, ln.a_if), (spine, ln.b_if)):
@@ -169,13 +195,13 @@ def clear(fault_id: str | None = None, directory: str | Path | None = None) -> l
 
 
 def _undo(d: Path, state: dict[str, Any], rec: dict[str, Any]) -> None:
+    name = rec.get("process")
+    if name and name in state.get("processes", {}):  # first: a flapping link's process must not undo the undo
+        procs.stop(state["processes"].pop(name))
     for ns, argv in rec.get("undo", []):
         ns_exec(ns, argv, check=False)
     for ns, table in rec.get("tables", []):
         nft.delete_table(ns, table)
-    name = rec.get("process")
-    if name and name in state.get("processes", {}):
-        procs.stop(state["processes"].pop(name))
     if rec.get("restart"):
         write_state(d, state)
         agents.restart_agents(d, [rec["restart"]])

@@ -50,6 +50,8 @@ def loss_rule(ifname: str, per_mille: int) -> str:
     _check(ifname, _IFNAME, "interface")
     if not 0 < per_mille <= 1000:
         raise LabError(f"loss of {per_mille}/1000 is not in 1..1000")
+    if per_mille == 1000:  # ``numgen random mod 1000`` is 0..999: nft refuses ``< 1000`` as out of range
+        return f'oifname "{ifname}" counter drop'
     return f'oifname "{ifname}" numgen random mod 1000 < {per_mille} counter drop'
 
 
@@ -61,6 +63,9 @@ def tuple_loss_rules(ifname: str, per_mille: int, seed: int, port: int = 4791) -
     and every other flow passes: R-Pingmesh's "drops only some 5-tuples" fault.
     """
     _check(ifname, _IFNAME, "interface")
+    if int(per_mille) >= 1000:  # every tuple: ``jhash ... mod 1000`` is 0..999, nft refuses ``< 1000``
+        return [f'oifname "{ifname}" udp dport {port} counter drop',
+                f'oifname "{ifname}" udp sport {port} counter drop']
     h = f"mod 1000 seed {int(seed) & 0xFFFFFFFF:#x} < {int(per_mille)}"
     return [
         f'oifname "{ifname}" udp dport {port} jhash ip saddr . ip daddr . udp sport . udp dport {h} counter drop',

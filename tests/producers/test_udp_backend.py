@@ -62,6 +62,10 @@ def test_nft_rule_text_and_validation() -> None:
         nft.loss_rule('S3"; flush ruleset', 50)
     with pytest.raises(LabError):
         nft.loss_rule("S3", 0)
+    # all of it: nft takes ``mod 1000 < 1000`` as out of range, so no random or hash test at all
+    assert nft.loss_rule("S3", 1000) == 'oifname "S3" counter drop'
+    assert nft.tuple_loss_rules("S3", 1000, seed=5) == ['oifname "S3" udp dport 4791 counter drop',
+                                                        'oifname "S3" udp sport 4791 counter drop']
 
 
 def test_timestamp_cmsg_parsing() -> None:

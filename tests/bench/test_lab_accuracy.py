@@ -1,0 +1,150 @@
+"""The lab accuracy benchmark's parts that need no lab: the scenario draw, the truth it scores against,
+and the simulator's scoring of a hand-made verdict list over a lab scenario's windows."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from bench import accuracy
+from bench.lab_accuracy import (
+    LAB_KINDS,
+    LabFault,
+    LabRun,
+    LabScenario,
+    draw_lab_scenario,
+    quiet_windows,
+    restart_span,
+    scenario_result,
+    truth_of,
+)
+from infra.lab import LabSpec, plan
+from schemas.inventory_yaml import from_dict
+
+S = 1_000_000_000
+W = accuracy.WINDOW
+B = 1_764_000_000 * S // W * W  # a wall-clock window boundary (2025-11)
+FAB = plan(LabSpec(prefix="fsa-"))
+INV = from_dict(FAB.inventory_dict(), source="lab plan")
+
+
+def test_draw_is_a_function_of_seed_and_index():
+    a = [draw_lab_scenario(i, 5, FAB) for i in range(40)]
+    assert a == [draw_lab_scenario(i, 5, plan(LabSpec())) for i in range(40)]  # the prefix draws nothing
+    assert a != [draw_lab_scenario(i, 6, FAB) for i in range(40)]
+
+
+def test_draw_covers_every_kind_healthy_and_two_faults_on_disjoint_targets():
+    drawn = [draw_lab_scenario(i, 11, FAB, windows=3) for i in range(300)]
+    n = Counter(len(d.faults) for d in drawn)
+    assert set(n) == {0, 1, 2} and n[0] > 20 and n[2] > 20, n
+    assert {f.kind for d in drawn for f in d.faults} == set(LAB_KINDS)
+    assert {f.down for d in drawn for f in d.faults if f.kind == "one-way-loss"} == {True, False}
+    for d in drawn:
+        assert d.windows == 3
+        links = [dict(f.target)["a"] + dict(f.target)["b"] for f in d.faults if "a" in dict(f.target)]
+        hosts = [dict(f.target).get("host") or INV.host_of(dict(f.target)["rnic"])
+                 for f in d.faults if "a" not in dict(f.target)]
+        assert len(set(links)) == len(links) and len(set(hosts)) == len(hosts), d
+        for f in d.faults:
+            t = dict(f.target)
+            if "a" in t:
+                assert t["a"] in FAB.tors and t["b"] in FAB.spines
+            if f.kind == "link-loss":
+                assert 0.005 <= f.loss <= 0.5
+                assert f.kwargs == {"a": t["a"], "b": t["b"], "loss": f.loss}
+            if f.kind == "one-way-loss":  # inject drops what its ``a`` sends
+                assert f.kwargs["a"] == (t["b"] if f.down else t["a"]) and f.kwargs["loss"] == f.loss
+            if f.kind == "flapping-link":  # the simulator benchmark's periods and down times
+                assert f.period_s in (5.0, 10.0, 20.0) and f.down_s in (1.0, 2.0, 3.0)
+                assert f.kwargs == {"a": t["a"], "b": t["b"], "period_s": f.period_s, "down_s": f.down_s}
+            if f.kind == "partial-5tuple":
+                assert 0.1 <= f.fraction <= 0.6
+                assert f.kwargs["fraction"] == f.fraction and f.kwargs["seed"] == f.hash_seed
+
+
+def test_draw_refuses_a_scenario_without_windows():
+    with pytest.raises(ValueError, match="at least one window"):
+        draw_lab_scenario(0, 1, FAB, windows=0)
+
+
+def test_truth_is_the_simulators_shape_with_the_analyzers_link_name():
+    assert truth_of(LabFault("link-loss", (("a", "B"), ("b", "S3")), loss=0.1), 5, 9) == {
+        "kind": "switch", "location": "B->S3", "start_ns": 5, "end_ns": 9, "fault": "lossy_link"}
+    assert truth_of(LabFault("nic-down", (("rnic", "C2"),)), 1, 2)["location"] == "C2"
+    assert truth_of(LabFault("nic-down", (("rnic", "C2"),)), 1, 2)["kind"] == "rnic"
+    assert truth_of(LabFault("host-restart", (("host", "H4"),)), 1, 2) == {
+        "kind": "stale_qpn", "location": "H4", "start_ns": 1, "end_ns": 2, "fault": "host_restart"}
+    # a one-way loss down the cable names the same physical link
+    one_way = LabFault("one-way-loss", (("a", "B"), ("b", "S3")), loss=0.1, down=True)
+    assert truth_of(one_way, 5, 9)["location"] == "B->S3"
+    with pytest.raises(ValueError, match="unknown lab fault"):
+        truth_of(LabFault("meteor", ()), 1, 2)
+
+
+def _v(ws: int, kind: str, location: str, i: int, revision_of: str | None = None) -> dict:
+    return {"window_start_ns": ws, "kind": kind, "location": location, "confidence": 0.9,
+            "verdict_id": f"v{i}", "revision_of": revision_of}
+
+
+def test_scoring_of_hand_made_verdicts_over_two_lab_scenarios():
+    # scenario 0: A-S3 down for two windows (injected 0.2 s after the boundary, cleared 0.3 s after the
+    # second window ended), then the window after the clear; scenario 1: H2 restarts, one window
+    dead = LabFault("link-down", (("a", "A"), ("b", "S3")))
+    down = LabRun(LabScenario(0, (dead,), 2), B, [(dead, B + S // 5, B + 2 * W + 3 * S // 10)])
+    b1 = B + 3 * W
+    h2 = LabFault("host-restart", (("host", "H2"),))
+    restart = LabRun(LabScenario(1, (h2,), 1), b1, [(h2, b1, b1 + W + S)])
+    verdicts = [
+        _v(B, "switch", "A->S3", 1),             # right, window 0
+        _v(B, "rnic", "B1", 2),                  # wrong: no fault there
+        _v(B + W, "undetermined", "A->S3|A->S4", 3),  # not a claim; an abstention that holds the fault
+        _v(B + 2 * W, "switch", "A->S3", 4),     # the window after the clear overlaps the fault by 0.3 s: right
+        _v(b1, "stale_qpn", "A3", 5),            # A3 is H2's RNIC: right for the host's restart
+        _v(b1 + 7 * W, "switch", "A->S3", 6),    # a window of no scenario: not scored
+    ]
+    probes = {B: {"A->S3": 500}, B + W: {"A->S3": 500}}
+    results = [scenario_result(r, INV, "lab 4x3 (12 RNICs)", verdicts, probes) for r in (down, restart)]
+    assert [len(r.windows) for r in results] == [3, 2]  # every window of a scenario, verdicts or not
+    assert results[0].windows[0][0] == accuracy.T0 and results[1].windows[0][0] == accuracy.T0
+    assert results[0].truth[0] == {"kind": "switch", "location": "A->S3", "start_ns": accuracy.T0 + S // 5,
+                                   "end_ns": accuracy.T0 + 2 * W + 3 * S // 10, "fault": "link_down"}
+    rep = accuracy.score(results, seed=1, wall_s=0.0)
+    assert rep.precision == {"switch": (2, 2), "rnic": (0, 1), "stale_qpn": (1, 1)}
+    assert rep.undetermined == 1
+    # link down: window 0 named, window 1 a right abstention (neither hit nor miss), window 2 under half
+    assert rep.window_recall == {"link_down": (1, 1), "host_restart": (1, 1)}
+    assert len(rep.abstentions) == 1 and rep.abstentions[0]["window"] == 1
+    assert rep.fault_recall == {"link_down": (1, 1), "host_restart": (1, 1)}
+    assert rep.latency_windows == {"link_down": [0], "host_restart": [0]}
+    # 500 probes x 19.8 s / 20 s crossed the dead link in window 0; the restart fails every probe to H2
+    assert rep.window_recall_10 == (2, 2)
+    assert rep.confusion["(none)"] == Counter({"rnic": 1})
+
+
+def test_a_window_without_verdicts_is_a_miss_not_dropped():
+    c1 = LabFault("nic-down", (("rnic", "C1"),))
+    run = LabRun(LabScenario(0, (c1,), 2), B, [(c1, B, B + 2 * W)])
+    rep = accuracy.score([scenario_result(run, INV, "lab", [_v(B, "rnic", "C1", 1)])], seed=1, wall_s=0.0)
+    assert rep.window_recall == {"rnic_down": (1, 2)}
+    assert [m["window"] for m in rep.missed_windows] == [1]
+
+
+def test_a_host_downs_clear_is_a_restart_scored_until_the_probers_refresh():
+    # H2 down for one window; its clear (restarting its agents with new QPNs) returns 1.5 s after the boundary
+    h2 = LabFault("host-down", (("host", "H2"),))
+    cleared = B + W + 3 * S // 2
+    span = restart_span(B + W, cleared, refresh_s=30.0)
+    assert span == (B + W, cleared + 30 * S)
+    assert restart_span(B + W, cleared)[1] == cleared + 10 * S  # the benchmark's probers refresh every 10 s
+    events = [(h2, B, cleared), (LabFault("host-restart", h2.target), *span)]
+    # stale QPNs may linger until 31.5 s after the fault window: two quiet windows before the next scenario
+    assert quiet_windows(events, cleared, B + W) == 2
+    assert quiet_windows(events[:1], cleared, B + W) == 1
+    run = LabRun(LabScenario(0, (h2,), 1), B, events, n_windows=3)
+    verdicts = [_v(B, "host_down", "H2", 1), _v(B + W, "stale_qpn", "A3", 2), _v(B + 2 * W, "stale_qpn", "A4", 3)]
+    rep = accuracy.score([scenario_result(run, INV, "lab", verdicts)], seed=1, wall_s=0.0)
+    assert rep.precision == {"host_down": (1, 1), "stale_qpn": (2, 2)}
+    # the restart is active 18.5 s of window 1 (required) and 11.5 s of window 2 (required)
+    assert rep.window_recall == {"host_down": (1, 1), "host_restart": (2, 2)}
