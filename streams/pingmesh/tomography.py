@@ -11,10 +11,11 @@ names the most-voted link. Three extensions:
   the vote, and the next link is chosen from the rest; the cover stops when the
   unexplained failures fall below ``min_votes`` or no link has a ratio of at
   least ``min_ratio``. Several concurrent faults are thus each named once.
-* **Parsimony.** A link that explains every failure the best-scored link explains, and beyond them
-  more than background loss, is named instead (one fault, not two): crossing counts come from traces
-  that may predate a reroute, and a dead ToR uplink whose own flows have moved away looks diluted
-  until they are traced again. A link whose every crossing fails (``DEAD_RATIO``) is never widened.
+* **Parsimony.** When the cover names several links and one link explains every failure they
+  explain, the cover is run again with that link named first (one fault, not two): a link that
+  failed mid-window, or whose last traces predate a reroute, has a diluted ratio, and the far ToRs'
+  links to the same spine outscore it on parts of its failures. Not when a named link looks dead
+  (``DEAD_RATIO``).
 * **Low-rate loss.** A link is named when its failures are too many to be the fabric's
   background loss: a one-sided test of its unexplained failures among the probes
   crossing it against the per-probe background rate (the unexplained failures left
@@ -45,7 +46,7 @@ from streams.pingmesh.partial import link_counts
 
 DEAD_RATIO = 0.95
 """Failure ratio from which a link looks dead (every probe crossing it fails, bar a few counted before
-the fault): a fault in its own right, never widened onto another link nor tied on a few tuples' paths."""
+the fault): a fault in its own right, never replaced by parsimony nor tied on a few tuples' paths."""
 
 
 @dataclass(frozen=True)
@@ -150,12 +151,13 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     failed_all = np.bincount(l_idx, weights=n_g[rows] * w, minlength=len(links))
     cross = np.maximum(cross, failed_all)
     probed = cross.copy()  # as reported; ``cross`` loses the failures each named link explains
-    left = np.where(traced, n_g, 0).astype(np.float64)
-    out: list[Suspect] = []
-    taken = np.zeros(len(links), dtype=bool)
+    left0 = np.where(traced, n_g, 0).astype(np.float64)
     n_tests = max(len(cmap), len(links), 1)
+    log_alpha = math.log(cfg.alpha / n_tests)
 
-    while True:
+    def passing(left: np.ndarray, cross: np.ndarray, taken: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Votes, ratio, which links pass the stopping rule and the per-link test, and its log p."""
         votes = np.bincount(l_idx, weights=left[rows] * w, minlength=len(links))
         ratio = np.where(cross > 0, votes / np.maximum(cross, 1), 0.0)
         ok = (votes >= cfg.min_votes) & (ratio >= cfg.min_ratio) & ~taken
@@ -164,101 +166,112 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             # background: the failures no link has explained yet, over all probes (at least the floor)
             q = max(background, float(left.sum()) / max(probes, 1))
             log_p[ok] = log_poisson_tail(votes[ok], cross[ok] * q)
-            ok &= log_p < math.log(cfg.alpha / n_tests)
-        if not ok.any():
-            break
-        score = np.where(ok, votes * ratio, -1.0)
-        best = score.max()
-        top = np.nonzero(np.isclose(score, best, rtol=1e-12, atol=0.0) & ok)[0]
-        top = top[np.argsort(links[top])]
-        i = top[0]
-        live = left > 0
-        # A link whose every crossing fails is dead, a fault in its own right; one that also passes
-        # probes may be part of a wider fault (loss votes: their background ``q`` tells noise apart).
-        if probes is not None and ratio[i] < DEAD_RATIO:
-            i = _widest_explanation(i, ok, votes, cross, l_idx, rows, left, q,
-                                    math.log(cfg.alpha / n_tests), cfg.min_votes)
-        widened = i != top[0]
-        if widened:
-            best = score[i]
-        on_i = (l_idx == i) & live[rows]
-        rows_i = frozenset(rows[on_i].tolist())
-        # ties: links explaining exactly the same failures equally well; and, when those failures
-        # are a few 5-tuples only and the best link also carries probes that pass (not a dead link),
-        # every link on all of their paths (a partial 5-tuple fault drops whole tuples, so the
-        # crossing counts say nothing about which of their links it is)
-        few = len(rows_i) <= cfg.few_tuples and ratio[i] < DEAD_RATIO
-        cand = np.nonzero(ok)[0] if few else top[1:]
-        ties = tuple(sorted(str(links[j]) for j in cand
-                            if j != i and frozenset(rows[(l_idx == j) & live[rows]].tolist()) == rows_i))
-        # margin: the best competing link among those sharing at least half of i's unexplained failures
-        in_i = np.zeros(len(n_g), dtype=bool)
-        in_i[list(rows_i)] = True
-        share = np.bincount(l_idx, weights=in_i[rows] * left[rows] * w, minlength=len(links))
-        comp = (share >= 0.5 * votes[i]) & ok
-        comp[i] = False
-        if widened:  # links whose failures i explains whole are parts of its explanation, not rivals
-            comp &= ~np.isclose(share, votes)
-        for t in ties:
-            comp[np.searchsorted(links, t)] = False
-        # near ties: a competitor within ``near_tie`` of the best score leaves a margin under 4 %; the
-        # evidence cannot tell the two apart (e.g. the failing probes of a dead uplink traced only up to
-        # its switch, whose candidate next hops then share the same failures), so neither is claimed
-        near = comp & (score >= cfg.near_tie * best)
-        if near.any():
-            ties = tuple(sorted({*ties, *(str(links[j]) for j in np.nonzero(near)[0])}))
-            comp &= ~near
-        second = float(score[comp].max()) if comp.any() else 0.0
-        evidence = (significance(float(log_p[i]), n_tests) if probes is not None
-                    else 1.0 - math.exp(-float(ratio[i]) / cfg.ratio_scale))
-        conf = _confidence(float(votes[i]), evidence, second / best if best > 0 else 1.0, cfg)
-        if ties:
-            conf = conf / (1 + len(ties))
-        out.append(Suspect(str(links[i]), access.get(links[i]), int(votes[i]), int(failed_all[i]),
-                           int(probed[i]), float(failed_all[i] / max(probed[i], 1)), conf, ties))
-        taken[i] = True
-        for t in ties:
-            taken[np.searchsorted(links, t)] = True
-        # explained failures say nothing about the other links they crossed: they leave those links'
-        # crossing counts, as the probes of earlier steps (host down, RNIC) leave the vote's
-        cross -= np.bincount(l_idx, weights=in_i[rows] * left[rows] * w, minlength=len(links))
-        left[list(rows_i)] = 0.0
+            ok &= log_p < log_alpha
+        return votes, ratio, ok, log_p
+
+    def cover(first: int | None) -> tuple[list[Suspect], np.ndarray]:
+        """The greedy cover; ``first``: the link to name first (the parsimony rerun below)."""
+        cross = cross0.copy()
+        left = left0.copy()
+        out: list[Suspect] = []
+        taken = np.zeros(len(links), dtype=bool)
+        while True:
+            votes, ratio, ok, log_p = passing(left, cross, taken)
+            if not ok.any():
+                break
+            score = np.where(ok, votes * ratio, -1.0)
+            best = score.max()
+            top = np.nonzero(np.isclose(score, best, rtol=1e-12, atol=0.0) & ok)[0]
+            top = top[np.argsort(links[top])]
+            i = top[0]
+            forced = first is not None and not out and bool(ok[first])
+            if forced:
+                i, best = int(first), score[first]
+            live = left > 0
+            on_i = (l_idx == i) & live[rows]
+            rows_i = frozenset(rows[on_i].tolist())
+            # ties: links explaining exactly the same failures equally well; and, when those failures
+            # are a few 5-tuples only and the best link also carries probes that pass (not a dead link),
+            # every link on all of their paths (a partial 5-tuple fault drops whole tuples, so the
+            # crossing counts say nothing about which of their links it is)
+            few = len(rows_i) <= cfg.few_tuples and ratio[i] < DEAD_RATIO
+            cand = np.nonzero(ok)[0] if few else top[1:]
+            ties = tuple(sorted(str(links[j]) for j in cand
+                                if j != i and frozenset(rows[(l_idx == j) & live[rows]].tolist()) == rows_i))
+            # margin: the best competing link among those sharing at least half of i's unexplained failures
+            in_i = np.zeros(len(n_g), dtype=bool)
+            in_i[list(rows_i)] = True
+            share = np.bincount(l_idx, weights=in_i[rows] * left[rows] * w, minlength=len(links))
+            comp = (share >= 0.5 * votes[i]) & ok
+            comp[i] = False
+            if forced:  # links whose failures i explains whole are parts of its explanation, not rivals
+                comp &= ~np.isclose(share, votes)
+            for t in ties:
+                comp[np.searchsorted(links, t)] = False
+            # near ties: a competitor within ``near_tie`` of the best score leaves a margin under 4 %; the
+            # evidence cannot tell the two apart (e.g. the failing probes of a dead uplink traced only up to
+            # its switch, whose candidate next hops then share the same failures), so neither is claimed
+            near = comp & (score >= cfg.near_tie * best)
+            if near.any():
+                ties = tuple(sorted({*ties, *(str(links[j]) for j in np.nonzero(near)[0])}))
+                comp &= ~near
+            second = float(score[comp].max()) if comp.any() else 0.0
+            evidence = (significance(float(log_p[i]), n_tests) if probes is not None
+                        else 1.0 - math.exp(-float(ratio[i]) / cfg.ratio_scale))
+            conf = _confidence(float(votes[i]), evidence, second / best if best > 0 else 1.0, cfg)
+            if ties:
+                conf = conf / (1 + len(ties))
+            out.append(Suspect(str(links[i]), access.get(links[i]), int(votes[i]), int(failed_all[i]),
+                               int(probed[i]), float(failed_all[i] / max(probed[i], 1)), conf, ties))
+            taken[i] = True
+            for t in ties:
+                taken[np.searchsorted(links, t)] = True
+            # explained failures say nothing about the other links they crossed: they leave those links'
+            # crossing counts, as the probes of earlier steps (host down, RNIC) leave the vote's
+            cross -= np.bincount(l_idx, weights=in_i[rows] * left[rows] * w, minlength=len(links))
+            left[list(rows_i)] = 0.0
+        return out, left
+
+    cross0 = cross
+    out, left = cover(None)
+    j = _one_link_for_all(out, left0, left, l_idx, rows, links, passing(left0, cross0, np.zeros(len(links), bool)),
+                          probes is not None)
+    if j is not None:
+        out2, left2 = cover(j)
+        if len(out2) < len(out) and left2.sum() <= left.sum():
+            out, left = out2, left2
     return CoverResult(out, int(left.sum()), untraced, total)
 
 
-def _widest_explanation(i: int, ok: np.ndarray, votes: np.ndarray, cross: np.ndarray, l_idx: np.ndarray,
-                        rows: np.ndarray, left: np.ndarray, q: float, log_alpha: float, min_votes: int) -> int:
-    """The link to name instead of the best-scored ``i``: one that explains every unexplained failure
-    ``i`` explains and, beyond them, more than background loss would (parsimony: one fault, not
-    two), else ``i``.
+def _one_link_for_all(out: list[Suspect], left0: np.ndarray, left: np.ndarray, l_idx: np.ndarray,
+                      rows: np.ndarray, links: np.ndarray,
+                      start: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], loss_votes: bool) -> int | None:
+    """Parsimony: the one link that explains every failure the cover's several suspects explain, if any
+    (the most voted of them), else None; the cover is then run again with it named first.
 
-    The score (``votes²/crossings``) trusts each link's crossing count, and that count comes from
-    traces that can be older than a reroute: when a ToR's uplink goes down, the ToR's own flows move
-    to other spines at once, yet their last traces cross the dead link until they are traced again,
-    so its ratio looks diluted, and the far ToR's link to the same spine scores higher while
-    explaining only part of the failures. A healthy link lies on every failing path of a faulty one
-    only when all of them share it (a few 5-tuples), and then what it explains beyond them is
-    background loss, which the per-link test rejects. Among several, the most votes win.
+    The cover's score (``votes²/crossings``) trusts each link's crossing count, and that count is
+    diluted for a link that failed mid-window (its probes passed before the fault) or whose last
+    traces predate a reroute (a ToR whose uplink went down moved its own flows at once, and their
+    traces still cross the dead link until traced again); the far ToRs' links to the same spine then
+    score higher while each explains only part of the failures, and the dead link ends tied with one of
+    them. One link on every failing path of two or more suspects is the simpler explanation, and a
+    healthy link is rarely on all of them. Not applied when a suspect looks dead (ratio at least
+    :data:`DEAD_RATIO`: a fault in its own right), nor to latency votes.
 
     Args:
-        i: index of the best-scored link. ok: links that pass the tests. votes: unexplained failures
-            per link. cross: probes crossing each link, less the failures already explained.
-        l_idx, rows: the link and the failing group of each (group, link) pair.
-        left: unexplained failures per group (0: explained).
-        q, log_alpha, min_votes: the per-link test (background rate per probe, log of the corrected
-            false-alarm rate, fewest failures) that the failures beyond ``i``'s must pass.
+        out: the cover's suspects. left0, left: failures per group before and after the cover.
+        l_idx, rows: the link and the failing group of each (group, link) pair; links: link names.
+        start: :func:`greedy_cover`'s ``passing`` on the whole window (votes, ratio, ok, log p).
+        loss_votes: whether these are loss votes (with a background rate).
     """
-    mine = np.unique(rows[(l_idx == i) & (left[rows] > 0)])
-    best, best_votes = i, votes[i]
-    for j in np.nonzero(ok & (votes > votes[i]))[0]:
-        on_j = (l_idx == j) & (left[rows] > 0)
-        if not np.isin(mine, rows[on_j]).all():
-            continue
-        extra = float(votes[j] - votes[i])
-        lam = max(float(cross[j]) - float(votes[i]), 0.0) * q
-        if votes[j] > best_votes and extra >= min_votes and float(log_poisson_tail(extra, lam)[0]) < log_alpha:
-            best, best_votes = int(j), votes[j]
-    return best
+    if not loss_votes or len(out) < 2 or any(s.ratio >= DEAD_RATIO for s in out):
+        return None
+    explained = np.nonzero((left0 > 0) & (left == 0))[0]
+    votes, _, ok, _ = start
+    for j in np.argsort(-votes, kind="stable"):
+        if ok[j] and np.isin(explained, rows[l_idx == j]).all():
+            return int(j)
+    return None
 
 
 def _expand_dark(pl: pa.Table, crossing: pa.Table) -> pa.Table:

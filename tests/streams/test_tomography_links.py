@@ -115,3 +115,29 @@ def test_background_loss_on_a_busy_link_does_not_widen_a_few_tuple_fault_onto_it
     r = greedy_cover(f, _crossing(cross), probes=30_000)
     assert r.suspects[0].link == "T->Q"
     assert "U->Q" not in {s.link for s in r.suspects}
+
+
+def test_a_link_that_fails_mid_window_is_named_not_the_far_links_that_outscore_it():
+    """The lab's `link-down A S3` 14 s into a window (traced paths, counts from that run): A-S3's
+    3,292 crossings include the probes that passed before the fault, so B-S3 (154 of 988) outscores
+    it, and the first cover names B-S3 and leaves C-S3|A-S3 tied. A-S3 is on every failing path:
+    the cover is run again with it first, and it alone is named."""
+    f = _failing([("a2,A,S4,B,b1", "b1,B,S3,A,a2", 44), ("a1,A,S4,B,b3", "b3,B,S3,A,a1", 44),
+                  ("b4,B,S3,A,a3", "a3,A,S2,B,b4", 44), ("b2,B,S3,A,a1", "a1,A,S2,B,b2", 22),
+                  ("a1,A,S4,C,c4", "c4,C,S3,A,a1", 45), ("c1,C,S3,A,a3", "a3,A,S4,C,c1", 44)])
+    cross = {"A->S3": 3292, "B->S3": 988, "C->S3": 2760, "A->S4": 4100, "B->S4": 3000, "C->S4": 3000,
+             "A->S2": 4100, "B->S2": 3000, **{f"{r}->{r[0].upper()}": 2500 for r in
+                                              ("a1", "a2", "a3", "b1", "b2", "b3", "b4", "c1", "c4")}}
+    r = greedy_cover(f, _crossing(cross), probes=14_000)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("A->S3", 243, ())]
+    assert r.unexplained == 0
+
+
+def test_two_faults_with_no_link_in_common_stay_two():
+    """Lossy B-S1 and lossy C-S2 at once: no link is on every failing path, so both are named."""
+    f = _failing([("b1,B,S1,A,a1", "", 40), ("b2,B,S1,A,a2", "", 40), ("c1,C,S2,A,a3", "", 40),
+                  ("c2,C,S2,A,a4", "", 40), ("c3,C,S2,B,b3", "", 40)])
+    cross = {"B->S1": 300, "C->S2": 350, "A->S1": 3000, "A->S2": 3000, "B->S2": 3000,
+             **{f"{r}->{r[0].upper()}": 2500 for r in ("a1", "a2", "a3", "a4", "b1", "b2", "b3", "c1", "c2", "c3")}}
+    r = greedy_cover(f, _crossing(cross), probes=30_000)
+    assert sorted(s.link for s in r.suspects) == ["B->S1", "C->S2"]
