@@ -96,18 +96,17 @@ def _enough(sent: list[tuple[str, bytes, str]], qpn: int) -> bool:
             and any(r["direction"] == "forward" for t in paths for r in t.to_pylist()))
 
 
+def _loopback_agent(port: int, **timing: float) -> dict:
+    """The config of agent H1 with one RNIC A1 on 127.0.0.1 answering on ``port``, plus ``timing``."""
+    return {"host": "H1", "rnics": [{"name": "A1", "ip": "127.0.0.1", "tor": "A"}], "dst_port": port,
+            "allowed_sources": ["127.0.0.1"], **timing}
+
+
 def test_agent_over_loopback_uploads_probe_and_path_batches() -> None:
     port = _free_udp_port()
     sent: list[tuple[str, bytes, str]] = []
     heads: list[dict[str, bytes]] = []
-    cfg = {
-        "host": "H1",
-        "rnics": [{"name": "A1", "ip": "127.0.0.1", "tor": "A"}],
-        "dst_port": port,
-        "allowed_sources": ["127.0.0.1"],
-        "upload_interval_s": 0.4,
-        "trace_interval_s": 60,
-    }
+    cfg = _loopback_agent(port, upload_interval_s=0.4, trace_interval_s=60)
 
     def sink(schema: str, payload: bytes, key: str, headers: list[tuple[str, bytes]]) -> None:
         sent.append((schema, payload, key))
@@ -308,14 +307,7 @@ def test_every_round_of_traces_is_uploaded_not_only_the_first() -> None:
     rerouted path is seen (the first upload swaps the row list: a trace kept after it must not be lost)."""
     port = _free_udp_port()
     traces: list[dict] = []
-    cfg = {
-        "host": "H1",
-        "rnics": [{"name": "A1", "ip": "127.0.0.1", "tor": "A"}],
-        "dst_port": port,
-        "allowed_sources": ["127.0.0.1"],
-        "upload_interval_s": 0.3,
-        "trace_interval_s": 0.5,
-    }
+    cfg = _loopback_agent(port, upload_interval_s=0.3, trace_interval_s=0.5)
 
     def sink(schema: str, payload: bytes, key: str, headers: list[tuple[str, bytes]]) -> None:
         if schema == "path.v1":
