@@ -6,7 +6,9 @@ string come from :func:`streams.pingmesh.links.explode_links`.
 
 An *incomplete* trace (``complete`` false: a hop stopped answering) ends at the last
 hop that answered. The index prefers a tuple's newest complete trace (a silent fault
-does not reroute; the dead hop is on the known path). With no complete trace known,
+does not reroute; the dead hop is on the known path), unless a newer incomplete trace
+answered from hops that are not the held trace's first hops: the tuple was rerouted
+(ECMP rehash, a link taken out) and the held trace is stale. With no complete trace known,
 the tail is resolved from the complete traces of other tuples when it is unique (a
 spine's only link down to the destination's ToR, a ToR's link to the destination
 RNIC); otherwise the path is ``X,*``: the pseudo-link ``X->*`` ("the next hop after X
@@ -38,6 +40,15 @@ DIRECT_BITS = 15
 """Bits of an address id in a direct pair id (:class:`PathIndex`): up to 32,768 addresses, two ids and the
 direction and ports fit the entry key's 63 bits."""
 _COLS = ("direction", *KEY)
+
+
+def _off_path(hops: str, held: str) -> bool:
+    """Whether the answering hops of an incomplete trace ``hops`` are not the first hops of ``held``.
+
+    Both are comma-separated node names; ``*`` (no answer) entries of ``hops`` are left out.
+    ``_off_path("A,S2,*", "A,S1,C,C1")`` is True; ``_off_path("A,S1,*", "A,S1,C,C1")`` is False."""
+    seen = [x for x in hops.split(",") if x and x != NO_ANSWER]
+    return held.split(",")[:len(seen)] != seen
 
 
 class PathIndex:
@@ -127,11 +138,13 @@ class PathIndex:
                     self._dark.add(len(self._keys) - 1)
                     touched.append(len(self._keys) - 1)
             else:
-                # a complete trace beats an incomplete one (a silent fault does not reroute); else newer wins,
-                # ties to the smaller hop string
+                # a complete trace beats an incomplete one (a silent fault does not reroute), unless the newer
+                # incomplete one saw hops off the held path: the tuple was rerouted and the held trace is stale.
+                # Else newer wins, ties to the smaller hop string
                 old_ns, old_done = self._trace_ns[i], self._complete[i]
                 if (done and not old_done) or (done == old_done and (
-                        trace_ns > old_ns or (trace_ns == old_ns and hops < self._trace[i]))):
+                        trace_ns > old_ns or (trace_ns == old_ns and hops < self._trace[i]))) or (
+                        old_done and not done and trace_ns > old_ns and _off_path(hops, self._trace[i])):
                     self._hops[i], self._trace[i], self._trace_ns[i], self._complete[i] = hops, hops, trace_ns, done
                     changed.append(i)
                     if done:

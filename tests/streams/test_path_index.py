@@ -119,3 +119,23 @@ def test_lookups_are_the_same_past_the_direct_pair_ids(monkeypatch):
         attach_paths(_probes(probe, T0 + h * HOUR_NS), index)
     assert len(index) == 2 and len(index._pair_keys) == 2
     assert attach_paths(_probes(probe, T0 + 4 * HOUR_NS), index).select(["fwd_hops", "rev_hops"]).to_pylist() == before
+
+
+def test_a_newer_incomplete_trace_off_the_held_path_replaces_a_stale_complete_one():
+    # two ToRs (T1: R1; T2: R3, R4) under spines S1, S2; tuple 1 was traced complete over S1
+    index = PathIndex()
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 1, "R1,T1,S1,T2,R3", T0),
+                          ("forward", "10.0.0.1", "10.0.0.4", 2, "R1,T1,S2,T2,R4", T0)], [True, True]))
+
+    def hops() -> dict[int, str]:
+        return dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
+
+    # the same hops as the held path, then silence: a silent fault on the known path; the complete trace stays
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 1, "R1,T1,*", T0 + 1)], [False]))
+    assert hops()[1] == "R1,T1,S1,T2,R3"
+    # rerouted over S2 (answered), then silence: the held S1 trace is stale; S2's only way down to T2 is known
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 1, "R1,T1,S2,*", T0 + 2)], [False]))
+    assert hops()[1] == "R1,T1,S2,T2,R3"
+    # an older off-path trace arriving late changes nothing
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.4", 2, "R1,T1,S1", T0 - 1)], [False]))
+    assert hops()[2] == "R1,T1,S2,T2,R4"
