@@ -129,6 +129,8 @@ class AccuracyReport:
     abstentions: list[dict] = field(default_factory=list)  # right abstentions (undetermined naming the fault)
     calibration: list[tuple[float, bool]] = field(default_factory=list)  # (confidence, right) per claim
     undetermined: int = 0
+    healthy_windows: tuple[int, int] = (0, 0)  # (undetermined verdicts, windows) before any fault starts
+    fault_windows: tuple[int, int] = (0, 0)  # (undetermined verdicts, windows) with a fault active
     revisions: int = 0
     wrong: list[dict] = field(default_factory=list)  # every wrong claim with its scenario
     missed: list[dict] = field(default_factory=list)  # faults never named
@@ -391,6 +393,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
     conf: dict[str, Counter] = defaultdict(Counter)
     lat: dict[str, list[int]] = defaultdict(list)
     w10 = [0, 0]
+    healthy, faulty = [0, 0], [0, 0]
     for r in results:
         inv = r.scenario.inv
         rep.sizes[r.scenario.size] += 1
@@ -402,14 +405,21 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
             active = [(ti, tr) for ti, tr in enumerate(r.truth)
                       if _interval(tr)[0] < we and _interval(tr)[1] > ws]
             claims = []
+            und_here = 0
             for v in rows:
                 if v["revision_of"] is not None:
                     rep.revisions += 1
                     continue
                 if v["kind"] == "undetermined":
                     rep.undetermined += 1
+                    und_here += 1
                     continue
                 claims.append(v)
+            # A window after every fault has ended is neither: the fault's aftermath may still show.
+            phase = faulty if active else healthy if all(_interval(tr)[0] >= we for tr in r.truth) else None
+            if phase is not None:
+                phase[0] += und_here
+                phase[1] += 1
             right_of: dict[int, bool] = {}
             for v in claims:
                 hit = [ti for ti, tr in active if _matches(v, tr, inv)]
@@ -467,6 +477,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
             elif any(_interval(tr)[0] < ws + WINDOW and _interval(tr)[1] > ws for ws, _ in r.windows):
                 rep.missed.append({"scenario": r.scenario.index, "size": r.scenario.size, "fault": fault_kind(tr),
                                    "location": tr["location"], "start_ns": tr["start_ns"]})
+    rep.healthy_windows, rep.fault_windows = (healthy[0], healthy[1]), (faulty[0], faulty[1])
     rep.precision = {k: (a, b) for k, (a, b) in prec.items()}
     rep.window_recall = {k: (a, b) for k, (a, b) in wrec.items()}
     rep.fault_recall = {k: (a, b) for k, (a, b) in frec.items()}
@@ -631,6 +642,10 @@ def print_report(rep: AccuracyReport, console: object | None = None, hostping: b
     con.print(t)
     con.print(f"undetermined verdicts (no claim): {rep.undetermined}; revisions: {rep.revisions}; "
               f"right abstentions (undetermined naming a link set that holds the fault): {len(rep.abstentions)}")
+    (hu, hw), (fu, fw) = rep.healthy_windows, rep.fault_windows
+    con.print(f"undetermined per 1,000 healthy windows (before any fault starts): "
+              f"{1000 * hu / hw if hw else float('nan'):.2f} ({hu} in {hw}); "
+              f"per fault window: {fu / fw if fw else float('nan'):.3f} ({fu} in {fw})")
 
     t = Table(title=f"reliability of claims' confidence (ECE {rep.ece():.3f})")
     for c in ("confidence bin", "mean confidence", "precision", "claims"):

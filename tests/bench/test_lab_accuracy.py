@@ -148,3 +148,24 @@ def test_a_host_downs_clear_is_a_restart_scored_until_the_probers_refresh():
     assert rep.precision == {"host_down": (1, 1), "stale_qpn": (2, 2)}
     # the restart is active 18.5 s of window 1 (required) and 11.5 s of window 2 (required)
     assert rep.window_recall == {"host_down": (1, 1), "host_restart": (2, 2)}
+
+
+def test_undetermined_is_counted_apart_on_healthy_and_on_fault_windows():
+    # a scenario without faults (two windows) and one whose link fault starts at its second window's
+    # boundary and lasts two windows; a window after every fault ended would be neither
+    calm = LabRun(LabScenario(0, (), 2), B, [])
+    b1 = B + 3 * W
+    dead = LabFault("link-down", (("a", "A"), ("b", "S3")))
+    late = LabRun(LabScenario(1, (dead,), 3), b1, [(dead, b1 + W, b1 + 3 * W)])
+    verdicts = [
+        _v(B, "undetermined", "A->S3|A->S4", 1),      # healthy window: noise an operator sees
+        _v(b1, "undetermined", "B->S3|B->S4", 2),     # before the fault starts: healthy too
+        _v(b1 + W, "switch", "A->S3", 3),
+        _v(b1 + 2 * W, "undetermined", "A->S3|A->S4", 4),  # with the fault active
+    ]
+    results = [scenario_result(r, INV, "lab", verdicts) for r in (calm, late)]
+    rep = accuracy.score(results, seed=1, wall_s=0.0)
+    assert rep.undetermined == 3
+    # a scenario is scored over its windows and the one after (see above): calm's three and late's first
+    assert rep.healthy_windows == (2, 4)
+    assert rep.fault_windows == (1, 2)  # late's fourth window, after the clear, is neither
