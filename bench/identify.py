@@ -19,11 +19,8 @@ import time
 from collections import defaultdict
 
 from bench.accuracy import BACKGROUND_LOSS, BIG, SIZES, AccuracyReport, Scenario, ScenarioResult, run_scenario, score
-from producers import controller as ctl
-from producers.controller_ident import identifiability, make_identifiable
+from producers.plan_explain import explain_plan
 from producers.sim import FlappingLink, LinkDown, LossyLink, PartialTupleLoss
-from producers.sim.plan import entry_links
-from producers.sim.routing import Topology
 
 THREE_TIER = SIZES[3]
 
@@ -32,17 +29,10 @@ def plan_rows(seed: int = 1) -> list[dict]:
     """One row per benchmark fabric: identifiability of its Eq. 1 plan before and after the builder."""
     rows = []
     for name, build in [*SIZES, BIG]:
-        inv = build(seed)
-        reg = ctl.Registry.from_inventory(inv, seed=seed)
-        lists = ctl.build_pinglists(inv, reg, seed=seed, now_ns=0)
-        entries = [e for k in ("tor_mesh", "inter_tor", "service") for e in lists[k]]
-        paths_of = entry_links(Topology(inv, seed))
-        aug = make_identifiable(inv, reg, entries, paths_of, seed=seed)
-        two = identifiability(inv, paths_of(entries), two_link=True).two_link_ambiguous
-        base_pps = sum(e["rate_pps"] for e in lists["inter_tor"])
-        rows.append({"fabric": name, "links": len(aug.before.links), "before": aug.before, "after": aug.after,
-                     "two_link": two, "eq1_tuples": aug.base_entries, "extra_tuples": len(aug.extra),
-                     "extra_pps": sum(e["rate_pps"] for e in aug.extra), "eq1_pps": base_pps})
+        x = explain_plan(build(seed), seed=seed, two_link=True)
+        rows.append({"fabric": name, "links": len(x.before.links), "before": x.before, "after": x.after,
+                     "two_link": x.two_link, "eq1_tuples": x.augmented.base_entries,
+                     "extra_tuples": len(x.augmented.extra), "extra_pps": x.extra_pps, "eq1_pps": x.eq1_pps})
     return rows
 
 

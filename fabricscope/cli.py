@@ -28,7 +28,7 @@ SUBAPPS = (("cmd_topics", "commands"), ("cmd_pipeline", "commands"), ("cmd_demo"
            ("cmd_bench", "bench_app"), ("cmd_alerts", "alertmanager_app"), ("cmd_verdicts", "verdict_app"),
            ("cmd_history", "history_app"), ("cmd_report", "report_app"), ("cmd_lab", "lab_app"),
            ("cmd_inventory", "inventory_app"), ("cmd_sim", "sim_app"), ("cmd_store", "store_app"),
-           ("cmd_hostping", "hostping_app"), ("cmd_jobs", "jobs_app"))
+           ("cmd_hostping", "hostping_app"), ("cmd_jobs", "jobs_app"), ("cmd_pinglist", "pinglist_app"))
 # Modules that load without the pipeline extra but serve only the pipeline (its local broker and its
 # topics): an agent-only install leaves them out together with cmd_pipeline.
 WITH_PIPELINE = {"cmd_topics", "cmd_kafka"}
