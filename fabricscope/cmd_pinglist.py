@@ -61,3 +61,42 @@ def explain(
         con.print(f"uncovered: {lk}: no probe crosses it")
     con.print("every switch link identifiable" if x.after.all_identifiable else
               f"{len(x.after.identifiable)} of {len(x.after.links)} switch links identifiable")
+
+
+@pinglist_app.command("loop")
+def loop(
+    inventory_file: Path | None = typer.Option(None, "--inventory", exists=True, dir_okay=False,
+                                              help="inventory YAML (default Panel 1)"),
+    seed: int = typer.Option(1, help="the controller's seed: QPNs, Eq. 1's source ports, the loop's draw"),
+    metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
+) -> None:
+    """The closed loop: answer undetermined verdicts with split probes on the pinglists topic until SIGTERM/SIGINT.
+
+    Reads the verdicts topic from its latest offset in group ``fabricscope-loop``; republishes an agent's
+    pinglist when the loop adds entries to it or withdraws them (two windows after the last verdict that
+    asked). Counters: fabricscope_loop_requests_total{outcome}, fabricscope_loop_pinglists_published_total.
+    """
+    import logging
+    import signal
+
+    from fabricscope.settings import load as load_settings
+    from fabricscope.stopping import stop_requested
+    from producers.controller_loop_service import LoopService
+    from producers.sim.fabrics import panel1
+    from schemas.inventory_yaml import load
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s loop %(levelname)s %(message)s")
+    stopping = stop_requested(signal.SIGTERM, signal.SIGINT)
+    if metrics_port:
+        from prometheus_client import start_http_server
+
+        start_http_server(metrics_port, addr="127.0.0.1")
+    s = load_settings()
+    inv = load(inventory_file) if inventory_file else panel1()
+    svc = LoopService(inv, s.kafka_bootstrap, s.fabricscope_topic_prefix, seed=seed,
+                      kafka_config=s.kafka_client_config(), origin=s.fabricscope_origin)
+    logging.getLogger("fabricscope.loop").info("answering undetermined verdicts for %d agents", len(svc.hosts))
+    try:
+        svc.run(stopping)
+    finally:
+        svc.close()

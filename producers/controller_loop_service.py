@@ -1,0 +1,175 @@
+"""The closed loop as a controller service: verdicts in, short-lived split probes out on the pinglists topic.
+
+``fabricscope pinglist loop`` runs :class:`LoopService`. It reads the ``verdicts`` topic in a consumer
+group of its own, turns every ``undetermined`` verdict over a group of switch links into a probe
+request (:func:`streams.pingmesh.probe_requests.requests_from_verdicts`), answers it with
+:class:`producers.controller_loop.SplitLoop`, and republishes the pinglist (``pinglist.v1``, compacted,
+keyed by agent) of every agent whose entries changed: the controller's Eq. 1 lists plus the loop's
+entries in force. When a group's entries expire (two windows after the last verdict that asked for it
+or named one of its links) the agents' lists are republished without them: that is the withdrawal.
+
+Time is the wall clock (:func:`time.time_ns`): a live pipeline's windows are wall-clock windows, so a
+request's ``window_start_ns`` earlier than when its group's entries went out means the window began
+without them. Verdicts of another origin (a lab, a simulator, a demo copying them) are read, counted
+and left alone. Paths of candidate 5-tuples come from the ECMP model of the inventory's fabric
+(:func:`producers.sim.plan.entry_links`), as in ``fabricscope pinglist explain``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+
+import pyarrow as pa
+from prometheus_client import Counter
+
+from producers import controller as ctl
+from producers.controller_loop import SplitLoop
+from producers.controller_publish import publish_pinglists
+from producers.kafka_producer import AgentProducer
+from producers.sim.plan import entry_links
+from producers.sim.routing import Topology
+from schemas import topics as T
+from schemas.codec import CodecError, decode, schema_key_from_headers
+from schemas.inventory import Inventory
+from sinks.origin import check as check_origin
+from sinks.origin import from_headers as origin_from_headers
+from streams.pingmesh.probe_requests import named_links, requests_from_verdicts
+
+log = logging.getLogger("fabricscope.loop")
+
+LOOP_REQUESTS = Counter("fabricscope_loop_requests_total", "probe requests the loop took, by outcome",
+                        ["outcome"])
+LOOP_PUBLISHED = Counter("fabricscope_loop_pinglists_published_total",
+                         "agent pinglists the loop republished (added or withdrawn entries)")
+LOOP_UNREAD = Counter("fabricscope_loop_unread_messages_total", "verdict messages the loop could not decode")
+
+
+class LoopService:
+    """Runs :class:`SplitLoop` on the ``verdicts`` topic and publishes the agents' pinglists it changes.
+
+    Args:
+        inv: the fabric.
+        bootstrap: Kafka bootstrap servers.
+        prefix: topic name prefix.
+        seed: seeds the registry's QPNs, Eq. 1's source ports and the loop's candidate 5-tuples
+            (use the controller's seed, so the base lists are the ones in force).
+        group: consumer group (prefixed).
+        kafka_config: extra client settings (SASL/TLS), never logged.
+        origin: the origin whose verdicts the loop answers (a message without a header is this origin).
+        clock: wall clock in ns (tests pass their own).
+        loop: a :class:`SplitLoop` to use (default: one over ``inv`` with the documented rate limits).
+
+    Attributes:
+        published: agent pinglists published so far.
+        unread: verdict messages that could not be decoded (logged with topic, partition and offset).
+        other_origin: verdict rows of another origin, read and left alone.
+    """
+
+    def __init__(self, inv: Inventory, bootstrap: str, prefix: str = "", *, seed: int = 0,
+                 group: str = "fabricscope-loop", kafka_config: dict[str, str] | None = None,
+                 origin: str = "production", clock: Callable[[], int] = time.time_ns,
+                 loop: SplitLoop | None = None) -> None:
+        from confluent_kafka import Consumer
+
+        self.origin = check_origin(origin)
+        self.prefix = prefix
+        self.clock = clock
+        reg = ctl.Registry.from_inventory(inv, seed=seed)
+        self.base = ctl.build_pinglists(inv, reg, seed=seed, now_ns=clock())
+        self.hosts = sorted(inv.hosts)
+        self.loop = loop or SplitLoop(inv, reg, entry_links(Topology(inv, seed)), seed=seed)
+        self.published = 0
+        self.unread = 0
+        self.other_origin = 0
+        self._in_force: dict[str, list[dict]] = {}  # host -> loop entries last published for it
+        conf = {"bootstrap.servers": bootstrap, "group.id": f"{prefix}{group}", "enable.auto.commit": False,
+                "auto.offset.reset": "latest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
+        conf.update(kafka_config or {})
+        self._consumer = Consumer(conf)
+        self._consumer.subscribe([T.topic_name(T.VERDICTS, prefix)])
+        self._producer = AgentProducer(bootstrap, kafka_config=kafka_config)
+
+    def on_verdicts(self, verdicts: pa.Table, now_ns: int) -> None:
+        """Feed one batch of ``verdict.v1`` rows to the loop (requests first, then the links named)."""
+        before = self.loop.answered, self.loop.refused
+        self.loop.on_requests(requests_from_verdicts(verdicts), now_ns)
+        LOOP_REQUESTS.labels("answered").inc(self.loop.answered - before[0])
+        LOOP_REQUESTS.labels("refused").inc(self.loop.refused - before[1])
+        self.loop.on_named(named_links(verdicts), now_ns)
+
+    def changed_lists(self, now_ns: int) -> dict[str, list[dict]]:
+        """Every agent whose loop entries differ from the ones last published: its whole list to publish.
+
+        A pure view of the loop's state at ``now_ns``; :meth:`publish` records what it sent."""
+        by_host: dict[str, list[dict]] = defaultdict(list)
+        for e in self.loop.entries(now_ns):
+            by_host[e["prober_host"]].append(e)
+        out = {}
+        for h in set(by_host) | set(self._in_force):
+            if by_host.get(h, []) != self._in_force.get(h, []):
+                out[h] = [*ctl.pinglist_for_host(self.base, h), *by_host.get(h, [])]
+        return out
+
+    def publish(self, now_ns: int) -> int:
+        """Publish the lists :meth:`changed_lists` returns and flush; returns the agents published."""
+        lists = self.changed_lists(now_ns)
+        if not lists:
+            return 0
+        publish_pinglists(self._producer, self.prefix, lists, now_ns)
+        if self._producer.flush(10.0):
+            log.warning("pinglists of %d agents not delivered in 10 s: sent again at the next poll", len(lists))
+            return 0
+        base = {h: len(ctl.pinglist_for_host(self.base, h)) for h in lists}
+        for h, entries in lists.items():
+            self._in_force[h] = entries[base[h]:]
+            if not self._in_force[h]:
+                del self._in_force[h]
+        self.published += len(lists)
+        LOOP_PUBLISHED.inc(len(lists))
+        log.info("republished %d agents' pinglists: %d loop entries in force over %d groups", len(lists),
+                 sum(len(v) for v in self._in_force.values()), len(self.loop.active))
+        return len(lists)
+
+    @property
+    def assigned(self) -> bool:
+        """True once the consumer holds its partitions of the verdicts topic (it reads from the latest offset)."""
+        return bool(self._consumer.assignment())
+
+    def poll_once(self, timeout: float = 0.5) -> int:
+        """Consume up to 100 verdict messages, feed the loop, publish what changed; returns verdict rows read.
+
+        Offsets are committed after the lists they changed are flushed, so a restart re-reads, never skips."""
+        msgs = self._consumer.consume(num_messages=100, timeout=timeout)
+        rows = 0
+        for msg in msgs:
+            if msg.error():
+                continue
+            try:
+                _, table = decode(msg.value(), schema_key_from_headers(msg.headers()))
+            except CodecError as err:
+                self.unread += 1
+                LOOP_UNREAD.inc()
+                log.error("unread verdict message %s/%d/%d: %s", msg.topic(), msg.partition(), msg.offset(), err)
+                continue
+            rows += table.num_rows
+            if origin_from_headers(msg.headers(), self.origin) != self.origin:
+                self.other_origin += table.num_rows
+                continue
+            self.on_verdicts(table, self.clock())
+        self.publish(self.clock())  # expiry too: a quiet topic still withdraws
+        if msgs:
+            self._consumer.commit(asynchronous=False)
+        return rows
+
+    def run(self, stop: Callable[[], bool]) -> None:
+        """Loop until ``stop()`` is true (checked at least every half second)."""
+        while not stop():
+            self.poll_once()
+
+    def close(self) -> None:
+        """Leave the consumer group and flush the producer (bounded: a dead broker does not hold the stop)."""
+        self._consumer.close()
+        self._producer.close(timeout=5.0)
