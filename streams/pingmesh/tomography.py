@@ -384,7 +384,11 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
         else:
             ctx.emit("switch", s.link, s.ratio, s.confidence, s.failed, s.crossing, ev)
     left = cover.unexplained + cover.untraced
-    if left >= min_unexplained:
+    # Leftovers within what background loss gives over the window's probes (the per-probe floor, plus
+    # three standard deviations of its Poisson count) are not a finding: a healthy fabric's 1e-5..1e-4
+    # per link would otherwise make an ``undetermined`` in most healthy windows of a large fabric.
+    expected = background * max(probes, 0)
+    if left >= min_unexplained and left > expected + 3.0 * math.sqrt(expected):
         ctx.emit("undetermined", "unexplained", 0.0, 0.0, left, cover.total_failed,
                  {"unexplained": cover.unexplained, "untraced": cover.untraced,
                   "why": "timeouts no rule or link explains"})
