@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-BASE_NS = 1_795_000_000_000_000_000  # prober host clock (epoch ns)
+import time
+
+DAY_NS = 86_400 * 10**9
+
+
+def recent(ns: int) -> int:
+    """``ns`` moved by whole days to one to two days before now (epoch ns).
+
+    Fixed event times of the tests stay inside the store's 14-day probe TTL whatever the date, and keep
+    their time of day (the pinglists' hourly rotation phase, 20 s window alignment). Constant within a run."""
+    return ns + ((time.time_ns() - ns) // DAY_NS - 1) * DAY_NS
+
+
+BASE_NS = recent(1_795_000_000_000_000_000)  # prober host clock (epoch ns)
 PROBER_RNIC0 = 2_000_000_000_000  # prober RNIC device clock, unrelated to the host clock
 RESPONDER_RNIC0 = 9_000_000_000_000
 

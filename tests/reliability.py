@@ -24,9 +24,10 @@ from sinks.clickhouse import StoreError
 from sinks.query_endpoint import find_endpoint, query_remote
 
 from conftest import REPO, free_port, wait_for
+from probe_rows import recent
 
 KAFKA_SH = REPO / "infra" / "kafka" / "kafka.sh"
-START_NS = 1_795_000_000_000_000_000
+START_NS = recent(1_795_000_000_000_000_000)
 SLOT_NS = 5_000_000_000
 
 

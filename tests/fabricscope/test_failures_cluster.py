@@ -48,11 +48,12 @@ from schemas.topics import ALL_TOPICS, topic_name
 from schemas.verdicts import WINDOW_NS
 
 from conftest import Processes, wait_for
+from probe_rows import recent
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 SEED = int(os.environ.get("FABRICSCOPE_FAILURE_SEED", "8"))
-START = 1_795_000_000_000_000_000  # fixed event time: both runs publish the same stream
+START = recent(1_795_000_000_000_000_000)  # fixed event time: both runs publish the same stream
 SCENARIO, SIM_SEED = "switch-link-down", 3
 UPLOADS = 14  # 5 s each: 70 s of event time, windows of 20 s; the first three close by the watermark
 # one upload (6 agents, ~3,000 probe rows) per 2 s of wall time: a worker on 2 shared cores keeps up,

@@ -14,9 +14,11 @@ import pytest
 from fabricscope.demo import JOB_ID, run_demo
 from fabricscope.settings import Settings
 
+from probe_rows import recent
+
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-START = 1_795_000_000_000_000_000
+START = recent(1_795_000_000_000_000_000)
 SEED_A_S3 = 10  # scenario_faults("switch-link-down", panel1(), 10) is A–S3
 
 

@@ -9,9 +9,11 @@ from fabricscope.demo import run_demo
 from fabricscope.settings import Settings
 from sinks.clickhouse import ChdbStore
 
+from probe_rows import recent
+
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-START = 1_795_000_000_000_000_000  # fixed event time: a replay of the same stream
+START = recent(1_795_000_000_000_000_000)  # fixed event time: a replay of the same stream
 
 
 def _run(kafka_bootstrap: str, tmp, workers: int):

@@ -29,10 +29,11 @@ from schemas import topics as T
 from schemas.codec import decode
 
 from conftest import wait_for
+from probe_rows import recent
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
-START = 1_796_000_000_000_000_000
+START = recent(1_796_000_000_000_000_000)
 S = 1_000_000_000
 ROUNDS = 18  # 90 s of 5 s uploads: windows 0-3 close
 FAULTS = [RnicDown("C1"), HostDown("H5", start_ns=START + 33 * S)]
