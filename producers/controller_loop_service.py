@@ -5,8 +5,11 @@ group of its own, turns every ``undetermined`` verdict over a group of switch li
 request (:func:`streams.pingmesh.probe_requests.requests_from_verdicts`), answers it with
 :class:`producers.controller_loop.SplitLoop`, and republishes the pinglist (``pinglist.v1``, compacted,
 keyed by agent) of every agent whose entries changed: the controller's Eq. 1 lists plus the loop's
-entries in force. When a group's entries expire (two windows after the last verdict that asked for it
-or named one of its links) the agents' lists are republished without them: that is the withdrawal.
+entries in force (Eq. 1's plus :func:`producers.controller_ident.make_identifiable`'s tuples).
+Once per window it publishes an ``identifiability.v1`` row of that plan (the ``identifiability``
+topic, stored in the table of that name). When a group's entries expire (two windows after the
+last verdict that asked for it or named one of its links) the agents' lists are republished
+without them: that is the withdrawal.
 
 Time is the wall clock (:func:`time.time_ns`): a live pipeline's windows are wall-clock windows, so a
 request's ``window_start_ns`` earlier than when its group's entries went out means the window began
@@ -26,12 +29,14 @@ import pyarrow as pa
 from prometheus_client import Counter
 
 from producers import controller as ctl
-from producers.controller_loop import SplitLoop
+from producers.controller_ident import identifiability, make_identifiable
+from producers.controller_loop import WINDOW_NS, SplitLoop
 from producers.controller_publish import publish_pinglists
 from producers.kafka_producer import AgentProducer
 from producers.sim.plan import entry_links
 from producers.sim.routing import Topology
 from schemas import topics as T
+from schemas.arrow_nano import encode_columns
 from schemas.codec import CodecError, decode, schema_key_from_headers
 from schemas.inventory import Inventory
 from sinks.origin import check as check_origin
@@ -39,6 +44,7 @@ from sinks.origin import from_headers as origin_from_headers
 from streams.pingmesh.probe_requests import named_links, requests_from_verdicts
 
 log = logging.getLogger("fabricscope.loop")
+IDENT = "identifiability.v1"
 
 LOOP_REQUESTS = Counter("fabricscope_loop_requests_total", "probe requests the loop took, by outcome",
                         ["outcome"])
@@ -78,9 +84,17 @@ class LoopService:
         self.prefix = prefix
         self.clock = clock
         reg = ctl.Registry.from_inventory(inv, seed=seed)
+        self.inv = inv
         self.base = ctl.build_pinglists(inv, reg, seed=seed, now_ns=clock())
+        self.paths_of = entry_links(Topology(inv, seed))
+        base_entries = [e for k in ("tor_mesh", "inter_tor", "service") for e in self.base[k]]
+        # the plan in force is Eq. 1's plus the builder's tuples (every splittable link identifiable)
+        self.base["inter_tor"] = [*self.base["inter_tor"],
+                                  *make_identifiable(inv, reg, base_entries, self.paths_of, seed=seed).extra]
+        self._base_links = self.paths_of([e for k in ("tor_mesh", "inter_tor", "service") for e in self.base[k]])
         self.hosts = sorted(inv.hosts)
-        self.loop = loop or SplitLoop(inv, reg, entry_links(Topology(inv, seed)), seed=seed)
+        self.loop = loop or SplitLoop(inv, reg, self.paths_of, seed=seed)
+        self._window = -1  # the window whose identifiability row went out last
         self.published = 0
         self.unread = 0
         self.other_origin = 0
@@ -89,7 +103,8 @@ class LoopService:
                 "auto.offset.reset": "latest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
         conf.update(kafka_config or {})
         self._consumer = Consumer(conf)
-        self._consumer.subscribe([T.topic_name(T.VERDICTS, prefix)])
+        self._assigned = False
+        self._consumer.subscribe([T.topic_name(T.VERDICTS, prefix)], on_assign=self._on_assign)
         self._producer = AgentProducer(bootstrap, kafka_config=kafka_config)
 
     def on_verdicts(self, verdicts: pa.Table, now_ns: int) -> None:
@@ -133,15 +148,58 @@ class LoopService:
                  sum(len(v) for v in self._in_force.values()), len(self.loop.active))
         return len(lists)
 
+    def identifiability_row(self, window_start_ns: int, now_ns: int) -> dict:
+        """The ``identifiability.v1`` row of the plan in force at ``now_ns`` (Eq. 1, builder, loop)."""
+        extra = self.loop.entries(now_ns)
+        rep = identifiability(self.inv, [*self._base_links, *self.paths_of(extra)])
+        return {"window_start_ns": window_start_ns, "links": len(rep.links), "probed_tuples": rep.entries,
+                "identifiable": len(rep.identifiable), "uncovered": ",".join(rep.uncovered),
+                "ambiguous_groups": ";".join("|".join(g) for g in rep.groups),
+                "structural_groups": ";".join("|".join(g) for g in rep.structural),
+                "loop_entries": len(extra), "emitted_ns": now_ns}
+
+    def publish_identifiability(self, now_ns: int) -> bool:
+        """Publish the row of the window ``now_ns`` falls in, once per window; True when one went out."""
+        ws = now_ns // WINDOW_NS * WINDOW_NS
+        if ws == self._window:
+            return False
+        row = self.identifiability_row(ws, now_ns)
+        self._producer.publish(T.topic_name(T.IDENTIFIABILITY, self.prefix),
+                               encode_columns(IDENT, {k: [v] for k, v in row.items()}), IDENT, key="fabric")
+        self._window = ws
+        return True
+
     @property
     def assigned(self) -> bool:
-        """True once the consumer holds its partitions of the verdicts topic (it reads from the latest offset)."""
-        return bool(self._consumer.assignment())
+        """True once the consumer holds its partitions of the verdicts topic and knows where it reads from
+        (a new group starts at the latest offset: verdicts published after this are read)."""
+        return self._assigned
+
+    def _on_assign(self, consumer: object, parts: list) -> None:
+        # A partition this group never committed starts at its high watermark, fixed here rather than
+        # resolved lazily on the first fetch, so "assigned" means verdicts from now on are read.
+        from confluent_kafka import OFFSET_END, KafkaException
+
+        try:
+            committed = self._consumer.committed(parts, timeout=10)
+            for tp, c in zip(parts, committed, strict=True):
+                tp.offset = c.offset if c.offset >= 0 else self._consumer.get_watermark_offsets(
+                    tp, timeout=10, cached=False)[1]
+        except KafkaException as err:  # a topic just created has no leader yet: retried at the next poll
+            log.warning("start offsets of %s unknown (%s): reading from the latest", parts, err)
+            for tp in parts:
+                tp.offset = OFFSET_END
+            self._consumer.assign(parts)
+            return
+        self._consumer.assign(parts)
+        self._assigned = True
 
     def poll_once(self, timeout: float = 0.5) -> int:
         """Consume up to 100 verdict messages, feed the loop, publish what changed; returns verdict rows read.
 
         Offsets are committed after the lists they changed are flushed, so a restart re-reads, never skips."""
+        if not self._assigned and self._consumer.assignment():
+            self._on_assign(self._consumer, self._consumer.assignment())  # start offsets unknown at assignment
         msgs = self._consumer.consume(num_messages=100, timeout=timeout)
         rows = 0
         for msg in msgs:
@@ -160,6 +218,7 @@ class LoopService:
                 continue
             self.on_verdicts(table, self.clock())
         self.publish(self.clock())  # expiry too: a quiet topic still withdraws
+        self.publish_identifiability(self.clock())
         if msgs:
             self._consumer.commit(asynchronous=False)
         return rows

@@ -194,6 +194,24 @@ COVERAGE_V1 = RecordSchema(
     ),
 )
 
+# Per window: what the probe plan in force could name (producers/controller_loop_service.py; deTector's
+# identifiability of a probe matrix): the fabric's, not a job's.
+IDENTIFIABILITY_V1 = RecordSchema(
+    "identifiability",
+    1,
+    (
+        Field("window_start_ns", "int64"),
+        Field("links", "int64", doc="switch links of the fabric"),
+        Field("probed_tuples", "int64", doc="5-tuples of the plan in force (Eq. 1, builder, loop)"),
+        Field("identifiable", "int64", doc="links covered and alone in their group"),
+        Field("uncovered", "string", doc="comma-separated links no probe crosses"),
+        Field("ambiguous_groups", "string", doc="groups of links no probe separates, ';'-separated, members '|'"),
+        Field("structural_groups", "string", doc="of those, the groups no RNIC-to-RNIC 5-tuple can split"),
+        Field("loop_entries", "int64", doc="entries of the closed loop in force"),
+        Field("emitted_ns", "int64"),
+    ),
+)
+
 # Job metric samples for impact grading (R-Pingmesh §5): e.g. training throughput.
 JOBMETRIC_V1 = RecordSchema(
     "jobmetric",
@@ -371,6 +389,7 @@ SCHEMAS: dict[str, RecordSchema] = {
         PATH_V1,
         VERDICT_V1,
         COVERAGE_V1,
+        IDENTIFIABILITY_V1,
         JOBMETRIC_V1,
         LOOPBACK_V1,
         HOSTMETRIC_V1,

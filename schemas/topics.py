@@ -52,6 +52,10 @@ WINDOWS_CLOSED = Topic(
     "one JSON summary per analyzed window: timeouts by triage step, verdict count",
 )
 COVERAGE = Topic("coverage", 1, "job_id", "coverage.v1", {"retention.ms": str(30 * _DAY_MS)}, "blame coverage")
+IDENTIFIABILITY = Topic(
+    "identifiability", 1, "fabric", "identifiability.v1", {"retention.ms": str(30 * _DAY_MS)},
+    "per window: links the probe plan in force can name (the closed loop's service)",
+)
 VERDICTS = Topic("verdicts", 1, "location", "verdict.v1", {"retention.ms": str(30 * _DAY_MS)})
 HOST_LINKS = Topic("host_links", 1, "host", "host_link.v1", {"retention.ms": str(30 * _DAY_MS)})
 JOB_METRICS = Topic(
@@ -85,6 +89,7 @@ ALL_TOPICS: tuple[Topic, ...] = (
     WINDOW_PARTIALS,
     VERDICTS,
     COVERAGE,
+    IDENTIFIABILITY,
     WINDOWS_CLOSED,
     HOST_LINKS,
     JOB_METRICS,

@@ -55,6 +55,7 @@ TABLE_OF: dict[str, str] = {
     T.DEADLETTER.name: "deadletters",
     T.HOST_LINKS.name: "host_links",
     T.COVERAGE.name: "coverage",
+    T.IDENTIFIABILITY.name: "identifiability",
     T.HOSTS_INVENTORY.name: "pci_functions",
     T.HOSTMETRICS_RAW.name: "host_metrics",
     T.LOOPBACK_RAW.name: "loopback",

@@ -192,13 +192,23 @@ def entry_links(topo: Topology) -> Callable[[list[dict]], list[frozenset[str]]]:
     the switch links (``lower->upper``) each one's forward and ACK paths cross.
 
     What the tracer would report for those 5-tuples on this fabric (the same hash as the probes take).
+    A bounced entry (``bounce_path``, :func:`producers.controller_loop.bounce_entries`) crosses the
+    links of its climb.
     """
     name: dict[tuple[int, int], str] = {}
     for ln in topo.inv.links:
         a, b = topo.node_id[ln.a], topo.node_id[ln.b]
         name[a, b] = name[b, a] = f"{ln.a}->{ln.b}"
 
+    def climb(x: dict) -> frozenset[str]:  # a bounced probe crosses the links of its climb, up and back
+        hops = str(x["bounce_path"]).split(",")
+        return frozenset(name[topo.node_id[u], topo.node_id[v]] for u, v in zip(hops, hops[1:], strict=False))
+
     def paths_of(entries: list[dict]) -> list[frozenset[str]]:
+        bounced = {i: climb(x) for i, x in enumerate(entries) if "bounce_path" in x}
+        if bounced:
+            routed = iter(paths_of([x for i, x in enumerate(entries) if i not in bounced]))
+            return [bounced[i] if i in bounced else next(routed) for i in range(len(entries))]
         if not entries:
             return []
         src = np.array([topo.rnic_id[x["prober_rnic"]] for x in entries], dtype=np.int64)

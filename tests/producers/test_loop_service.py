@@ -16,12 +16,15 @@ from producers import controller as ctl
 from producers.controller_loop_service import LoopService
 from schemas.arrow_pa import arrow_schema
 from schemas.codec import decode, encode, headers_for
+from sinks.clickhouse import ChdbStore, migrate
+from sinks.kafka_sink import StoreWriter
 
 from conftest import read_topic, wait_for
 
 WINDOW_NS = 20_000_000_000
 T = 1_800_000_000 * 10**9
 GROUP = "P0S1->X2|P1S1->X2"  # no 5-tuple splits it: the loop answers with bounced probes
+CORE_PAIRS = ("P0S1->X1|P1S1->X1", "P0S1->X2|P1S1->X2", "P0S2->X3|P1S2->X3", "P0S2->X4|P1S2->X4")
 
 
 def _verdict(i: int, kind: str, location: str, start: int) -> dict:
@@ -51,7 +54,8 @@ def _lists(bootstrap: str, prefix: str) -> dict[str, list[int]]:
 
 
 @pytest.mark.kafka
-def test_an_undetermined_core_pair_gets_bounced_probes_then_they_are_withdrawn(kafka_bootstrap, topic_prefix):
+def test_an_undetermined_core_pair_gets_bounced_probes_then_they_are_withdrawn(kafka_bootstrap, topic_prefix,
+                                                                                   tmp_path):
     inv = SIZES[3][1](1)
     now = [T]
     svc = LoopService(inv, kafka_bootstrap, topic_prefix, seed=1, clock=lambda: now[0])
@@ -72,6 +76,9 @@ def test_an_undetermined_core_pair_gets_bounced_probes_then_they_are_withdrawn(k
         assert set(got) == bouncers and bouncers  # only the agents whose lists changed
         # 8 bounced 5-tuples per member link, each from an RNIC under the link's lower end
         assert sum(got[h][-1] - base[h] for h in bouncers) == 16
+        # the next window: its identifiability row counts the bounced probes, and the pair they split is gone
+        now[0] = T + WINDOW_NS
+        svc.poll_once(0.2)
         # two windows after the request with nothing renewing it: withdrawn, Eq. 1's lists again
         now[0] = T + 2 * WINDOW_NS
         svc.poll_once(0.2)
@@ -80,6 +87,30 @@ def test_an_undetermined_core_pair_gets_bounced_probes_then_they_are_withdrawn(k
         assert {h: v[-1] for h, v in got.items()} == base and all(len(v) == 2 for v in got.values())
     finally:
         svc.close()
+    # one identifiability row per window, stored by the writer in the fabric's table
+    store = ChdbStore(tmp_path / "ch")
+    try:
+        migrate(store)
+        w = StoreWriter(store, kafka_bootstrap, topic_prefix)
+        try:
+            wait_for(lambda: w.poll_once(timeout=0.5) >= 0 and w.stats.rows_by_table.get("identifiability", 0) >= 3,
+                     what="the identifiability rows in the store")
+        finally:
+            w.close()
+        rows = store.query_arrow("SELECT window_start_ns, links, identifiable, ambiguous_groups, structural_groups, "
+                                 "uncovered, loop_entries FROM identifiability ORDER BY window_start_ns").to_pylist()
+    finally:
+        store.close()
+    pairs = ";".join(CORE_PAIRS)
+    assert [(r["window_start_ns"] - T) // WINDOW_NS for r in rows] == [0, 1, 2]
+    assert all(r["links"] == 24 and r["uncovered"] == "" for r in rows)
+    # Eq. 1 and the builder: 16 of 24 identifiable, the 4 core pairs no 5-tuple splits
+    assert (rows[0]["identifiable"], rows[0]["ambiguous_groups"], rows[0]["structural_groups"]) == (16, pairs, pairs)
+    assert rows[0]["loop_entries"] == 0
+    # with the bounced probes in force, P0S1->X2 and P1S1->X2 are identifiable too
+    rest = ";".join(g for g in CORE_PAIRS if g != GROUP)
+    assert (rows[1]["identifiable"], rows[1]["ambiguous_groups"], rows[1]["loop_entries"]) == (18, rest, 16)
+    assert (rows[2]["identifiable"], rows[2]["loop_entries"]) == (16, 0)
 
 
 @pytest.mark.kafka
