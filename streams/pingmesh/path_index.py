@@ -179,6 +179,10 @@ class PathIndex:
             last = hops[-1] if hops else None
             if not hops or last == dst:
                 out = ",".join(hops)
+            elif self._keys[i][1] == self._keys[i][2]:
+                # a bounced probe (to its own address, turned around by a switch above): the way down is
+                # known, the way up past the last answer is not, so the dead link is X's next one up
+                out = f"{last},{NO_ANSWER}"
             elif last == tor:
                 out = ",".join([*hops, dst])  # type: ignore[list-item]
             elif tor is not None and len(hops) >= 2 and (way := ends.descent(last, tor, hops[-2])) is not None:

@@ -139,3 +139,13 @@ def test_a_newer_incomplete_trace_off_the_held_path_replaces_a_stale_complete_on
     # an older off-path trace arriving late changes nothing
     index.update(_traced([("forward", "10.0.0.1", "10.0.0.4", 2, "R1,T1,S1", T0 - 1)], [False]))
     assert hops()[2] == "R1,T1,S2,T2,R4"
+
+
+def test_a_bounced_probes_incomplete_trace_ends_in_the_pseudo_link_above_its_last_answer():
+    # R1 (10.0.0.1) under T1 bounces off S1 (to its own address); S1's way down to T1 is known, but a trace
+    # that stops at S1 says the link above S1 did not answer: the tail is S1->*, never the way back down
+    index = PathIndex()
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 1, "R1,T1,S1,T2,R3", T0)], [True]))
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.1", 2, "R1,T1,S1", T0 + 1)], [False]))
+    hops = dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
+    assert hops[2] == "S1,*"
