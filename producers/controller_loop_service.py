@@ -134,8 +134,8 @@ class LoopService:
         if not lists:
             return 0
         publish_pinglists(self._producer, self.prefix, lists, now_ns)
-        if self._producer.flush(10.0):
-            log.warning("pinglists of %d agents not delivered in 10 s: sent again at the next poll", len(lists))
+        if self._producer.flush(2.0):  # bounded: a stop request is checked between polls
+            log.warning("pinglists of %d agents not delivered in 2 s: sent again at the next poll", len(lists))
             return 0
         base = {h: len(ctl.pinglist_for_host(self.base, h)) for h in lists}
         for h, entries in lists.items():
@@ -231,4 +231,4 @@ class LoopService:
     def close(self) -> None:
         """Leave the consumer group and flush the producer (bounded: a dead broker does not hold the stop)."""
         self._consumer.close()
-        self._producer.close(timeout=5.0)
+        self._producer.close(timeout=1.0)
