@@ -79,9 +79,9 @@ def loop(
     import logging
     import signal
 
+    from fabricscope.loop_service import LoopService
     from fabricscope.settings import load as load_settings
     from fabricscope.stopping import stop_requested
-    from producers.controller_loop_service import LoopService
     from producers.sim.fabrics import panel1
     from schemas.inventory_yaml import load
 

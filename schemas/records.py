@@ -194,7 +194,7 @@ COVERAGE_V1 = RecordSchema(
     ),
 )
 
-# Per window: what the probe plan in force could name (producers/controller_loop_service.py; deTector's
+# Per window: what the probe plan in force could name (fabricscope/loop_service.py; deTector's
 # identifiability of a probe matrix): the fabric's, not a job's.
 IDENTIFIABILITY_V1 = RecordSchema(
     "identifiability",

@@ -12,8 +12,8 @@ import pytest
 from confluent_kafka import Producer
 
 from bench.accuracy import SIZES
+from fabricscope.loop_service import LoopService
 from producers import controller as ctl
-from producers.controller_loop_service import LoopService
 from schemas.arrow_pa import arrow_schema
 from schemas.codec import decode, encode, headers_for
 from sinks.clickhouse import ChdbStore, migrate

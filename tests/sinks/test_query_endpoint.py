@@ -255,7 +255,8 @@ def test_refusal_lines_are_rate_limited(served, caplog):
 def test_fuzzed_requests_get_a_status_or_a_close_and_the_endpoint_lives_on(served, data):
     path, _ = served
     answer = _raw(path, data)
-    assert answer == b"" or _status(answer) in (400, 401, 404, 408, 411, 413, 431), answer[:120]
+    # 501: h11's status for a transfer coding it does not implement (a fuzzed Transfer-Encoding header)
+    assert answer == b"" or _status(answer) in (400, 401, 404, 408, 411, 413, 431, 501), answer[:120]
 
 
 def test_the_fuzz_left_the_endpoint_serving(served):
