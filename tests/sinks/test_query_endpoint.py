@@ -160,20 +160,25 @@ def test_a_slow_client_is_cut_at_the_whole_request_deadline(served):
 
 def test_connections_over_the_cap_are_answered_503_at_once(served):
     path, _ = served
-    held = []
-    for _ in range(LIMITS.max_connections):
-        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        with _short_path(socket_file(path)) as name:
-            c.connect(name)
-        c.send(b"P")  # a request begun: the connection counts until its deadline
-        held.append(c)
-    try:
-        e = Endpoint(socket_file(path), os.getuid(), token_file(path).read_text())
-        wait_for(lambda: e.request("GET", "/health")[0] == 503, timeout=30,
-                 what="a refusal once the cap is reached")
-    finally:
-        for c in held:
-            c.close()
+    e = Endpoint(socket_file(path), os.getuid(), token_file(path).read_text())
+
+    def refused_at_cap() -> bool:
+        # the held connections count until their request deadline (3 s): each try opens the cap's worth
+        # afresh, so a slow machine that lets them expire tries again instead of never seeing the cap
+        held = []
+        try:
+            for _ in range(LIMITS.max_connections):
+                c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                held.append(c)
+                with _short_path(socket_file(path)) as name:
+                    c.connect(name)
+                c.send(b"P")  # a request begun: the connection counts until its deadline
+            return e.request("GET", "/health")[0] == 503
+        finally:
+            for c in held:
+                c.close()
+
+    wait_for(refused_at_cap, timeout=60, what="a refusal once the cap is reached")
     wait_for(lambda: e.alive(), timeout=30, what="the endpoint answering once the connections closed")
 
 
