@@ -93,6 +93,7 @@ class LoopService:
                                   *make_identifiable(inv, reg, base_entries, self.paths_of, seed=seed).extra]
         self._base_links = self.paths_of([e for k in ("tor_mesh", "inter_tor", "service") for e in self.base[k]])
         self.hosts = sorted(inv.hosts)
+        self._base_of = {h: ctl.pinglist_for_host(self.base, h) for h in self.hosts}  # the plan never changes
         self.loop = loop or SplitLoop(inv, reg, self.paths_of, seed=seed)
         self._window = -1  # the window whose identifiability row went out last
         self.published = 0
@@ -125,7 +126,7 @@ class LoopService:
         out = {}
         for h in set(by_host) | set(self._in_force):
             if by_host.get(h, []) != self._in_force.get(h, []):
-                out[h] = [*ctl.pinglist_for_host(self.base, h), *by_host.get(h, [])]
+                out[h] = [*self._base_of.get(h, []), *by_host.get(h, [])]
         return out
 
     def publish(self, now_ns: int) -> int:
@@ -137,9 +138,8 @@ class LoopService:
         if self._producer.flush(2.0):  # bounded: a stop request is checked between polls
             log.warning("pinglists of %d agents not delivered in 2 s: sent again at the next poll", len(lists))
             return 0
-        base = {h: len(ctl.pinglist_for_host(self.base, h)) for h in lists}
         for h, entries in lists.items():
-            self._in_force[h] = entries[base[h]:]
+            self._in_force[h] = entries[len(self._base_of.get(h, [])):]
             if not self._in_force[h]:
                 del self._in_force[h]
         self.published += len(lists)
