@@ -1,10 +1,11 @@
 """Kernel packet timestamps for UDP sockets (``SO_TIMESTAMPING``), and network namespaces.
 
 Linux ``Documentation/networking/timestamping.rst``: a socket with
-``SOF_TIMESTAMPING_TX_SOFTWARE | RX_SOFTWARE | SOFTWARE`` gets, for every packet
-it sends, a copy on its error queue carrying the time the packet was handed to
-the device driver (``SCM_TSTAMP_SND``), and, for every packet it receives, the
-time the kernel took it from the device; both are ``CLOCK_REALTIME`` nanoseconds.
+``SOF_TIMESTAMPING_RX_SOFTWARE | SOFTWARE`` gets, for every packet it receives, the
+time the kernel took it from the device, and for every packet it sends with
+``TX_SOFTWARE`` in an ``SO_TIMESTAMPING`` control message, a copy on its error
+queue carrying the time the packet was handed to the device driver
+(``SCM_TSTAMP_SND``); both are ``CLOCK_REALTIME`` nanoseconds.
 With ``TX_HARDWARE | RX_HARDWARE | RAW_HARDWARE`` on a NIC whose hardware
 timestamping is enabled (``SIOCSHWTSTAMP``) the third slot holds the NIC clock.
 These stand in for R-Pingmesh's RNIC CQE timestamps (§4.2.1): t2, t5 on the
@@ -49,8 +50,10 @@ ETHTOOL_GET_TS_INFO = 0x41
 HWTSTAMP_TX_ON = 1
 HWTSTAMP_FILTER_ALL = 1
 
-SOFTWARE_FLAGS = SOF_TX_SOFTWARE | SOF_RX_SOFTWARE | SOF_SOFTWARE | SOF_OPT_ID | SOF_OPT_TSONLY
-HARDWARE_FLAGS = SOF_TX_HARDWARE | SOF_RX_HARDWARE | SOF_RAW_HARDWARE | SOF_OPT_ID | SOF_OPT_TSONLY
+# The socket reports RX timestamps of every datagram; a TX timestamp is asked for per send (tx_flags), so
+# datagrams whose send time nobody reads (ACK2, trace packets) queue nothing on the error queue.
+SOFTWARE_FLAGS = SOF_RX_SOFTWARE | SOF_SOFTWARE | SOF_OPT_ID | SOF_OPT_TSONLY
+HARDWARE_FLAGS = SOF_RX_HARDWARE | SOF_RAW_HARDWARE | SOF_OPT_ID | SOF_OPT_TSONLY
 
 _TS = struct.Struct("=qqqqqq")  # struct scm_timestamping: ts[3] of (tv_sec, tv_nsec)
 _EE = struct.Struct("=IBBBBII")  # struct sock_extended_err
@@ -79,9 +82,18 @@ class ErrQueueEntry(NamedTuple):
 
 
 def enable(sock: socket.socket, hardware: bool = False) -> None:
-    """Turn on TX/RX timestamps (software, or raw hardware) and ICMP error reporting on ``sock``."""
+    """Turn on RX timestamps (software, or raw hardware) and ICMP error reporting on ``sock``.
+
+    TX timestamps come only for the sends that ask with :func:`tx_flags` in an ``SO_TIMESTAMPING``
+    control message (Linux 4.13+).
+    """
     sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPING, HARDWARE_FLAGS if hardware else SOFTWARE_FLAGS)
     sock.setsockopt(socket.SOL_IP, IP_RECVERR, 1)
+
+
+def tx_flags(hardware: bool) -> int:
+    """The ``SOF_TIMESTAMPING_TX_*`` flag a send passes (``SO_TIMESTAMPING`` cmsg) to get its TX timestamp."""
+    return SOF_TX_HARDWARE if hardware else SOF_TX_SOFTWARE
 
 
 def timestamp_from_cmsgs(ancdata: list[tuple[int, int, bytes]], hardware: bool) -> int | None:

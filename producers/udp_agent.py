@@ -50,6 +50,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from producers import udp_prober
 from producers.probe_protocol import PendingProbe, probe_columns
 from producers.udp_prober import DEFAULT_DST_PORT, LocalRnic, UdpEngine
 from schemas.arrow_nano import encode_columns
@@ -419,7 +420,8 @@ def main(argv: list[str] | None = None) -> None:
     agent = Agent(cfg)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
-    log.info("agent %s (%s) up, QPNs %s", agent.agent_id, agent.role, agent.engine.qpns)
+    log.info("agent %s (%s) up, QPNs %s, socket calls %s", agent.agent_id, agent.role, agent.engine.qpns,
+             udp_prober.SOCKET_CALLS)
     agent.run(args.duration)
 
 

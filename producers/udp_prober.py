@@ -23,6 +23,7 @@ column dicts of ``probe.v1`` / ``path.v1`` (:mod:`schemas.records`).
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -38,6 +39,16 @@ from producers import kernel_ts
 from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe, ReplyBudget
 from producers.udp_wire import ACK1, ACK2, PAYLOAD_BYTES, PROBE, TRACE, TRACE_REPLY, Packet, encode, fields
 
+# The compiled batch calls (setup.py); without them (no C compiler at install time, or
+# FABRICSCOPE_AGENT_SOCKETS=python), one system call per datagram, the same protocol.
+try:
+    from producers import _udpbatch
+except ImportError:  # pragma: no cover - a host without a C compiler at install time
+    _udpbatch = None
+if os.environ.get("FABRICSCOPE_AGENT_SOCKETS") == "python":
+    _udpbatch = None
+SOCKET_CALLS = "batched (recvmmsg/sendmmsg)" if _udpbatch is not None else "one datagram per call (pure Python)"
+
 log = logging.getLogger("fabricscope.agent.udp")
 
 DEFAULT_DST_PORT = 4791  # RoCEv2's UDP port; the lab has no RDMA, so the udp backend may use it
@@ -50,6 +61,8 @@ MAX_ROUNDS = 16  # read rounds per poll: packets that keep coming (a busy peer) 
 _EPOLLIN, _EPOLLERR = select.EPOLLIN, select.EPOLLERR
 _TTL_CMSG = {ttl: (socket.SOL_IP, kernel_ts.IP_TTL, struct.pack("=i", ttl)) for ttl in range(1, 256)}
 _KEY = struct.Struct("=I")
+_TX_FLAGS = {hw: kernel_ts.tx_flags(hw) for hw in (False, True)}
+_TX_CMSG = {hw: (socket.SOL_SOCKET, kernel_ts.SO_TIMESTAMPING, struct.pack("=I", f)) for hw, f in _TX_FLAGS.items()}
 
 
 @dataclass(frozen=True)
@@ -64,7 +77,11 @@ class LocalRnic:
 
 @dataclass
 class Endpoint:
-    """One UDP socket bound to ``(ip, port)`` with DSCP ``tos``; ``sent`` maps OPT_ID keys to owners."""
+    """One UDP socket bound to ``(ip, port)`` with DSCP ``tos``; ``sent`` maps timestamp keys to owners.
+
+    Replies queued with :meth:`queue` leave together at :meth:`flush` (one ``sendmmsg`` with
+    :mod:`producers._udpbatch`, else one ``sendmsg`` each).
+    """
 
     sock: socket.socket
     ip: str
@@ -76,40 +93,78 @@ class Endpoint:
     next_key: int = 0
     explicit_keys: ClassVar[bool] = True
     sent: dict[int, tuple[str, Any]] = field(default_factory=dict)
+    outbox: list[tuple[bytes, tuple[str, int], tuple[str, Any] | None]] = field(default_factory=list)
 
     def send(self, pkt: Packet | bytes, addr: tuple[str, int], ref: tuple[str, Any] | None = None, ttl: int = 0
              ) -> bool:
-        """Send ``pkt`` (a Packet or its 50 encoded bytes); ``ref`` is told the TX timestamp. Returns False
-        when the kernel refused.
+        """Send ``pkt`` (a Packet or its 50 encoded bytes) now; ``ref`` is told the TX timestamp. Returns
+        False when the kernel refused.
 
-        Each send names its timestamp key with ``SCM_TS_OPT_ID`` (Linux 6.13+), so a
-        failed send can never shift the keys of later ones; older kernels count.
-        An ICMP error queued on the socket fails the next send once (``sk_err``),
+        Only a send with a ``ref`` asks for a TX timestamp (``SO_TIMESTAMPING`` cmsg). It names its key
+        with ``SCM_TS_OPT_ID`` (Linux 6.13+), so a failed send can never shift the keys of later ones;
+        older kernels count. An ICMP error queued on the socket fails the next send once (``sk_err``),
         so a failed send is retried once.
         """
         key = self.next_key & 0xFFFF_FFFF
         anc = [_TTL_CMSG[ttl]] if ttl else []
-        if Endpoint.explicit_keys:
-            anc.append((socket.SOL_SOCKET, kernel_ts.SCM_TS_OPT_ID, _KEY.pack(key)))
+        if ref is not None:
+            anc.append(_TX_CMSG[self.hardware])
+            if Endpoint.explicit_keys:
+                anc.append((socket.SOL_SOCKET, kernel_ts.SCM_TS_OPT_ID, _KEY.pack(key)))
         payload = pkt if isinstance(pkt, bytes) else pkt.encode()
         for attempt in range(2):
             try:
                 self.sock.sendmsg((payload,), anc, 0, addr)
                 break
             except OSError as e:
-                if e.errno == errno.EINVAL and Endpoint.explicit_keys:
+                if e.errno == errno.EINVAL and Endpoint.explicit_keys and ref is not None:
                     Endpoint.explicit_keys = False  # kernel without SCM_TS_OPT_ID
                     return self.send(pkt, addr, ref, ttl)
                 if attempt:  # no route (link down), ...: nothing left, no timestamp will come
                     log.debug("send %s -> %s failed: %s", self.ip, addr, e)
                     return False
         if ref is not None:
-            self.sent[key] = ref
-            if len(self.sent) > 4096:  # timestamps that never came (dropped by the kernel)
-                for k in sorted(self.sent)[:1024]:
-                    del self.sent[k]
-        self.next_key += 1
+            self._remember(key, ref)
         return True
+
+    def _remember(self, key: int, ref: tuple[str, Any]) -> None:
+        self.sent[key] = ref
+        self.next_key += 1
+        self._trim()
+
+    def _trim(self) -> None:
+        if len(self.sent) > 4096:  # timestamps that never came (dropped by the kernel)
+            for k in sorted(self.sent)[:1024]:
+                del self.sent[k]
+
+    def queue(self, payload: bytes, addr: tuple[str, int], ref: tuple[str, Any] | None = None) -> None:
+        """Queue ``payload`` for ``addr`` until :meth:`flush` (``ref`` as for :meth:`send`)."""
+        self.outbox.append((payload, addr, ref))
+
+    def flush(self) -> int:
+        """Send what :meth:`queue` holds, in order; returns how many the kernel took."""
+        out, self.outbox = self.outbox, []
+        if _udpbatch is None or not Endpoint.explicit_keys:
+            return sum(self.send(p, a, r) for p, a, r in out)
+        done, fd, tx = 0, self.sock.fileno(), _TX_FLAGS[self.hardware]
+        while out:
+            base = self.next_key
+            items = [(p, a[0], a[1], 0, (base + i) & 0xFFFF_FFFF if r is not None else -1, tx if r is not None else 0)
+                     for i, (p, a, r) in enumerate(out)]
+            # keys are numbered as if every queued send had a ref; only the ref'd ones are remembered
+            n = _udpbatch.send_many(fd, items)
+            for i in range(n):
+                if out[i][2] is not None:
+                    self.sent[(base + i) & 0xFFFF_FFFF] = out[i][2]
+            self.next_key = base + len(out)
+            done += n
+            if n == len(out):
+                break
+            p, a, r = out[n]  # refused: alone, to retry once and learn why (send keeps its own keys)
+            done += self.send(p, a, r)
+            out = out[n + 1:]
+        self._trim()
+        return done
 
 
 @dataclass
@@ -180,6 +235,7 @@ class UdpEngine:
         self.on_path = on_path or (lambda row: None)
         self._epoll = select.epoll()
         self._by_fd: dict[int, Endpoint] = {}
+        self._busy: list[Endpoint] = []  # endpoints with queued replies (flush)
         self.endpoints: dict[tuple[str, int, int], Endpoint] = {}
         # id(entry) -> (entry, its QPN, endpoint, destination, own QPN, row fields): see send_probe
         self._resolved: dict[int, tuple[dict[str, Any], int, Endpoint, tuple[str, int], int, dict[str, Any]]] = {}
@@ -383,12 +439,15 @@ class UdpEngine:
     def poll(self, timeout_s: float) -> None:
         """Wait up to ``timeout_s`` for packets and timestamps, handle all that came, expire deadlines.
 
-        One wakeup handles everything queued on every socket: each round reads one message from each
-        socket that epoll reports (``EPOLLIN``: a packet; ``EPOLLERR``: the error queue, TX timestamps
-        and ICMP errors) and asks again without waiting, until nothing is left or :data:`MAX_ROUNDS` rounds
-        are done (what is left stays ready for the next poll). Reads are driven by the
-        readiness epoll reports, so no read ends in ``EAGAIN`` on the normal path, and replies that
-        depend on a TX timestamp (ACK2) go out in the same wakeup as the ACK1 they follow.
+        One wakeup handles everything queued on every socket: each round reads each socket that epoll
+        reports (``EPOLLIN``: packets; ``EPOLLERR``: the error queue, TX timestamps and ICMP errors),
+        sends the replies that round queued, and asks again without waiting, until nothing is left or
+        :data:`MAX_ROUNDS` rounds are done (what is left stays ready for the next poll). With
+        :mod:`producers._udpbatch` a read takes every queued datagram of the socket (``recvmmsg``) and
+        a socket's replies leave in one ``sendmmsg``; without it, one datagram per read and per send.
+        Reads are driven by the readiness epoll reports, so no read ends in ``EAGAIN`` on the normal
+        path, and replies that depend on a TX timestamp (ACK2) go out in the same wakeup as the ACK1
+        they follow.
         """
         events = self._epoll.poll(timeout_s)
         by_fd, rounds = self._by_fd, 0
@@ -401,46 +460,79 @@ class UdpEngine:
                     self._read_errqueue(ep)
                 if ev & _EPOLLIN:
                     self._read_rx(ep)
+            self.flush()
             events = self._epoll.poll(0)
             rounds += 1
         self.expire()
 
+    def flush(self) -> None:
+        """Send every endpoint's queued replies (:meth:`Endpoint.flush`)."""
+        busy, self._busy = self._busy, []
+        for ep in busy:
+            ep.flush()
+
+    def _reply(self, ep: Endpoint, payload: bytes, addr: tuple[str, int], ref: tuple[str, Any] | None = None
+               ) -> None:
+        if not ep.outbox:
+            self._busy.append(ep)
+        ep.queue(payload, addr, ref)
+
     def _read_rx(self, ep: Endpoint) -> None:
+        if _udpbatch is not None:
+            try:
+                batch = _udpbatch.recv_rx(ep.sock.fileno(), ep.hardware)
+            except OSError:  # a queued ICMP error surfaced as sk_err (now cleared); the error queue has it
+                return
+            t_user = time.time_ns()
+            for data, ip, port, t_rx in batch:
+                self._on_datagram(ep, data, (ip, port), t_rx, t_user)
+            return
         try:
             data, anc, _flags, addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF)
         except (BlockingIOError, InterruptedError):
             return
-        except OSError:  # a queued ICMP error surfaced as sk_err (now cleared); the error queue has it
+        except OSError:  # as above
             return
-        t_user = time.time_ns()
+        self._on_datagram(ep, data, addr, kernel_ts.timestamp_from_cmsgs(anc, ep.hardware), time.time_ns())
+
+    def _on_datagram(self, ep: Endpoint, data: bytes, addr: tuple[str, int], t_rx: int | None, t_user: int) -> None:
         f = fields(data)
         if f is None:
             return
         src = addr[0]
         if src in self.allowed or src in self.reverse_peers:  # bounded by the registry
             self.budget.received(src, len(data), time.monotonic())
-        t_rx = kernel_ts.timestamp_from_cmsgs(anc, ep.hardware)
         self._on_packet(ep, f, addr, t_rx, t_user)
 
     def _read_errqueue(self, ep: Endpoint) -> None:
-        try:
-            data, anc, _flags, _addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF, kernel_ts.ERRQUEUE_FLAGS)
-        except (BlockingIOError, InterruptedError):
+        entries: list[tuple[int, int | None, int, int, int, str, bytes]] = []
+        if _udpbatch is not None:
+            with contextlib.suppress(OSError):
+                entries = _udpbatch.recv_err(ep.sock.fileno(), ep.hardware)
+        else:
+            try:
+                data, anc, _flags, _addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF, kernel_ts.ERRQUEUE_FLAGS)
+            except (BlockingIOError, InterruptedError):
+                pass
+            else:
+                e = kernel_ts.errqueue_entry(data, anc, ep.hardware)
+                if e is None:
+                    return
+                entries = [e]
+        if not entries:
             # EPOLLERR with an empty error queue: a pending socket error; reading it clears it (else epoll
             # would report it again at once, for ever)
             ep.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             return
-        e = kernel_ts.errqueue_entry(data, anc, ep.hardware)
-        if e is None:
-            return
-        if e.origin == kernel_ts.SO_EE_ORIGIN_TIMESTAMPING:
-            ref = ep.sent.pop(e.key, None)
-            if ref is not None and e.ts_ns is not None:
-                self._on_tx_timestamp(ep, ref, e.ts_ns)
-        elif e.icmp_type == 11:  # time exceeded: one hop of a trace
-            f = fields(e.payload)
-            if f is not None and f[0] == TRACE:
-                self._trace_hit(f[1], e.offender)
+        for origin, ts_ns, key, icmp_type, _code, offender, payload in entries:
+            if origin == kernel_ts.SO_EE_ORIGIN_TIMESTAMPING:
+                ref = ep.sent.pop(key, None)
+                if ref is not None and ts_ns is not None:
+                    self._on_tx_timestamp(ep, ref, ts_ns)
+            elif icmp_type == 11:  # time exceeded: one hop of a trace
+                f = fields(payload)
+                if f is not None and f[0] == TRACE:
+                    self._trace_hit(f[1], offender)
 
     def _on_packet(self, ep: Endpoint, f: tuple[int, int, int, int, int, int, int], addr: tuple[str, int],
                    t_rx: int | None, t_user: int) -> None:
@@ -469,20 +561,19 @@ class UdpEngine:
                 self.counters["dropped_budget"] += 1
                 return
             t3 = t_rx if t_rx is not None else t_user
-            ack_ref = ("ack1", (addr, seq, t3, prober_qpn))
-            if ep.send(encode(ACK1, seq, qpn, prober_qpn), addr, ack_ref):
-                self.counters["answered"] += 1
-                flow = (ep.ip, ep.port, addr[0], addr[1])
-                if addr[0] in self.reverse_peers and (flow in self.reverse_seen
-                                                      or len(self.reverse_seen) < MAX_REVERSE_FLOWS):
-                    self.reverse_seen[flow] = time.monotonic_ns()
+            self._reply(ep, encode(ACK1, seq, qpn, prober_qpn), addr, ("ack1", (addr, seq, t3, prober_qpn)))
+            self.counters["answered"] += 1
+            flow = (ep.ip, ep.port, addr[0], addr[1])
+            if addr[0] in self.reverse_peers and (flow in self.reverse_seen
+                                                  or len(self.reverse_seen) < MAX_REVERSE_FLOWS):
+                self.reverse_seen[flow] = time.monotonic_ns()
         elif kind == TRACE:
             if self.admission.admit(addr[0], time.monotonic()):
                 if not self.budget.allow(addr[0], PAYLOAD_BYTES, time.monotonic()):
                     self.counters["dropped_budget"] += 1
                     return
                 # QPN 0: a trace reply tells nothing a sender without the responder's QPN should learn.
-                ep.send(encode(TRACE_REPLY, seq, 0), addr)
+                self._reply(ep, encode(TRACE_REPLY, seq, 0), addr)
         elif kind == TRACE_REPLY:
             self._trace_hit(seq, None)
 
@@ -494,4 +585,4 @@ class UdpEngine:
                 p.t2 = ts
         elif kind == "ack1":
             addr, seq, t3, prober_qpn = data
-            ep.send(encode(ACK2, seq, self.qpns[ep.rnic], prober_qpn, t3, ts, ep.hardware), addr)
+            self._reply(ep, encode(ACK2, seq, self.qpns[ep.rnic], prober_qpn, t3, ts, ep.hardware), addr)

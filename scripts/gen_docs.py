@@ -23,6 +23,9 @@ sys.path.insert(0, str(ROOT))
 
 # Read outside Settings, by the one process that needs it: (default, meaning).
 OTHER_VARIABLES: dict[str, tuple[str, str]] = {
+    "FABRICSCOPE_AGENT_SOCKETS": (
+        "unset", "`python`: the udp agent uses its pure-Python socket path (one system call per datagram) even "
+        "where the compiled batch calls (`producers._udpbatch`, `recvmmsg`/`sendmmsg`) are built"),
     "FABRICSCOPE_RAW_RETENTION": (
         "`full`", "raw probe rows stored: `full`, or `anomalies` (every timeout, every service probe, every probe "
         "over its flow's latency baseline, plus a seeded sample); the tiers count every probe either way (worker)"),

@@ -252,3 +252,17 @@ def no_fork() -> Iterator[list[str]]:
         yield _FORKS
     finally:
         _FORKS = None
+
+
+@pytest.fixture(params=["batched", "python"])
+def socket_calls(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the test over the udp engine's compiled batch calls (``recvmmsg``/``sendmmsg``) and over its
+    pure-Python fallback (one datagram per call), which a host without a C compiler gets."""
+    from producers import udp_prober
+
+    if request.param == "batched":
+        if udp_prober._udpbatch is None:
+            pytest.fail("producers._udpbatch is not built: `pip install -e .` compiles it (setup.py)")
+    else:
+        monkeypatch.setattr(udp_prober, "_udpbatch", None)
+    yield request.param

@@ -16,6 +16,8 @@ from producers.udp_prober import LocalRnic, UdpEngine
 
 from conftest import free_port, wait_for
 
+pytestmark = pytest.mark.usefixtures("socket_calls")
+
 
 def _port() -> int:
     return free_port(kind=socket.SOCK_DGRAM)

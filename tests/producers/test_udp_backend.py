@@ -21,6 +21,8 @@ from schemas.inventory_yaml import from_dict
 
 from conftest import free_port, wait_for
 
+pytestmark = pytest.mark.usefixtures("socket_calls")
+
 
 def test_packets_are_50_bytes_and_round_trip() -> None:
     p = Packet(ACK2, seq=2**63 + 5, qpn=0xABCDEF, prober_qpn=7, t3=1_700_000_000_000_000_123, t4=-1, hardware=True)
