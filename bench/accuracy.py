@@ -135,6 +135,9 @@ class AccuracyReport:
     wrong: list[dict] = field(default_factory=list)  # every wrong claim with its scenario
     missed: list[dict] = field(default_factory=list)  # faults never named
     missed_windows: list[dict] = field(default_factory=list)  # truth-windows without a right claim
+    # faults whose required windows ended undetermined (an abstention over a set holding the fault, or an
+    # undetermined verdict near it, and no right claim): the longest run of consecutive such windows
+    undetermined_streaks: list[dict] = field(default_factory=list)
     sizes: Counter = field(default_factory=Counter)
     hostping: tuple[int, int] = (0, 0)
     hostping_wrong: list[str] = field(default_factory=list)
@@ -384,6 +387,15 @@ def fault_kind(tr: dict) -> str:
     return "flapping_rnic_port" if tr["fault"] == "flapping_link" and tr["kind"] == "rnic" else tr["fault"]
 
 
+def longest_run(windows: list[int]) -> int:
+    """The longest run of consecutive integers in ascending ``windows`` (0 for none): ``[1, 2, 3, 5]`` -> 3."""
+    best = run = 0
+    for i, w in enumerate(windows):
+        run = run + 1 if i and w == windows[i - 1] + 1 else 1
+        best = max(best, run)
+    return best
+
+
 def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyReport:
     """Precision, recall, confusion and time to verdict over every scenario's windows."""
     rep = AccuracyReport(seed=seed, scenarios=len(results), wall_s=wall_s)
@@ -398,6 +410,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
         inv = r.scenario.inv
         rep.sizes[r.scenario.size] += 1
         first_right: dict[int, int] = {}
+        und_windows: dict[int, list[int]] = defaultdict(list)  # fault -> windows that ended undetermined on it
         revised = {v["revision_of"]: f"{v['kind']} {v['location']}" for _, rows in r.windows for v in rows
                    if v["revision_of"] is not None}
         for wi, (ws, rows) in enumerate(r.windows):
@@ -448,6 +461,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
                     rep.abstentions.append({"scenario": r.scenario.index, "size": r.scenario.size, "window": wi,
                                             "fault": fk, "location": tr["location"],
                                             "verdict": next(v["location"] for v in rows if _abstains_on(v, tr))})
+                    und_windows[ti].append(wi)
                     continue  # a right abstention: neither a claim nor a miss
                 wrec[fk][1] += 1
                 exp = expected_failures(r.scenario.faults[ti], tr, r.link_probes.get(ws, {}),
@@ -467,6 +481,13 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
                 wrong_near = sorted({v["kind"] for v in claims if nodes & _nodes_of_verdict(v, inv)})
                 und = [v for v in rows if v["kind"] == "undetermined" and nodes & _nodes_of_verdict(v, inv)]
                 conf[fk][wrong_near[0] if wrong_near else ("undetermined" if und else "missed")] += 1
+                if und:
+                    und_windows[ti].append(wi)
+        for ti, wins in sorted(und_windows.items()):
+            tr = r.truth[ti]
+            rep.undetermined_streaks.append({"scenario": r.scenario.index, "size": r.scenario.size,
+                                             "fault": fault_kind(tr), "location": tr["location"],
+                                             "windows": len(wins), "longest": longest_run(wins)})
         for ti, tr in enumerate(r.truth):
             frec[fault_kind(tr)][1] += 1
             if ti in first_right:
@@ -646,6 +667,13 @@ def print_report(rep: AccuracyReport, console: object | None = None, hostping: b
     con.print(f"undetermined per 1,000 healthy windows (before any fault starts): "
               f"{1000 * hu / hw if hw else float('nan'):.2f} ({hu} in {hw}); "
               f"per fault window: {fu / fw if fw else float('nan'):.3f} ({fu} in {fw})")
+
+    streaks = rep.undetermined_streaks
+    long_ = [x for x in streaks if x["longest"] > 2]
+    con.print(f"faults left undetermined in some window: {len(streaks)}; for more than 2 consecutive windows: "
+              f"{len(long_)} (longest {max((x['longest'] for x in streaks), default=0)})"
+              + "".join(f"\n  scenario {x['scenario']} ({x['size']}) {x['fault']} {x['location']}: "
+                        f"{x['longest']} windows in a row" for x in long_))
 
     t = Table(title=f"reliability of claims' confidence (ECE {rep.ece():.3f})")
     for c in ("confidence bin", "mean confidence", "precision", "claims"):

@@ -169,3 +169,20 @@ def test_undetermined_is_counted_apart_on_healthy_and_on_fault_windows():
     # a scenario is scored over its windows and the one after (see above): calm's three and late's first
     assert rep.healthy_windows == (2, 4)
     assert rep.fault_windows == (1, 2)  # late's fourth window, after the clear, is neither
+
+
+def test_a_faults_undetermined_windows_are_counted_in_runs():
+    assert [accuracy.longest_run(w) for w in ([], [4], [1, 2, 3, 5], [0, 2, 4], [3, 4, 7, 8, 9])] == [0, 1, 3, 1, 3]
+    # a link fault over four windows: undetermined over a set holding it in windows 0-2, named in window 3
+    dead = LabFault("link-down", (("a", "A"), ("b", "S3")))
+    run = LabRun(LabScenario(0, (dead,), 4), B, [(dead, B, B + 4 * W)])
+    verdicts = [_v(B + k * W, "undetermined", "A->S3|A->S4", 1 + k) for k in range(3)]
+    verdicts.append(_v(B + 3 * W, "switch", "A->S3", 9))
+    rep = accuracy.score([scenario_result(run, INV, "lab", verdicts)], seed=1, wall_s=0.0)
+    assert rep.undetermined_streaks == [{"scenario": 0, "size": "lab", "fault": "link_down", "location": "A->S3",
+                                         "windows": 3, "longest": 3}]
+    # named in every other window: the undetermined ones never run longer than one
+    verdicts = [_v(B + k * W, *(("undetermined", "A->S3|A->S4") if k % 2 == 0 else ("switch", "A->S3")), 1 + k)
+                for k in range(4)]
+    rep = accuracy.score([scenario_result(run, INV, "lab", verdicts)], seed=1, wall_s=0.0)
+    assert [(x["windows"], x["longest"]) for x in rep.undetermined_streaks] == [(2, 1)]
