@@ -53,6 +53,7 @@ log = logging.getLogger("fabricscope.agent.udp")
 
 DEFAULT_DST_PORT = 4791  # RoCEv2's UDP port; the lab has no RDMA, so the udp backend may use it
 MAX_HOPS = 8
+NO_ANSWER = "*"  # path.v1's name of a hop that did not answer (traceroute's), as the path index reads it
 SO_RCVBUFFORCE = 33
 RESPONDER_RCVBUF = 4 * 1024 * 1024  # bytes
 MAX_REVERSE_FLOWS = 4096  # reverse-trace candidates kept between rounds (state stays bounded)
@@ -395,8 +396,8 @@ class UdpEngine:
         names = [tr.src_rnic]
         for ttl in range(1, last + 1):
             ip = tr.hops.get(ttl)
-            names.append(self.address_names.get(ip, ip) if ip else "?")
-        complete = tr.reached is not None and "?" not in names
+            names.append(self.address_names.get(ip, ip) if ip else NO_ANSWER)
+        complete = tr.reached is not None and NO_ANSWER not in names
         if tr.reached is not None:
             names.append(tr.dst_rnic)
         self.on_path(

@@ -151,7 +151,8 @@ PATH_V1 = RecordSchema(
         Field("dst_ip", "string"),
         Field("src_port", "uint16"),
         Field("dst_port", "uint16"),
-        Field("hops", "string", doc="comma-separated node names from source RNIC to destination RNIC"),
+        Field("hops", "string", doc="comma-separated node names from source RNIC to destination RNIC; `*` for a "
+              "hop that did not answer"),
         Field("complete", "bool", doc="every hop answered"),
     ),
 )

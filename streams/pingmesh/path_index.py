@@ -5,7 +5,8 @@ a step's probes in it (:func:`attach_paths`, :meth:`PathIndex.hop_ids`); the lin
 string come from :func:`streams.pingmesh.links.explode_links`.
 
 An *incomplete* trace (``complete`` false: a hop stopped answering) ends at the last
-hop that answered. The index prefers a tuple's newest complete trace (a silent fault
+hop that answered, or holds ``*`` for each hop that did not (hops after it may have); only the
+hops before its first ``*`` are taken as known. The index prefers a tuple's newest complete trace (a silent fault
 does not reroute; the dead hop is on the known path), unless a newer incomplete trace
 answered from hops that are not the held trace's first hops: the tuple was rerouted
 (ECMP rehash, a link taken out) and the held trace is stale. With no complete trace known,
@@ -43,12 +44,14 @@ _COLS = ("direction", *KEY)
 
 
 def _off_path(hops: str, held: str) -> bool:
-    """Whether the answering hops of an incomplete trace ``hops`` are not the first hops of ``held``.
+    """Whether a hop that answered in the incomplete trace ``hops`` differs from ``held``'s hop at that place.
 
-    Both are comma-separated node names; ``*`` (no answer) entries of ``hops`` are left out.
-    ``_off_path("A,S2,*", "A,S1,C,C1")`` is True; ``_off_path("A,S1,*", "A,S1,C,C1")`` is False."""
-    seen = [x for x in hops.split(",") if x and x != NO_ANSWER]
-    return held.split(",")[:len(seen)] != seen
+    Both are comma-separated node names; a ``*`` (no answer: a lost ICMP reply, a dead hop) matches any hop.
+    ``_off_path("A,S2,*", "A,S1,C,C1")`` is True; ``_off_path("A,S1,*", "A,S1,C,C1")`` and
+    ``_off_path("A,*,C,C1", "A,S1,C,C1")`` are False."""
+    path = held.split(",")
+    seen = [x for x in hops.split(",") if x]
+    return len(seen) > len(path) or any(x != NO_ANSWER and x != y for x, y in zip(seen, path, strict=False))
 
 
 class PathIndex:
@@ -173,7 +176,9 @@ class PathIndex:
         where the next hop is unique (the module docstring), else ``X,*``."""
         ends = self._ends
         for i in entries:
-            hops = [x for x in (self._trace[i] or "").split(",") if x and x != NO_ANSWER]
+            hops = [x for x in (self._trace[i] or "").split(",") if x]
+            if NO_ANSWER in hops:  # what answered after a silent hop cannot say which node that hop was
+                hops = hops[:hops.index(NO_ANSWER)]
             dst = ends.ip_rnic.get(self._keys[i][2])
             tor = ends.tor_of.get(dst) if dst else None
             last = hops[-1] if hops else None

@@ -149,3 +149,17 @@ def test_a_bounced_probes_incomplete_trace_ends_in_the_pseudo_link_above_its_las
     index.update(_traced([("forward", "10.0.0.1", "10.0.0.1", 2, "R1,T1,S1", T0 + 1)], [False]))
     hops = dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
     assert hops[2] == "S1,*"
+
+
+def test_a_hop_whose_answer_was_lost_neither_reroutes_the_tuple_nor_names_a_link():
+    # a lossy link drops the ICMP answer of S1 alone: the later hops answered, so the tuple stays on its path
+    index = PathIndex()
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 1, "R1,T1,S1,T2,R3", T0),
+                          ("forward", "10.0.0.1", "10.0.0.4", 2, "R1,T1,S2,T2,R4", T0)], [True, True]))
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 1, "R1,T1,*,T2,R3", T0 + 1)], [False]))
+    hops = dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
+    assert hops[1] == "R1,T1,S1,T2,R3"
+    # a tuple first traced with a gap: only the hops before it are known (T1 has two spines: no unique way)
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.4", 3, "R1,T1,*,T2,R4", T0 + 2)], [False]))
+    hops = dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
+    assert hops[3] == "T1,*"
