@@ -126,6 +126,8 @@ class AccuracyReport:
     confusion: dict[str, Counter] = field(default_factory=dict)  # fault kind|(none) -> outcome -> count
     latency_windows: dict[str, list[int]] = field(default_factory=dict)  # fault kind -> windows to verdict
     window_recall_10: tuple[int, int] = (0, 0)  # truth-windows expected to fail >= 10 probes: (hit, all)
+    # windows where two or more faults are required: (every one of them named right, such windows)
+    concurrent_windows: tuple[int, int] = (0, 0)
     abstentions: list[dict] = field(default_factory=list)  # right abstentions (undetermined naming the fault)
     calibration: list[tuple[float, bool]] = field(default_factory=list)  # (confidence, right) per claim
     undetermined: int = 0
@@ -404,7 +406,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
     frec: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     conf: dict[str, Counter] = defaultdict(Counter)
     lat: dict[str, list[int]] = defaultdict(list)
-    w10 = [0, 0]
+    w10, both = [0, 0], [0, 0]
     healthy, faulty = [0, 0], [0, 0]
     for r in results:
         inv = r.scenario.inv
@@ -434,6 +436,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
                 phase[0] += und_here
                 phase[1] += 1
             right_of: dict[int, bool] = {}
+            required: list[int] = []  # faults this window must name (not under half active, not abstained on)
             for v in claims:
                 hit = [ti for ti, tr in active if _matches(v, tr, inv)]
                 prec[v["kind"]][1] += 1
@@ -464,6 +467,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
                     und_windows[ti].append(wi)
                     continue  # a right abstention: neither a claim nor a miss
                 wrec[fk][1] += 1
+                required.append(ti)
                 exp = expected_failures(r.scenario.faults[ti], tr, r.link_probes.get(ws, {}),
                                         min(hi, we) - max(lo, ws), r.tuple_drops.get(ti, {}),
                                         (max(lo, ws), min(hi, we)))
@@ -483,6 +487,9 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
                 conf[fk][wrong_near[0] if wrong_near else ("undetermined" if und else "missed")] += 1
                 if und:
                     und_windows[ti].append(wi)
+            if len(required) >= 2:
+                both[1] += 1
+                both[0] += all(right_of.get(ti) for ti in required)
         for ti, wins in sorted(und_windows.items()):
             tr = r.truth[ti]
             rep.undetermined_streaks.append({"scenario": r.scenario.index, "size": r.scenario.size,
@@ -505,6 +512,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
     rep.confusion = dict(conf)
     rep.latency_windows = dict(lat)
     rep.window_recall_10 = (w10[0], w10[1])
+    rep.concurrent_windows = (both[0], both[1])
     return rep
 
 
@@ -700,6 +708,8 @@ def print_report(rep: AccuracyReport, console: object | None = None, hostping: b
     con.print(t)
     h, n = rep.window_recall_10
     con.print(f"window recall, truth-windows expected to fail >= 10 probes: {h}/{n} = {_pct((h, n))}")
+    h, n = rep.concurrent_windows
+    con.print(f"windows with two or more faults to name, all of them named: {h}/{n} = {_pct((h, n))}")
 
     cols = [*VERDICT_KINDS, "undetermined", "missed"]
     cols = [c for c in cols if any(rep.confusion.get(r, Counter()).get(c) for r in rep.confusion)] or cols

@@ -186,3 +186,13 @@ def test_a_faults_undetermined_windows_are_counted_in_runs():
                 for k in range(4)]
     rep = accuracy.score([scenario_result(run, INV, "lab", verdicts)], seed=1, wall_s=0.0)
     assert [(x["windows"], x["longest"]) for x in rep.undetermined_streaks] == [(2, 1)]
+
+
+def test_windows_with_two_faults_count_when_both_are_named():
+    a = LabFault("link-down", (("a", "A"), ("b", "S3")))
+    c = LabFault("link-down", (("a", "C"), ("b", "S4")))
+    run = LabRun(LabScenario(0, (a, c), 2), B, [(a, B, B + 2 * W), (c, B, B + 2 * W)])
+    verdicts = [_v(B, "switch", "A->S3", 1), _v(B, "switch", "C->S4", 2), _v(B + W, "switch", "C->S4", 3)]
+    rep = accuracy.score([scenario_result(run, INV, "lab", verdicts)], seed=1, wall_s=0.0)
+    assert rep.concurrent_windows == (1, 2)  # window 0 names both; window 1 misses A->S3
+    assert rep.window_recall == {"link_down": (3, 4)}
