@@ -157,13 +157,16 @@ class Endpoint:
             for i in range(n):
                 if out[i][2] is not None:
                     self.sent[(base + i) & 0xFFFF_FFFF] = out[i][2]
-            self.next_key = base + len(out)
+            self.next_key = base + n  # a refused one is resent alone under the next key
             done += n
             if n == len(out):
                 break
             p, a, r = out[n]  # refused: alone, to retry once and learn why (send keeps its own keys)
             done += self.send(p, a, r)
             out = out[n + 1:]
+            if not Endpoint.explicit_keys:  # the kernel refused SCM_TS_OPT_ID: the rest one by one, counted
+                done += sum(self.send(p, a, r) for p, a, r in out)
+                break
         self._trim()
         return done
 
