@@ -38,6 +38,7 @@ from typing import Any, ClassVar
 from producers import kernel_ts
 from producers.probe_protocol import TIMEOUT_NS, Admission, InFlight, PendingProbe, ReplyBudget
 from producers.udp_wire import ACK1, ACK2, PAYLOAD_BYTES, PROBE, TRACE, TRACE_REPLY, Packet, encode, fields
+from schemas.records import NO_ANSWER
 
 # The compiled batch calls (setup.py); without them (no C compiler at install time, or
 # FABRICSCOPE_AGENT_SOCKETS=python), one system call per datagram, the same protocol.
@@ -53,7 +54,6 @@ log = logging.getLogger("fabricscope.agent.udp")
 
 DEFAULT_DST_PORT = 4791  # RoCEv2's UDP port; the lab has no RDMA, so the udp backend may use it
 MAX_HOPS = 8
-NO_ANSWER = "*"  # path.v1's name of a hop that did not answer (traceroute's), as the path index reads it
 SO_RCVBUFFORCE = 33
 RESPONDER_RCVBUF = 4 * 1024 * 1024  # bytes
 MAX_REVERSE_FLOWS = 4096  # reverse-trace candidates kept between rounds (state stays bounded)
@@ -145,10 +145,10 @@ class Endpoint:
     def flush(self) -> int:
         """Send what :meth:`queue` holds, in order; returns how many the kernel took."""
         out, self.outbox = self.outbox, []
-        if _udpbatch is None or not Endpoint.explicit_keys:
-            return sum(self.send(p, a, r) for p, a, r in out)
         done, fd, tx = 0, self.sock.fileno(), _TX_FLAGS[self.hardware]
         while out:
+            if _udpbatch is None or not Endpoint.explicit_keys:  # one by one (a kernel without SCM_TS_OPT_ID)
+                return done + sum(self.send(p, a, r) for p, a, r in out)
             base = self.next_key
             items = [(p, a[0], a[1], 0, (base + i) & 0xFFFF_FFFF if r is not None else -1, tx if r is not None else 0)
                      for i, (p, a, r) in enumerate(out)]
@@ -164,9 +164,6 @@ class Endpoint:
             p, a, r = out[n]  # refused: alone, to retry once and learn why (send keeps its own keys)
             done += self.send(p, a, r)
             out = out[n + 1:]
-            if not Endpoint.explicit_keys:  # the kernel refused SCM_TS_OPT_ID: the rest one by one, counted
-                done += sum(self.send(p, a, r) for p, a, r in out)
-                break
         self._trim()
         return done
 

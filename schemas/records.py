@@ -138,6 +138,9 @@ FLOW_BASELINE_V1 = RecordSchema(
     ),
 )
 
+NO_ANSWER = "*"
+"""A ``path.v1`` hop that did not answer (traceroute's mark): the agents write it, the path index reads it."""
+
 PATH_V1 = RecordSchema(
     "path",
     1,

@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.group_codes import ranges, to_numpy
+from schemas.records import NO_ANSWER
 
 LINK_SEP = "->"
-NO_ANSWER = "*"
 """Hop name that ends an incomplete trace whose next hop is unknown (``X,*``: link ``X->*``)."""
 
 

@@ -5,9 +5,9 @@ a step's probes in it (:func:`attach_paths`, :meth:`PathIndex.hop_ids`); the lin
 string come from :func:`streams.pingmesh.links.explode_links`.
 
 An *incomplete* trace (``complete`` false: a hop stopped answering) ends at the last
-hop that answered, or holds ``*`` for each hop that did not (hops after it may have); only the
-hops before its first ``*`` are taken as known. The index prefers a tuple's newest complete trace (a silent fault
-does not reroute; the dead hop is on the known path), unless a newer incomplete trace
+hop that answered, or holds ``*`` for each hop that did not (hops after it may have); only
+the hops before its first ``*`` are taken as known. The index prefers a tuple's newest
+complete trace (a silent fault does not reroute; the dead hop is on the known path), unless a newer incomplete trace
 answered from hops that are not the held trace's first hops: the tuple was rerouted
 (ECMP rehash, a link taken out) and the held trace is stale. With no complete trace known,
 the tail is resolved from the complete traces of other tuples when it is unique (a
