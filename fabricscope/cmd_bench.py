@@ -102,6 +102,27 @@ def storage(
     print(bench_storage.report(bench_storage.run(rows, rnics, rate), rnics, rate))
 
 
+@bench_app.command("raw-layout")
+def raw_layout(
+    layouts: str = typer.Option("shipped,lz4,base-20,hour-partition,time-key,lz4-recompress",
+                                help="comma-separated layouts (the first is the base of the ratios)"),
+    rows: int = typer.Option(20_000_000, help="rows inserted per layout"),
+    block_rows: int = typer.Option(500_000, help="rows per insert (the store writer's block_rows)"),
+    as_json: bool = typer.Option(False, "--json", help="one JSON list instead of the table"),
+) -> None:
+    """The raw probes table's CPU per row, rows merged per row, parts, bytes and query times per layout."""
+    import json
+    from dataclasses import asdict
+
+    from bench import raw_layout as bench_raw
+
+    try:
+        results = bench_raw.run([n.strip() for n in layouts.split(",") if n.strip()], rows, block_rows)
+    except ValueError as err:
+        raise typer.BadParameter(str(err)) from None
+    print(json.dumps([asdict(r) for r in results]) if as_json else bench_raw.report(results))
+
+
 @bench_app.command("replication")
 def replication(
     uploads: int = typer.Option(200, help="agent uploads to publish"),
