@@ -247,8 +247,7 @@ def report(results: list[LayoutResult]) -> str:
         return "no layout measured"
     base = results[0]
     qnames = list(base.query_ms)
-    lines = [f"{base.rows:,} rows per layout in {LAYOUTS[base.layout].name!r}-sized blocks; ratios against "
-             f"{base.layout}",
+    lines = [f"{base.rows:,} rows per layout; ratios against {base.layout}",
              "layout            CPU µs/row  ratio  merged/row  parts  B/row  " + "  ".join(
                  f"{q} ms" for q in qnames)]
     for r in results:
