@@ -58,6 +58,8 @@ LAYOUTS: dict[str, Layout] = {
                       "merge_selector_base 20 (default 5)"),
     "lz4-base-10": Layout("lz4-base-10", (*_ZSTD_TO_LZ4, (_SETTINGS, _SETTINGS + ", merge_selector_base = 10")),
                           "LZ4 codecs and merge_selector_base 10"),
+    "lz4-base-8": Layout("lz4-base-8", (*_ZSTD_TO_LZ4, (_SETTINGS, _SETTINGS + ", merge_selector_base = 8")),
+                         "LZ4 codecs and merge_selector_base 8"),
     "hour-partition": Layout("hour-partition", (("PARTITION BY toDate(event_time)",
                                                  "PARTITION BY toStartOfHour(event_time)"),),
                              "parts by hour: a part merges only within its hour"),
