@@ -30,6 +30,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from sinks.clickhouse import Store
+
 #: The codec lines of the shipped DDL and what the LZ4 layouts put in their place (fresh parts in LZ4;
 #: ``TTL ... RECOMPRESS`` moves parts a day old to ZSTD at the merge that TTL triggers).
 _ZSTD_TO_LZ4 = (("CODEC(Delta, ZSTD)", "CODEC(Delta, LZ4)"), ("CODEC(T64, ZSTD)", "CODEC(T64, LZ4)"),
@@ -67,9 +69,8 @@ LAYOUTS: dict[str, Layout] = {
                                            "responder_rnic, event_time)"),), "hour second in the sort key"),
 }
 
-#: Documented reads of raw probes: the shipped query and the two scans the sort key is for.
+#: Reads of raw probes beside the saved query ``rtt_service_hourly``: the scans the sort key is for.
 QUERIES: dict[str, str] = {
-    "rtt_service_hourly": "",  # filled from schemas/queries at run time
     "pair_over_time": ("SELECT toStartOfMinute(event_time) AS m, count(), quantile(0.99)(network_rtt_ns) "
                        "FROM probes WHERE pinglist = 'tor_mesh' AND prober_rnic = '{a}' AND responder_rnic = '{b}' "
                        "GROUP BY m ORDER BY m"),
@@ -119,27 +120,19 @@ def layout_ddl(layout: Layout) -> str:
 
 def base_block(rows: int) -> pa.Table:
     """``rows`` ``probe_enriched.v1`` rows as the worker step stores them (retention ``full``), now-dated."""
-    from bench.profile import _sim_batch
-    from bench.storage import _to_now
-    from schemas.codec import decode, encode
+    from bench.storage import simulated_uploads
     from streams.pingmesh.windows import WINDOW_NS
-    from streams.runtime.probe_step import RawMessage, process_step
+    from streams.runtime.probe_step import process_step
 
-    payload, index, _ = _sim_batch(rows)
-    whole = _to_now(decode(payload, "probe.v1")[1])
-    msgs = [RawMessage(encode(whole.slice(i, 6_000)), "probe.v1", "probes.raw", 0, k)
-            for k, i in enumerate(range(0, whole.num_rows, 6_000))]
+    _, msgs, index = simulated_uploads(rows)
     step = process_step(msgs, index, WINDOW_NS)
     return pa.concat_tables([m.stored for m in step.messages if m.stored is not None]).combine_chunks()
 
 
 def _shift(t: pa.Table, by_ns: int) -> pa.Table:
-    import pyarrow.compute as pc
+    from bench.storage import shift_columns
 
-    for c in ("upload_ns", "t1", "t2", "t3", "t4", "t5", "t6"):
-        i = t.schema.get_field_index(c)
-        t = t.set_column(i, t.schema.field(c), pc.add(t[c], pa.scalar(by_ns, pa.int64())))
-    return t
+    return shift_columns(t, ("upload_ns", "t1", "t2", "t3", "t4", "t5", "t6"), by_ns)
 
 
 def run_one(name: str, rows: int, block_rows: int, settle_timeout_s: float = 600.0) -> LayoutResult:
@@ -185,8 +178,8 @@ def run_one(name: str, rows: int, block_rows: int, settle_timeout_s: float = 600
         pair = store.query_arrow("SELECT prober_rnic AS a, responder_rnic AS b FROM probes WHERE pinglist = "
                                  "'tor_mesh' LIMIT 1").to_pylist()
         a, b = (pair[0]["a"], pair[0]["b"]) if pair else ("", "")
-        texts = {**QUERIES, "rtt_service_hourly": render_named("rtt_service_hourly",
-                                                                {"since": "86400", "step": "3600"})}
+        texts = {"rtt_service_hourly": render_named("rtt_service_hourly", {"since": "86400", "step": "3600"}),
+                 **QUERIES}
         qms: dict[str, float] = {}
         for q, sql in texts.items():
             sql = sql.replace("{a}", a).replace("{b}", b) if q == "pair_over_time" else sql
@@ -201,17 +194,17 @@ def run_one(name: str, rows: int, block_rows: int, settle_timeout_s: float = 600
                         int(part["n"]), int(part["b"]) / stored, qms)
 
 
-def _event(store: object, name: str) -> int:
-    got = store.query_arrow(f"SELECT value FROM system.events WHERE event = '{name}'")["value"].to_pylist()  # type: ignore[attr-defined]
+def _event(store: Store, name: str) -> int:
+    got = store.query_arrow(f"SELECT value FROM system.events WHERE event = '{name}'")["value"].to_pylist()
     return int(got[0]) if got else 0
 
 
-def _settle(store: object, timeout_s: float) -> None:
+def _settle(store: Store, timeout_s: float) -> None:
     """Wait until no merge runs and the active part count holds for 3 s (polled each 0.5 s)."""
     deadline = time.monotonic() + timeout_s
     last, still_since = -1, time.monotonic()
     while time.monotonic() < deadline:
-        row = store.query_arrow(  # type: ignore[attr-defined]
+        row = store.query_arrow(
             "SELECT (SELECT count() FROM system.merges) AS m, (SELECT count() FROM system.parts WHERE active AND "
             "database = currentDatabase() AND table = 'probes') AS p").to_pylist()[0]
         now = time.monotonic()

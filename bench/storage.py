@@ -28,17 +28,12 @@ class StorageResult:
 
 def run(rows: int = 240_000, rnics: int = 10_000, rate: float = 150.0, sample: float = 0.01) -> StorageResult:
     """Measure on ``rows`` simulated probes; scale to ``rnics`` RNICs probing at ``rate`` probes/s each."""
-    from bench.profile import _sim_batch
-    from schemas.codec import decode, encode
     from sinks.clickhouse import ChdbStore, migrate
     from streams.pingmesh.retention import RetentionPolicy
     from streams.pingmesh.windows import WINDOW_NS
-    from streams.runtime.probe_step import RawMessage, process_step
+    from streams.runtime.probe_step import process_step
 
-    payload, index, _ = _sim_batch(rows)
-    whole = _to_now(decode(payload, "probe.v1")[1])
-    msgs = [RawMessage(encode(whole.slice(i, 6_000)), "probe.v1", "probes.raw", 0, k)
-            for k, i in enumerate(range(0, whole.num_rows, 6_000))]
+    whole, msgs, index = simulated_uploads(rows)
     out: dict[str, dict[str, float]] = {}
     for mode in ("full", "anomalies"):
         step = process_step(msgs, index, WINDOW_NS, retention=RetentionPolicy(mode, sample))
@@ -71,6 +66,30 @@ def run(rows: int = 240_000, rnics: int = 10_000, rate: float = 150.0, sample: f
     return StorageResult(whole.num_rows, out)
 
 
+def simulated_uploads(rows: int) -> tuple[pa.Table, list, object]:
+    """``rows`` simulated ``probe.v1`` rows of the 1,024-RNIC fabric, now-dated: the whole table, the same rows
+    as 6,000-row ``probes.raw`` messages (``RawMessage``) and the worker's path index."""
+    from bench.profile import _sim_batch
+    from schemas.codec import decode, encode
+    from streams.runtime.probe_step import RawMessage
+
+    payload, index, _ = _sim_batch(rows)
+    whole = _to_now(decode(payload, "probe.v1")[1])
+    msgs = [RawMessage(encode(whole.slice(i, 6_000)), "probe.v1", "probes.raw", 0, k)
+            for k, i in enumerate(range(0, whole.num_rows, 6_000))]
+    return whole, msgs, index
+
+
+def shift_columns(t: pa.Table, columns: tuple[str, ...], by_ns: int) -> pa.Table:
+    """``t`` with each of ``columns`` (int64 ns) moved by ``by_ns``."""
+    import pyarrow.compute as pc
+
+    for c in columns:
+        i = t.schema.get_field_index(c)
+        t = t.set_column(i, t.schema.field(c), pc.add(t[c], pa.scalar(by_ns, pa.int64())))
+    return t
+
+
 def _to_now(t: pa.Table) -> pa.Table:
     """Shift the host-clock columns to the last hour (the tables' TTLs drop 1970 rows at insert)."""
     import time
@@ -78,9 +97,7 @@ def _to_now(t: pa.Table) -> pa.Table:
     import pyarrow.compute as pc
 
     delta = (time.time_ns() // 3_600_000_000_000 - 1) * 3_600_000_000_000 - pc.min(t["upload_ns"]).as_py()
-    for c in ("upload_ns", "t1", "t6"):
-        t = t.set_column(t.schema.get_field_index(c), t.schema.field(c), pc.add(t[c], delta))
-    return t
+    return shift_columns(t, ("upload_ns", "t1", "t6"), delta)
 
 
 def report(r: StorageResult, rnics: int = 10_000, rate: float = 150.0) -> str:

@@ -139,7 +139,8 @@ FLOW_BASELINE_V1 = RecordSchema(
 )
 
 NO_ANSWER = "*"
-"""A ``path.v1`` hop that did not answer (traceroute's mark): the agents write it, the path index reads it."""
+"""A ``path.v1`` hop that did not answer (traceroute's mark): the agents write it, the path index reads it;
+at the end of an incomplete trace it names the unknown next hop (``X,*``: link ``X->*``)."""
 
 PATH_V1 = RecordSchema(
     "path",

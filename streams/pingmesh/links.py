@@ -27,7 +27,6 @@ from schemas.group_codes import ranges, to_numpy
 from schemas.records import NO_ANSWER
 
 LINK_SEP = "->"
-"""Hop name that ends an incomplete trace whose next hop is unknown (``X,*``: link ``X->*``)."""
 
 
 def explode_links(hops: pa.Array | pa.ChunkedArray) -> pa.Table:
