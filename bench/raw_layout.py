@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -89,7 +89,7 @@ QUERY_RUNS = 15  # per query; the fastest is reported
 
 @dataclass
 class LayoutResult:
-    """One layout's figures: CPU µs per row, rows merged per row, parts, bytes per row, query ms."""
+    """One layout's figures: CPU µs per row, rows merged per row, parts, bytes per row, query wall and CPU ms."""
 
     layout: str
     rows: int
@@ -100,6 +100,9 @@ class LayoutResult:
     parts: int
     bytes_per_row: float
     query_ms: dict[str, float]
+    #: CPU of the process (every engine thread) per query, the least of :data:`QUERY_RUNS`: what a query
+    #: costs whatever else the machine runs (merges have settled before the queries start)
+    query_cpu_ms: dict[str, float] = field(default_factory=dict)
 
 
 def shipped_ddl() -> str:
@@ -187,17 +190,20 @@ def run_one(name: str, rows: int, block_rows: int, settle_timeout_s: float = 600
         texts = {"rtt_service_hourly": render_named("rtt_service_hourly", {"since": "86400", "step": "3600"}),
                  **QUERIES}
         qms: dict[str, float] = {}
+        qcpu: dict[str, float] = {}
         for q, sql in texts.items():
             sql = sql.replace("{a}", a).replace("{b}", b) if q == "pair_over_time" else sql
-            times = []
+            times, cpus = [], []
             for _ in range(QUERY_RUNS):
-                t0 = time.perf_counter()
+                c0, t0 = os.times(), time.perf_counter()
                 store.query_arrow(sql)
-                times.append((time.perf_counter() - t0) * 1e3)
-            qms[q] = min(times)
+                c1, t1 = os.times(), time.perf_counter()
+                times.append((t1 - t0) * 1e3)
+                cpus.append((c1.user - c0.user + c1.system - c0.system) * 1e3)
+            qms[q], qcpu[q] = min(times), min(cpus)
         store.close()
     return LayoutResult(name, stored, cpu_s / stored * 1e6, wall1 - wall0, wall2 - wall1, merged / stored,
-                        int(part["n"]), int(part["b"]) / stored, qms)
+                        int(part["n"]), int(part["b"]) / stored, qms, qcpu)
 
 
 def _event(store: Store, name: str) -> int:
@@ -242,6 +248,11 @@ def run(layouts: list[str], rows: int, block_rows: int) -> list[LayoutResult]:
     return out
 
 
+def _query_cell(r: LayoutResult, q: str) -> str:
+    cpu = r.query_cpu_ms.get(q)
+    return f"{r.query_ms[q]:.1f}" + (f" ({cpu:.1f})" if cpu is not None else "")
+
+
 def report(results: list[LayoutResult]) -> str:
     """Plain-text table, the first layout's figures as the base of the ratios."""
     if not results:
@@ -250,9 +261,9 @@ def report(results: list[LayoutResult]) -> str:
     qnames = list(base.query_ms)
     lines = [f"{base.rows:,} rows per layout; ratios against {base.layout}",
              "layout            CPU µs/row  ratio  merged/row  parts  B/row  " + "  ".join(
-                 f"{q} ms" for q in qnames)]
+                 f"{q} ms (CPU)" for q in qnames)]
     for r in results:
-        qs = "  ".join(f"{r.query_ms[q]:>{len(q) + 3}.1f}" for q in qnames)
+        qs = "  ".join(f"{_query_cell(r, q):>{len(q) + 3}}" for q in qnames)
         lines.append(f"{r.layout:17s} {r.cpu_us_per_row:10.2f} {r.cpu_us_per_row / base.cpu_us_per_row:6.2f} "
                      f"{r.merged_rows_per_row:11.2f} {r.parts:6d} {r.bytes_per_row:6.1f}  {qs}")
     return "\n".join(lines)
