@@ -61,6 +61,8 @@ LAYOUTS: dict[str, Layout] = {
     "lz4-recompress": Layout("lz4-recompress", (*_ZSTD_TO_LZ4, (
         _TTL, "TTL toDateTime(event_time) + INTERVAL 1 DAY RECOMPRESS CODEC(ZSTD(1)), "
               "toDateTime(event_time) + INTERVAL 14 DAY DELETE")), "LZ4, then ZSTD(1) a day on"),
+    "base-8": Layout("base-8", ((_SETTINGS, _SETTINGS + ", merge_selector_base = 8"),),
+                     "ZSTD codecs and merge_selector_base 8"),
     "base-20": Layout("base-20", ((_SETTINGS, _SETTINGS + ", merge_selector_base = 20"),),
                       "merge_selector_base 20 (default 5)"),
     "lz4-base-10": Layout("lz4-base-10", (*_ZSTD_TO_LZ4, (_SETTINGS, _SETTINGS + ", merge_selector_base = 10")),
