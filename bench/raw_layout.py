@@ -17,7 +17,7 @@ background merge threads are counted alone):
   fastest is the query's own cost).
 
 The layouts compared live in :data:`LAYOUTS`; ``shipped`` is the table the migrations leave (001 and
-070: LZ4 codecs, ``merge_selector_base`` 8), every other layout is the ``CREATE TABLE`` of
+070: LZ4 codecs), every other layout is the ``CREATE TABLE`` of
 ``schemas/ddl/001_probes.sql`` with text swaps (``zstd``: that statement as it stands, ZSTD and the
 engine's default selector base).
 """
@@ -56,11 +56,12 @@ class Layout:
 
 LAYOUTS: dict[str, Layout] = {
     "shipped": Layout("shipped", (), "schemas/ddl as migrated (001, then 070)"),
-    "zstd": Layout("zstd", (), "001's CREATE TABLE alone: ZSTD codecs, merge_selector_base 5"),
-    "lz4": Layout("lz4", _ZSTD_TO_LZ4, "LZ4 codecs instead of ZSTD"),
+    "zstd": Layout("zstd", (), "001's CREATE TABLE alone: ZSTD codecs"),
     "lz4-recompress": Layout("lz4-recompress", (*_ZSTD_TO_LZ4, (
         _TTL, "TTL toDateTime(event_time) + INTERVAL 1 DAY RECOMPRESS CODEC(ZSTD(1)), "
               "toDateTime(event_time) + INTERVAL 14 DAY DELETE")), "LZ4, then ZSTD(1) a day on"),
+    "lz4-base-8": Layout("lz4-base-8", (*_ZSTD_TO_LZ4, (_SETTINGS, _SETTINGS + ", merge_selector_base = 8")),
+                         "LZ4 codecs and merge_selector_base 8"),
     "base-8": Layout("base-8", ((_SETTINGS, _SETTINGS + ", merge_selector_base = 8"),),
                      "ZSTD codecs and merge_selector_base 8"),
     "base-20": Layout("base-20", ((_SETTINGS, _SETTINGS + ", merge_selector_base = 20"),),

@@ -32,8 +32,8 @@ def test_each_layout_creates_a_probes_table_that_takes_the_writers_rows(migrated
 
 
 def test_a_stale_layout_names_the_text_it_no_longer_finds() -> None:
-    stale = dataclasses.replace(raw_layout.LAYOUTS["lz4"], swaps=(("CODEC(Gorilla)", "CODEC(LZ4)"),))
-    with pytest.raises(ValueError, match=r"layout lz4: 'CODEC\(Gorilla\)' is not in schemas/ddl/001_probes.sql"):
+    stale = dataclasses.replace(raw_layout.LAYOUTS["lz4-base-8"], swaps=(("CODEC(Gorilla)", "CODEC(LZ4)"),))
+    with pytest.raises(ValueError, match=r"layout lz4-base-8: 'CODEC\(Gorilla\)' is not in schemas/ddl/001_probes.sql"):
         raw_layout.layout_ddl(stale)
 
 

@@ -66,7 +66,7 @@ def test_bad_token_is_refused(tmp_path):
     store.close()
 
 
-def test_070_moves_a_store_with_rows_to_lz4_and_selector_base_8_and_keeps_every_row(tmp_path):
+def test_070_moves_a_store_with_rows_to_lz4_and_keeps_every_row(tmp_path):
     # a store migrated before 070: probes as 001 creates it, holding rows in ZSTD parts
     store = ChdbStore(tmp_path / "ch")
     migrate(store)
@@ -82,9 +82,9 @@ def test_070_moves_a_store_with_rows_to_lz4_and_selector_base_8_and_keeps_every_
     before = store.query_arrow(sums).to_pylist()
     assert "ZSTD" in store.query_arrow("SHOW CREATE TABLE probes").column(0)[0].as_py()
 
-    assert migrate(store) == ["070_probes_lz4_merges.sql"]
+    assert migrate(store) == ["070_probes_lz4.sql"]
     ddl = store.query_arrow("SHOW CREATE TABLE probes").column(0)[0].as_py()
-    assert "ZSTD" not in ddl and "merge_selector_base = 8" in ddl
+    assert "ZSTD" not in ddl
     assert ddl.count("LZ4") == 12
     store.command("OPTIMIZE TABLE probes FINAL")  # the merge that rewrites the old parts in LZ4
     assert store.query_arrow(sums).to_pylist() == before
