@@ -16,10 +16,8 @@ background merge threads are counted alone):
   fastest, not the median: on a shared machine the median of a 10 ms query moves 3x with the load, the
   fastest is the query's own cost).
 
-The layouts compared live in :data:`LAYOUTS`; ``shipped`` is the table the migrations leave (001 and
-070: LZ4 codecs), every other layout is the ``CREATE TABLE`` of
-``schemas/ddl/001_probes.sql`` with text swaps (``zstd``: that statement as it stands, ZSTD and the
-engine's default selector base).
+The layouts compared live in :data:`LAYOUTS`; ``shipped`` is the table the migrations leave, every other
+layout is the ``CREATE TABLE`` of ``schemas/ddl/001_probes.sql`` with text swaps.
 """
 
 from __future__ import annotations
@@ -55,8 +53,8 @@ class Layout:
 
 
 LAYOUTS: dict[str, Layout] = {
-    "shipped": Layout("shipped", (), "schemas/ddl as migrated (001, then 070)"),
-    "zstd": Layout("zstd", (), "001's CREATE TABLE alone: ZSTD codecs"),
+    "shipped": Layout("shipped", (), "schemas/ddl as migrated"),
+    "lz4": Layout("lz4", _ZSTD_TO_LZ4, "LZ4 codecs instead of ZSTD"),
     "lz4-recompress": Layout("lz4-recompress", (*_ZSTD_TO_LZ4, (
         _TTL, "TTL toDateTime(event_time) + INTERVAL 1 DAY RECOMPRESS CODEC(ZSTD(1)), "
               "toDateTime(event_time) + INTERVAL 14 DAY DELETE")), "LZ4, then ZSTD(1) a day on"),

@@ -104,7 +104,7 @@ def storage(
 
 @bench_app.command("raw-layout")
 def raw_layout(
-    layouts: str = typer.Option("zstd,shipped,base-8,lz4-base-8,hour-partition,time-key",
+    layouts: str = typer.Option("shipped,lz4,base-8,lz4-base-8,hour-partition,time-key",
                                 help="comma-separated layouts (the first is the base of the ratios)"),
     rows: int = typer.Option(20_000_000, help="rows inserted per layout"),
     block_rows: int = typer.Option(500_000, help="rows per insert (the store writer's block_rows)"),

@@ -65,31 +65,3 @@ def test_bad_token_is_refused(tmp_path):
         store.insert_arrow("probes", enriched, dedup_token="a'; DROP TABLE probes")
     store.close()
 
-
-def test_070_moves_a_store_with_rows_to_lz4_and_keeps_every_row(tmp_path):
-    # a store migrated before 070: probes as 001 creates it, holding rows in ZSTD parts
-    store = ChdbStore(tmp_path / "ch")
-    migrate(store)
-    first = next(m for m in migrations() if m.name == "001_probes.sql").statements[0]
-    store.command("DROP TABLE probes SYNC")
-    store.command(first)
-    store.command("ALTER TABLE schema_migrations DELETE WHERE number = 70 SETTINGS mutations_sync = 1")
-    rows, _ = known_rows()
-    enriched = decompose(table_from_columns("probe.v1", columns(rows)), "probes.raw/0/1")
-    store.insert_arrow("probes", enriched, dedup_token="probes.raw/0/1")
-    store.insert_arrow("probes", enriched, dedup_token="probes.raw/0/2")
-    sums = "SELECT count() AS n, sum(network_rtt_ns) AS s, groupArraySorted(10)(t1) AS t FROM probes"
-    before = store.query_arrow(sums).to_pylist()
-    assert "ZSTD" in store.query_arrow("SHOW CREATE TABLE probes").column(0)[0].as_py()
-
-    assert migrate(store) == ["070_probes_lz4.sql"]
-    ddl = store.query_arrow("SHOW CREATE TABLE probes").column(0)[0].as_py()
-    assert "ZSTD" not in ddl
-    assert ddl.count("LZ4") == 12
-    store.command("OPTIMIZE TABLE probes FINAL")  # the merge that rewrites the old parts in LZ4
-    assert store.query_arrow(sums).to_pylist() == before
-    assert (before[0]["n"], before[0]["s"]) == (6, 2 * 15_500)
-    # a replay of a block stored before the migration is still a no-op
-    store.insert_arrow("probes", enriched, dedup_token="probes.raw/0/1")
-    assert store.query_arrow("SELECT count() AS n FROM probes").to_pylist() == [{"n": 6}]
-    store.close()
