@@ -366,14 +366,16 @@ def make_identifiable(inv: Inventory, reg: ctl.Registry, entries: list[dict], pa
 
 
 def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths_of: PathsOf, *,
-                  seed: int, max_tuples: int = 4, tries: int = 64, rates: dict[str, float] | None = None,
-                  pinglist: str = "inter_tor") -> list[dict]:
+                  seed: int, max_tuples: int = 4, per_member: int = 1, tries: int = 64,
+                  rates: dict[str, float] | None = None, pinglist: str = "inter_tor") -> list[dict]:
     """At most ``max_tuples`` 5-tuples whose paths split ``group`` (cross some of its links, not all).
 
     The closed loop's probes for an ``undetermined`` verdict over ``group``: after them, a fault on one
     link of the group fails probes that the others' do not. Chosen greedily until every link of the
-    group has its own set of the chosen tuples (or the cap); empty when no drawn 5-tuple splits it
-    (e.g. a structural group, :func:`structural_groups`).
+    group has its own set of the chosen tuples (or the cap); then, within the cap, more until each link
+    is crossed by ``per_member`` of them that do not cross the whole group: a partial 5-tuple loss
+    spares some of the tuples through its link, and one tuple of its own would often be spared. Empty
+    when no drawn 5-tuple splits the group (e.g. a structural group, :func:`structural_groups`).
 
     Raises:
         ValueError: ``group`` has fewer than two links or names a link the fabric lacks.
@@ -389,6 +391,7 @@ def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths
     sets = [s & set(members) for s in (paths_of(cands) if cands else [])]
     ref = _Refiner(members, dict.fromkeys(members, 0))
     out: list[dict] = []
+    picked: list[int] = []
     while len(out) < max_tuples:
         cls, size = ref.classes()
         if len(set(cls.values())) == len(members) and 0 not in cls.values():
@@ -398,5 +401,22 @@ def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths
         if g <= 0:
             break
         out.append(cands[i])
+        picked.append(i)
         ref.add(sets[i])
-    return out if any(0 < len(s) < len(members) for s in (sets[cands.index(e)] for e in out)) else []
+    splitting = [i for i, s in enumerate(sets) if 0 < len(s) < len(members)]
+    if not any(i in splitting for i in picked):
+        return []
+    own = {m: sum(1 for i in picked if m in sets[i] and i in splitting) for m in members}
+    short = [m for m in members if own[m] < per_member]
+    while short and len(out) < max_tuples:
+        m = min(short, key=lambda lk: (own[lk], lk))
+        i = next((i for i in splitting if i not in picked and m in sets[i]), None)
+        if i is None:
+            short.remove(m)  # no more drawn tuples cross this member without the whole group
+            continue
+        out.append(cands[i])
+        picked.append(i)
+        for lk in sets[i]:
+            own[lk] += 1
+        short = [lk for lk in short if own[lk] < per_member]
+    return out

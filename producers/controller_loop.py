@@ -106,6 +106,7 @@ class SplitLoop:
         lifetime_ns: how long a group's entries stay after its last request or naming (two windows).
         max_groups: groups probed at once per fabric (the rate limit).
         max_tuples: 5-tuples per group.
+        per_member: of them, crossing each member without the whole group (:func:`split_entries`).
         bounce: answer structural groups with bounced probes (else they are refused as unsplittable).
     """
 
@@ -115,7 +116,8 @@ class SplitLoop:
     seed: int = 0
     lifetime_ns: int = 2 * WINDOW_NS
     max_groups: int = 4
-    max_tuples: int = 4
+    max_tuples: int = 8
+    per_member: int = 3
     bounce: bool = True
     active: dict[tuple[str, ...], _Active] = field(default_factory=dict)
     refused: int = 0
@@ -168,7 +170,7 @@ class SplitLoop:
 
     def _answer(self, group: tuple[str, ...], generation: int) -> tuple[list[dict], str]:
         entries = split_entries(self.inv, self.reg, group, self.paths_of, seed=self.seed + 7919 * generation,
-                                max_tuples=self.max_tuples)
+                                max_tuples=self.max_tuples, per_member=self.per_member)
         if entries:
             return entries, "split"
         if self.bounce and self._is_structural(group):

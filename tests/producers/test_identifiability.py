@@ -116,6 +116,20 @@ def test_split_entries_split_a_group_or_say_none_can():
         split_entries(panel1(), ctl.Registry.from_inventory(panel1()), ("A->S1", "A->S9"), paths_of, seed=1)
 
 
+def test_split_entries_give_each_member_tuples_of_its_own_for_partial_loss():
+    # a 2-tier Clos: C->S2 and E->S2 are crossed together by the tuples between C and E over S2
+    inv = SIZES[2][1](1)  # clos 6x4 (96)
+    reg = ctl.Registry.from_inventory(inv, seed=3)
+    paths_of = entry_links(Topology(inv, 3))
+    group = tuple(sorted(lk for lk in switch_links(inv) if lk.endswith("->S2"))[:2])
+    one = split_entries(inv, reg, group, paths_of, seed=3)
+    more = split_entries(inv, reg, group, paths_of, seed=3, max_tuples=8, per_member=3)
+    assert more[:len(one)] == one and len(one) < len(more) <= 8  # the first phase is unchanged
+    sets = [s & set(group) for s in paths_of(more)]
+    for lk in group:  # three tuples cross each member without the other
+        assert sum(1 for s in sets if s == {lk}) >= 3
+
+
 def test_bounce_entries_cross_exactly_their_link():
     inv = THREE_TIER(1)
     reg = ctl.Registry.from_inventory(inv, seed=1)
