@@ -11,9 +11,10 @@ names the link. A request is a plain record (``probe_request``)::
     links           the group, sorted (switch links ``lower->upper``)
     why             the verdict's reason
 
-Only ties over two or more switch links make a request: an ``undetermined`` over an access link
-(RNIC, cable or ToR port), over a pseudo-link ``X->*`` or over ``unexplained`` timeouts has no
-group to split.
+Only ties over two or more links make a request (the loop answers those with a switch link among them;
+a tie may hold access links too, :meth:`producers.controller_loop.SplitLoop.on_requests`): an
+``undetermined`` over one access link (RNIC, cable or ToR port), over a pseudo-link ``X->*`` or over
+``unexplained`` timeouts has no group to split.
 """
 
 from __future__ import annotations

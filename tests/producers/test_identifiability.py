@@ -14,6 +14,7 @@ import pytest
 from bench.accuracy import BACKGROUND_LOSS, SIZES, Scenario, run_scenario
 from producers import controller as ctl
 from producers.controller_ident import (
+    crossing_entries,
     identifiability,
     make_identifiable,
     split_entries,
@@ -168,7 +169,7 @@ def test_split_loop_rate_limits_renews_and_withdraws():
     added = loop.on_requests([{"links": list(CORE_PAIRS[1])}, {"links": list(CORE_PAIRS[2])},
                               {"links": ["T1->P0S1", "T1r1->T1"]}], now_ns=0)
     assert len(added) == 16 and loop.log[0]["how"] == "bounce"  # 8 bounced tuples per link
-    assert loop.refused == 2  # past max_groups, and an access link
+    assert loop.refused == 2  # past max_groups (a switch link tied with an access link is answerable)
     loop.on_named(["P1S1->X2"], now_ns=30)  # still faulty: keep probing until 70
     assert len(loop.entries(60)) == 16
     assert loop.entries(70) == []
@@ -210,3 +211,28 @@ def test_a_dead_agg_to_core_link_is_named_with_or_without_the_loop():
     # its traces stop at the dead hop, which tells the two links apart (no loop needed)
     fault = LinkDown("P0S1", "X1")
     assert _run(fault, loop=False) == _run(fault, loop=True) == [[("switch", "P0S1->X1")]] * 4
+
+
+def test_a_switch_link_tied_with_an_access_link_gets_tuples_through_it_from_other_rnics():
+    """Seed 31427 scenario 260: a 16 % partial loss on panel1's B-S1 selected tuples of B3 only, so every
+    window ended ``undetermined`` over ``B->S1|B3->B`` and the loop refused the group (an access link).
+    It now answers with 5-tuples through B-S1 from B's other RNICs, none at B3: they cross B-S1 and not
+    B3's access link."""
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=2)
+    paths_of = entry_links(Topology(inv, 2))
+    got = crossing_entries(inv, reg, "B->S1", paths_of, seed=2, avoid=frozenset({"B3"}))
+    assert 1 <= len(got) <= 8
+    assert all("B->S1" in s for s in paths_of(got))
+    assert all("B3" not in (e["prober_rnic"], e["responder_rnic"]) for e in got)
+    assert {inv.tor_of(e["prober_rnic"]) for e in got} | {inv.tor_of(e["responder_rnic"]) for e in got} >= {"B"}
+    with pytest.raises(ValueError, match="not a switch link"):
+        crossing_entries(inv, reg, "B3->B", paths_of, seed=2, avoid=frozenset())
+    loop = SplitLoop(inv, reg, paths_of, seed=2)
+    added = loop.on_requests([{"links": ["B->S1", "B3->B"], "window_start_ns": 0}], now_ns=10)
+    assert added and loop.log[-1]["how"] == "split" and loop.refused == 0
+    assert all("B3" not in (e["prober_rnic"], e["responder_rnic"]) for e in added)
+    # access links alone, an access link under another ToR than it names, a pseudo-link: refused
+    loop.on_requests([{"links": ["B3->B", "B4->B"]}, {"links": ["B->S1", "B3->A"]}, {"links": ["B->S1", "B->*"]}],
+                     now_ns=10)
+    assert loop.refused == 3 and len(loop.active) == 1
