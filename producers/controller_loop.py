@@ -123,8 +123,11 @@ class SplitLoop:
     refused: int = 0
     answered: int = 0
     log: list[dict] = field(default_factory=list)
+    down_until: dict[str, int] = field(default_factory=dict)
+    """RNIC → until when new entries keep off it (:meth:`on_down`)."""
     _structural: set[frozenset[str]] | None = None
     _links: set[str] = field(default_factory=set)
+    _now: int = 0
 
     def __post_init__(self) -> None:
         self._links = set(switch_links(self.inv))
@@ -189,6 +192,7 @@ class SplitLoop:
         parts = self._parts(group)
         assert parts is not None  # on_requests refuses the others
         switch, avoid = parts
+        avoid |= self._down()
         seed = self.seed + 7919 * generation
         if len(switch) == 1:  # one switch link tied with access links: tuples through it from other RNICs
             entries = crossing_entries(self.inv, self.reg, switch[0], self.paths_of, seed=seed, avoid=avoid,
@@ -208,6 +212,20 @@ class SplitLoop:
         for a in self.active.values():
             if named & set(a.group):
                 a.until_ns = max(a.until_ns, now_ns + self.lifetime_ns)
+
+    def on_down(self, endpoints: Iterable[str], now_ns: int) -> None:
+        """A window judged these RNICs or hosts down (``rnic``, ``host_down``, ``host_unreachable``): new
+        entries keep off their RNICs for ``lifetime_ns``. A probe to or from a dead RNIC fails on every link
+        it crosses, so it splits nothing, and its failures are the triage's, not the vote's."""
+        for x in endpoints:
+            rnics = [x] if x in self.inv.rnics else self.inv.rnics_of_host(x) if x in self.inv.hosts else []
+            for r in rnics:
+                self.down_until[r] = max(self.down_until.get(r, 0), now_ns + self.lifetime_ns)
+        self._now = now_ns
+
+    def _down(self) -> frozenset[str]:
+        """The RNICs judged down within ``lifetime_ns`` of the last :meth:`on_down`."""
+        return frozenset(r for r, until in self.down_until.items() if until > self._now)
 
     def _expire(self, now_ns: int) -> None:
         for g in [g for g, a in self.active.items() if a.until_ns <= now_ns]:

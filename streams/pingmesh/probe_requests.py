@@ -58,3 +58,11 @@ def named_links(verdicts: pa.Table | Iterable[dict]) -> list[str]:
     rows = verdicts.to_pylist() if isinstance(verdicts, pa.Table) else list(verdicts)
     return [str(v["location"]) for v in rows if v["kind"] in ("switch", "switch_latency")
             and v.get("revision_of") is None]
+
+
+def down_endpoints(verdicts: pa.Table | Iterable[dict]) -> list[str]:
+    """The RNICs (``rnic``) and hosts (``host_down``, ``host_unreachable``) the verdicts judge down, for the
+    loop to keep its probes off them."""
+    rows = verdicts.to_pylist() if isinstance(verdicts, pa.Table) else list(verdicts)
+    return [str(v["location"]) for v in rows if v["kind"] in ("rnic", "host_down", "host_unreachable")
+            and v.get("revision_of") is None]

@@ -236,3 +236,27 @@ def test_a_switch_link_tied_with_an_access_link_gets_tuples_through_it_from_othe
     loop.on_requests([{"links": ["B3->B", "B4->B"]}, {"links": ["B->S1", "B3->A"]}, {"links": ["B->S1", "B->*"]}],
                      now_ns=10)
     assert loop.refused == 3 and len(loop.active) == 1
+
+
+def test_the_loop_keeps_new_probes_off_rnics_and_hosts_judged_down():
+    """Seed 31427 scenario 30: RNIC A3 down, then host H1; the loop's tuples to and from them failed on every
+    link they crossed and split nothing. Verdicts ``rnic A3`` and ``host_down H1`` keep new entries off A3
+    and off H1's RNICs for the loop's lifetime (40 here), then no longer."""
+    from streams.pingmesh.probe_requests import down_endpoints
+
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=2)
+    rows = [_verdict("rnic", "A3"), _verdict("host_down", "H1", vid="v2"), _verdict("switch", "A->S1", vid="v3"),
+            _verdict("rnic", "B2", vid="v4", revision_of="v0")]
+    assert down_endpoints(rows) == ["A3", "H1"]
+    gone = {"A3", *inv.rnics_of_host("H1")}  # A3, and H1's A1 and A2
+    blind = SplitLoop(inv, reg, entry_links(Topology(inv, 2)), seed=2, lifetime_ns=40)
+    first = blind.on_requests([{"links": ["A->S1", "B->S1"], "window_start_ns": 0}], now_ns=0)
+    assert any({e["prober_rnic"], e["responder_rnic"]} & gone for e in first)  # without the verdicts
+    loop = SplitLoop(inv, reg, entry_links(Topology(inv, 2)), seed=2, lifetime_ns=40)
+    loop.on_down(down_endpoints(rows), now_ns=0)
+    added = loop.on_requests([{"links": ["A->S1", "B->S1"], "window_start_ns": 0}], now_ns=0)
+    assert added and all(not {e["prober_rnic"], e["responder_rnic"]} & gone for e in added)
+    loop.on_down([], now_ns=40)  # 40 ns later: the judgement has lapsed
+    later = loop.on_requests([{"links": ["B->S1", "C->S1"], "window_start_ns": 0}], now_ns=40)
+    assert later and loop._down() == frozenset()
