@@ -116,8 +116,8 @@ class SplitLoop:
     seed: int = 0
     lifetime_ns: int = 2 * WINDOW_NS
     max_groups: int = 4
-    max_tuples: int = 8
-    per_member: int = 3
+    max_tuples: int = 16
+    per_member: int = 6
     bounce: bool = True
     active: dict[tuple[str, ...], _Active] = field(default_factory=dict)
     refused: int = 0
