@@ -26,7 +26,7 @@ from schemas.arrow_pa import table_from_columns
 from streams.pingmesh.analyzer import AnalyzerConfig, WindowResult
 from streams.pingmesh.partial import from_bytes, link_counts
 from streams.pingmesh.path_index import PathIndex
-from streams.pingmesh.probe_requests import named_links, requests_from_verdicts
+from streams.pingmesh.probe_requests import down_endpoints, named_links, requests_from_verdicts
 from streams.pingmesh.reducer import UploadMark, WindowReducer, worker_step
 from streams.pingmesh.rtt import decompose
 from streams.pingmesh.step_message import Step, encode_step
@@ -119,6 +119,7 @@ class SimPipeline:
                 reqs = requests_from_verdicts(res.verdicts)
                 self.requests += reqs
                 self.loop.on_named(named_links(res.verdicts), now)
+                self.loop.on_down(down_endpoints(res.verdicts), now)
                 self.loop.on_requests(reqs, now)
             self.sim.set_extra(self.loop.entries(now))
         return out

@@ -41,7 +41,7 @@ from schemas.codec import CodecError, decode, schema_key_from_headers
 from schemas.inventory import Inventory
 from sinks.origin import check as check_origin
 from sinks.origin import from_headers as origin_from_headers
-from streams.pingmesh.probe_requests import named_links, requests_from_verdicts
+from streams.pingmesh.probe_requests import down_endpoints, named_links, requests_from_verdicts
 
 log = logging.getLogger("fabricscope.loop")
 IDENT = "identifiability.v1"
@@ -109,8 +109,10 @@ class LoopService:
         self._producer = AgentProducer(bootstrap, kafka_config=kafka_config)
 
     def on_verdicts(self, verdicts: pa.Table, now_ns: int) -> None:
-        """Feed one batch of ``verdict.v1`` rows to the loop (requests first, then the links named)."""
+        """Feed one batch of ``verdict.v1`` rows to the loop (the RNICs and hosts judged down, then requests, then
+        the links named)."""
         before = self.loop.answered, self.loop.refused
+        self.loop.on_down(down_endpoints(verdicts), now_ns)
         self.loop.on_requests(requests_from_verdicts(verdicts), now_ns)
         LOOP_REQUESTS.labels("answered").inc(self.loop.answered - before[0])
         LOOP_REQUESTS.labels("refused").inc(self.loop.refused - before[1])

@@ -252,9 +252,11 @@ class _Refiner:
 
 
 def _candidates(inv: Inventory, reg: ctl.Registry, group: Sequence[str], rng: random.Random, n: int,
-                below: dict[str, set[str]], rates: dict[str, float], pinglist: str = "inter_tor") -> list[dict]:
+                below: dict[str, set[str]], rates: dict[str, float], pinglist: str = "inter_tor",
+                avoid: frozenset[str] = frozenset()) -> list[dict]:
     """``n`` random 5-tuples whose paths can cross a link of ``group``: one end under the link's lower
-    switch, the other end outside it (in both directions, so forward and ACK paths both try)."""
+    switch, the other end outside it (in both directions, so forward and ACK paths both try); no end at
+    an RNIC of ``avoid`` (those whose access links are in the group: a tuple from one crosses it too)."""
     tors = [t for t in inv.tors if inv.rnics_under_tor(t)]
     out = []
     for j in range(n):
@@ -266,8 +268,12 @@ def _candidates(inv: Inventory, reg: ctl.Registry, group: Sequence[str], rng: ra
         a, b = rng.choice(near), rng.choice(far)
         if rng.random() < 0.5:
             a, b = b, a
-        src = rng.choice(inv.rnics_under_tor(a))
-        dst = rng.choice(inv.rnics_under_tor(b))
+        ra = [r for r in inv.rnics_under_tor(a) if r not in avoid]
+        rb = [r for r in inv.rnics_under_tor(b) if r not in avoid]
+        if not ra or not rb:
+            continue
+        src = rng.choice(ra)
+        dst = rng.choice(rb)
         out.append(ctl.pinglist_entry(pinglist, inv, reg, src, dst, rng.randrange(1 << 20),
                                       rates.get(a, 2.0 * ctl.INTER_TOR_LINK_PPS), ctl.DEFAULT_TC))
     return out
@@ -366,14 +372,17 @@ def make_identifiable(inv: Inventory, reg: ctl.Registry, entries: list[dict], pa
 
 
 def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths_of: PathsOf, *,
-                  seed: int, max_tuples: int = 4, tries: int = 64, rates: dict[str, float] | None = None,
-                  pinglist: str = "inter_tor") -> list[dict]:
+                  seed: int, max_tuples: int = 4, per_member: int = 1, tries: int = 64,
+                  rates: dict[str, float] | None = None, pinglist: str = "inter_tor",
+                  avoid: frozenset[str] = frozenset()) -> list[dict]:
     """At most ``max_tuples`` 5-tuples whose paths split ``group`` (cross some of its links, not all).
 
     The closed loop's probes for an ``undetermined`` verdict over ``group``: after them, a fault on one
     link of the group fails probes that the others' do not. Chosen greedily until every link of the
-    group has its own set of the chosen tuples (or the cap); empty when no drawn 5-tuple splits it
-    (e.g. a structural group, :func:`structural_groups`).
+    group has its own set of the chosen tuples (or the cap); then, within the cap, more until each link
+    is crossed by ``per_member`` of them that do not cross the whole group: a partial 5-tuple loss
+    spares some of the tuples through its link, and one tuple of its own would often be spared. Empty
+    when no drawn 5-tuple splits the group (e.g. a structural group, :func:`structural_groups`).
 
     Raises:
         ValueError: ``group`` has fewer than two links or names a link the fabric lacks.
@@ -385,10 +394,11 @@ def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths
                          + (f" (unknown: {', '.join(bad)})" if bad else ""))
     members = sorted(group)
     rng = random.Random(f"split/{seed}/{'|'.join(members)}")
-    cands = _candidates(inv, reg, members, rng, tries, _below(inv), rates or {}, pinglist)
+    cands = _candidates(inv, reg, members, rng, tries, _below(inv), rates or {}, pinglist, avoid)
     sets = [s & set(members) for s in (paths_of(cands) if cands else [])]
     ref = _Refiner(members, dict.fromkeys(members, 0))
     out: list[dict] = []
+    picked: list[int] = []
     while len(out) < max_tuples:
         cls, size = ref.classes()
         if len(set(cls.values())) == len(members) and 0 not in cls.values():
@@ -398,5 +408,44 @@ def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths
         if g <= 0:
             break
         out.append(cands[i])
+        picked.append(i)
         ref.add(sets[i])
-    return out if any(0 < len(s) < len(members) for s in (sets[cands.index(e)] for e in out)) else []
+    splitting = [i for i, s in enumerate(sets) if 0 < len(s) < len(members)]
+    if not any(i in splitting for i in picked):
+        return []
+    own = {m: sum(1 for i in picked if m in sets[i] and i in splitting) for m in members}
+    short = [m for m in members if own[m] < per_member]
+    while short and len(out) < max_tuples:
+        m = min(short, key=lambda lk: (own[lk], lk))
+        i = next((i for i in splitting if i not in picked and m in sets[i]), None)
+        if i is None:
+            short.remove(m)  # no more drawn tuples cross this member without the whole group
+            continue
+        out.append(cands[i])
+        picked.append(i)
+        for lk in sets[i]:
+            own[lk] += 1
+        short = [lk for lk in short if own[lk] < per_member]
+    return out
+
+
+def crossing_entries(inv: Inventory, reg: ctl.Registry, link: str, paths_of: PathsOf, *, seed: int,
+                     avoid: frozenset[str], max_tuples: int = 8, tries: int = 64,
+                     rates: dict[str, float] | None = None, pinglist: str = "inter_tor") -> list[dict]:
+    """At most ``max_tuples`` 5-tuples whose paths cross the switch ``link``, none with an end at an RNIC
+    of ``avoid``.
+
+    The closed loop's probes for a tie between one switch link and the access links of ``avoid``'s RNICs
+    (the failing tuples all had such an RNIC at one end, so their paths crossed both): these cross the
+    switch link and none of the access links, so a fault on the switch link fails probes that the access
+    links do not carry. Several, because a partial 5-tuple loss spares most tuples through its link.
+
+    Raises:
+        ValueError: ``link`` is not a switch link of ``inv``.
+    """
+    if link not in set(switch_links(inv)):
+        raise ValueError(f"crossing_entries: {link!r} is not a switch link of {inv.name}")
+    rng = random.Random(f"cross/{seed}/{link}")
+    cands = _candidates(inv, reg, [link], rng, tries, _below(inv), rates or {}, pinglist, avoid)
+    sets = paths_of(cands) if cands else []
+    return [e for e, s in zip(cands, sets, strict=True) if link in s][:max_tuples]

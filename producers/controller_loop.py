@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from producers import controller as ctl
-from producers.controller_ident import PathsOf, split_entries, structural_groups, switch_links
+from producers.controller_ident import PathsOf, crossing_entries, split_entries, structural_groups, switch_links
 from schemas.inventory import Inventory
 
 WINDOW_NS = 20_000_000_000
@@ -106,6 +106,7 @@ class SplitLoop:
         lifetime_ns: how long a group's entries stay after its last request or naming (two windows).
         max_groups: groups probed at once per fabric (the rate limit).
         max_tuples: 5-tuples per group.
+        per_member: of them, crossing each member without the whole group (:func:`split_entries`).
         bounce: answer structural groups with bounced probes (else they are refused as unsplittable).
     """
 
@@ -115,14 +116,18 @@ class SplitLoop:
     seed: int = 0
     lifetime_ns: int = 2 * WINDOW_NS
     max_groups: int = 4
-    max_tuples: int = 4
+    max_tuples: int = 16
+    per_member: int = 6
     bounce: bool = True
     active: dict[tuple[str, ...], _Active] = field(default_factory=dict)
     refused: int = 0
     answered: int = 0
     log: list[dict] = field(default_factory=list)
+    down_until: dict[str, int] = field(default_factory=dict)
+    """RNIC → until when new entries keep off it (:meth:`on_down`)."""
     _structural: set[frozenset[str]] | None = None
     _links: set[str] = field(default_factory=set)
+    _now: int = 0
 
     def __post_init__(self) -> None:
         self._links = set(switch_links(self.inv))
@@ -135,14 +140,15 @@ class SplitLoop:
     def on_requests(self, requests: Iterable[dict], now_ns: int) -> list[dict]:
         """Take ``probe_request`` records (``links``: the group); returns the entries newly added.
 
-        A request for a group already probed renews it; a request over links the fabric lacks (an
-        access link, a pseudo-link) is refused, as is one past ``max_groups``.
+        A request for a group already probed renews it; a group may hold access links (``rnic->tor``) beside
+        one or more switch links (:meth:`_parts`); a request over links the fabric lacks (a pseudo-link), or
+        over access links only, is refused, as is one past ``max_groups``.
         """
         added: list[dict] = []
         self._expire(now_ns)
         for req in requests:
             group = tuple(sorted(set(req["links"])))
-            if len(group) < 2 or not set(group) <= self._links:
+            if len(group) < 2 or self._parts(group) is None:
                 self.refused += 1
                 continue
             gen = 0
@@ -166,13 +172,38 @@ class SplitLoop:
             added += entries
         return added
 
+    def _parts(self, group: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[str]] | None:
+        """A group's switch links and the RNICs whose access links (``rnic->tor``) it holds; None when it holds
+        a link that is neither, or no switch link (an RNIC's own probes settle its access link: the RNIC
+        rule, not the loop).
+
+        A tie between a switch link and an access link comes from failing tuples that all had that RNIC at
+        one end (a partial 5-tuple loss that selected only its tuples): 5-tuples through the switch link
+        from other RNICs split the two.
+        """
+        switch = tuple(lk for lk in group if lk in self._links)
+        access = [lk.split("->", 1) for lk in group if lk not in self._links]
+        if not switch or any(len(p) != 2 or p[0] not in self.inv.rnics or self.inv.tor_of(p[0]) != p[1]
+                             for p in access):
+            return None
+        return switch, frozenset(p[0] for p in access)
+
     def _answer(self, group: tuple[str, ...], generation: int) -> tuple[list[dict], str]:
-        entries = split_entries(self.inv, self.reg, group, self.paths_of, seed=self.seed + 7919 * generation,
-                                max_tuples=self.max_tuples)
+        parts = self._parts(group)
+        assert parts is not None  # on_requests refuses the others
+        switch, avoid = parts
+        avoid |= self._down()
+        seed = self.seed + 7919 * generation
+        if len(switch) == 1:  # one switch link tied with access links: tuples through it from other RNICs
+            entries = crossing_entries(self.inv, self.reg, switch[0], self.paths_of, seed=seed, avoid=avoid,
+                                       max_tuples=self.max_tuples)
+            return entries, "split" if entries else "none"
+        entries = split_entries(self.inv, self.reg, switch, self.paths_of, seed=seed,
+                                max_tuples=self.max_tuples, per_member=self.per_member, avoid=avoid)
         if entries:
             return entries, "split"
-        if self.bounce and self._is_structural(group):
-            return bounce_entries(self.inv, self.reg, group, seed=self.seed, generation=generation), "bounce"
+        if self.bounce and self._is_structural(switch):
+            return bounce_entries(self.inv, self.reg, switch, seed=self.seed, generation=generation), "bounce"
         return [], "none"
 
     def on_named(self, links: Iterable[str], now_ns: int) -> None:
@@ -181,6 +212,20 @@ class SplitLoop:
         for a in self.active.values():
             if named & set(a.group):
                 a.until_ns = max(a.until_ns, now_ns + self.lifetime_ns)
+
+    def on_down(self, endpoints: Iterable[str], now_ns: int) -> None:
+        """A window judged these RNICs or hosts down (``rnic``, ``host_down``, ``host_unreachable``): new
+        entries keep off their RNICs for ``lifetime_ns``. A probe to or from a dead RNIC fails on every link
+        it crosses, so it splits nothing, and its failures are the triage's, not the vote's."""
+        for x in endpoints:
+            rnics = [x] if x in self.inv.rnics else self.inv.rnics_of_host(x) if x in self.inv.hosts else []
+            for r in rnics:
+                self.down_until[r] = max(self.down_until.get(r, 0), now_ns + self.lifetime_ns)
+        self._now = now_ns
+
+    def _down(self) -> frozenset[str]:
+        """The RNICs judged down within ``lifetime_ns`` of the last :meth:`on_down`."""
+        return frozenset(r for r, until in self.down_until.items() if until > self._now)
 
     def _expire(self, now_ns: int) -> None:
         for g in [g for g, a in self.active.items() if a.until_ns <= now_ns]:

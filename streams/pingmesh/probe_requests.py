@@ -11,9 +11,10 @@ names the link. A request is a plain record (``probe_request``)::
     links           the group, sorted (switch links ``lower->upper``)
     why             the verdict's reason
 
-Only ties over two or more switch links make a request: an ``undetermined`` over an access link
-(RNIC, cable or ToR port), over a pseudo-link ``X->*`` or over ``unexplained`` timeouts has no
-group to split.
+Only ties over two or more links make a request (the loop answers those with a switch link among them;
+a tie may hold access links too, :meth:`producers.controller_loop.SplitLoop.on_requests`): an
+``undetermined`` over one access link (RNIC, cable or ToR port), over a pseudo-link ``X->*`` or over
+``unexplained`` timeouts has no group to split.
 """
 
 from __future__ import annotations
@@ -56,4 +57,12 @@ def named_links(verdicts: pa.Table | Iterable[dict]) -> list[str]:
     """The switch links the verdicts claim (``switch`` and ``switch_latency``), for the loop's renewal."""
     rows = verdicts.to_pylist() if isinstance(verdicts, pa.Table) else list(verdicts)
     return [str(v["location"]) for v in rows if v["kind"] in ("switch", "switch_latency")
+            and v.get("revision_of") is None]
+
+
+def down_endpoints(verdicts: pa.Table | Iterable[dict]) -> list[str]:
+    """The RNICs (``rnic``) and hosts (``host_down``, ``host_unreachable``) the verdicts judge down, for the
+    loop to keep its probes off them."""
+    rows = verdicts.to_pylist() if isinstance(verdicts, pa.Table) else list(verdicts)
+    return [str(v["location"]) for v in rows if v["kind"] in ("rnic", "host_down", "host_unreachable")
             and v.get("revision_of") is None]

@@ -193,11 +193,19 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             # ties: links explaining exactly the same failures equally well; and, when those failures
             # are a few 5-tuples only and the best link also carries probes that pass (not a dead link),
             # every link on all of their paths (a partial 5-tuple fault drops whole tuples, so the
-            # crossing counts say nothing about which of their links it is)
-            few = len(rows_i) <= cfg.few_tuples and ratio[i] < DEAD_RATIO
-            cand = np.nonzero(ok)[0] if few else top[1:]
-            ties = tuple(sorted(str(links[j]) for j in cand
-                                if j != i and frozenset(rows[(l_idx == j) & live[rows]].tolist()) == rows_i))
+            # crossing counts say nothing about which of their links it is). The tuples are compared
+            # by their heavy rows (:func:`_tuple_signature`): one stray background drop on a path of
+            # one member must not break the tie and make it a claim.
+            sig_i = _tuple_signature(rows_i, left, probed[i], background, cfg) if probes is not None else rows_i
+            few = len(sig_i) <= cfg.few_tuples and ratio[i] < DEAD_RATIO
+            if few:
+                ties = tuple(sorted(
+                    str(links[j]) for j in np.nonzero(ok)[0]
+                    if j != i and _tuple_signature(frozenset(rows[(l_idx == j) & live[rows]].tolist()), left,
+                                                   probed[j], background, cfg, probes is not None) == sig_i))
+            else:
+                ties = tuple(sorted(str(links[j]) for j in top[1:]
+                                    if j != i and frozenset(rows[(l_idx == j) & live[rows]].tolist()) == rows_i))
             # margin: the best competing link among those sharing at least half of i's unexplained failures
             in_i = np.zeros(len(n_g), dtype=bool)
             in_i[list(rows_i)] = True
@@ -241,6 +249,36 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         if len(out2) < len(out) and left2.sum() <= left.sum():
             out, left = out2, left2
     return CoverResult(out, int(left.sum()), untraced, total)
+
+
+def _tuple_signature(rows_l: frozenset[int], left: np.ndarray, crossing: float, background: float,
+                     cfg: VoteConfig, heavy: bool = True) -> frozenset[int]:
+    """The failing groups (≈ 5-tuples) that make a link's failures, for the few-tuple tie of the cover.
+
+    A partial 5-tuple loss fails every probe of the tuples its hash selects (tens per window each);
+    background loss fails single probes, on any path. The *heavy* rows (at least ``cfg.min_votes``
+    unexplained failures) are the link's tuples when its other rows hold no more failures than
+    background loss gives over its crossings (``background`` x ``crossing``, plus three standard
+    deviations, as for the window's leftovers in :func:`vote_step`); otherwise every row counts, as
+    does every row when ``heavy`` is False or no row is heavy. So a single background drop on a
+    path of one link of a tie does not make that link the only one that explains the failures.
+
+    Args:
+        rows_l: the link's failing groups with unexplained failures.
+        left: unexplained failures per group.
+        crossing: probes that crossed the link in the window.
+        background: the per-probe background rate (floor).
+        cfg: the vote's constants (``min_votes``).
+        heavy: whether to drop the stray rows at all (False: latency votes).
+    """
+    if not heavy:
+        return rows_l
+    big = frozenset(r for r in rows_l if left[r] >= cfg.min_votes)
+    if not big or big == rows_l:
+        return rows_l
+    stray = float(sum(left[r] for r in rows_l - big))
+    expected = background * max(crossing, 0.0)
+    return big if stray <= expected + 3.0 * math.sqrt(expected) else rows_l
 
 
 def _one_link_for_all(out: list[Suspect], left0: np.ndarray, left: np.ndarray, l_idx: np.ndarray,

@@ -14,6 +14,7 @@ import pytest
 from bench.accuracy import BACKGROUND_LOSS, SIZES, Scenario, run_scenario
 from producers import controller as ctl
 from producers.controller_ident import (
+    crossing_entries,
     identifiability,
     make_identifiable,
     split_entries,
@@ -116,6 +117,20 @@ def test_split_entries_split_a_group_or_say_none_can():
         split_entries(panel1(), ctl.Registry.from_inventory(panel1()), ("A->S1", "A->S9"), paths_of, seed=1)
 
 
+def test_split_entries_give_each_member_tuples_of_its_own_for_partial_loss():
+    # a 2-tier Clos: C->S2 and E->S2 are crossed together by the tuples between C and E over S2
+    inv = SIZES[2][1](1)  # clos 6x4 (96)
+    reg = ctl.Registry.from_inventory(inv, seed=3)
+    paths_of = entry_links(Topology(inv, 3))
+    group = tuple(sorted(lk for lk in switch_links(inv) if lk.endswith("->S2"))[:2])
+    one = split_entries(inv, reg, group, paths_of, seed=3)
+    more = split_entries(inv, reg, group, paths_of, seed=3, max_tuples=8, per_member=3)
+    assert more[:len(one)] == one and len(one) < len(more) <= 8  # the first phase is unchanged
+    sets = [s & set(group) for s in paths_of(more)]
+    for lk in group:  # three tuples cross each member without the other
+        assert sum(1 for s in sets if s == {lk}) >= 3
+
+
 def test_bounce_entries_cross_exactly_their_link():
     inv = THREE_TIER(1)
     reg = ctl.Registry.from_inventory(inv, seed=1)
@@ -154,7 +169,7 @@ def test_split_loop_rate_limits_renews_and_withdraws():
     added = loop.on_requests([{"links": list(CORE_PAIRS[1])}, {"links": list(CORE_PAIRS[2])},
                               {"links": ["T1->P0S1", "T1r1->T1"]}], now_ns=0)
     assert len(added) == 16 and loop.log[0]["how"] == "bounce"  # 8 bounced tuples per link
-    assert loop.refused == 2  # past max_groups, and an access link
+    assert loop.refused == 2  # past max_groups (a switch link tied with an access link is answerable)
     loop.on_named(["P1S1->X2"], now_ns=30)  # still faulty: keep probing until 70
     assert len(loop.entries(60)) == 16
     assert loop.entries(70) == []
@@ -196,3 +211,52 @@ def test_a_dead_agg_to_core_link_is_named_with_or_without_the_loop():
     # its traces stop at the dead hop, which tells the two links apart (no loop needed)
     fault = LinkDown("P0S1", "X1")
     assert _run(fault, loop=False) == _run(fault, loop=True) == [[("switch", "P0S1->X1")]] * 4
+
+
+def test_a_switch_link_tied_with_an_access_link_gets_tuples_through_it_from_other_rnics():
+    """Seed 31427 scenario 260: a 16 % partial loss on panel1's B-S1 selected tuples of B3 only, so every
+    window ended ``undetermined`` over ``B->S1|B3->B`` and the loop refused the group (an access link).
+    It now answers with 5-tuples through B-S1 from B's other RNICs, none at B3: they cross B-S1 and not
+    B3's access link."""
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=2)
+    paths_of = entry_links(Topology(inv, 2))
+    got = crossing_entries(inv, reg, "B->S1", paths_of, seed=2, avoid=frozenset({"B3"}))
+    assert 1 <= len(got) <= 8
+    assert all("B->S1" in s for s in paths_of(got))
+    assert all("B3" not in (e["prober_rnic"], e["responder_rnic"]) for e in got)
+    assert {inv.tor_of(e["prober_rnic"]) for e in got} | {inv.tor_of(e["responder_rnic"]) for e in got} >= {"B"}
+    with pytest.raises(ValueError, match="not a switch link"):
+        crossing_entries(inv, reg, "B3->B", paths_of, seed=2, avoid=frozenset())
+    loop = SplitLoop(inv, reg, paths_of, seed=2)
+    added = loop.on_requests([{"links": ["B->S1", "B3->B"], "window_start_ns": 0}], now_ns=10)
+    assert added and loop.log[-1]["how"] == "split" and loop.refused == 0
+    assert all("B3" not in (e["prober_rnic"], e["responder_rnic"]) for e in added)
+    # access links alone, an access link under another ToR than it names, a pseudo-link: refused
+    loop.on_requests([{"links": ["B3->B", "B4->B"]}, {"links": ["B->S1", "B3->A"]}, {"links": ["B->S1", "B->*"]}],
+                     now_ns=10)
+    assert loop.refused == 3 and len(loop.active) == 1
+
+
+def test_the_loop_keeps_new_probes_off_rnics_and_hosts_judged_down():
+    """Seed 31427 scenario 30: RNIC A3 down, then host H1; the loop's tuples to and from them failed on every
+    link they crossed and split nothing. Verdicts ``rnic A3`` and ``host_down H1`` keep new entries off A3
+    and off H1's RNICs for the loop's lifetime (40 here), then no longer."""
+    from streams.pingmesh.probe_requests import down_endpoints
+
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=2)
+    rows = [_verdict("rnic", "A3"), _verdict("host_down", "H1", vid="v2"), _verdict("switch", "A->S1", vid="v3"),
+            _verdict("rnic", "B2", vid="v4", revision_of="v0")]
+    assert down_endpoints(rows) == ["A3", "H1"]
+    gone = {"A3", *inv.rnics_of_host("H1")}  # A3, and H1's A1 and A2
+    blind = SplitLoop(inv, reg, entry_links(Topology(inv, 2)), seed=2, lifetime_ns=40)
+    first = blind.on_requests([{"links": ["A->S1", "B->S1"], "window_start_ns": 0}], now_ns=0)
+    assert any({e["prober_rnic"], e["responder_rnic"]} & gone for e in first)  # without the verdicts
+    loop = SplitLoop(inv, reg, entry_links(Topology(inv, 2)), seed=2, lifetime_ns=40)
+    loop.on_down(down_endpoints(rows), now_ns=0)
+    added = loop.on_requests([{"links": ["A->S1", "B->S1"], "window_start_ns": 0}], now_ns=0)
+    assert added and all(not {e["prober_rnic"], e["responder_rnic"]} & gone for e in added)
+    loop.on_down([], now_ns=40)  # 40 ns later: the judgement has lapsed
+    later = loop.on_requests([{"links": ["B->S1", "C->S1"], "window_start_ns": 0}], now_ns=40)
+    assert later and loop._down() == frozenset()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 from schemas.arrow_pa import table_from_columns
@@ -141,3 +142,49 @@ def test_two_faults_with_no_link_in_common_stay_two():
              **{f"{r}->{r[0].upper()}": 2500 for r in ("a1", "a2", "a3", "a4", "b1", "b2", "b3", "c1", "c2", "c3")}}
     r = greedy_cover(f, _crossing(cross), probes=30_000)
     assert sorted(s.link for s in r.suspects) == ["B->S1", "C->S2"]
+
+
+def _partial_loss_on_one_of_two_uplinks(stray: list[tuple[str, str, int]]) -> pa.Table:
+    """Three 5-tuples of ToR F that a partial 5-tuple loss drops (76 probes each), each going up F-S1 and
+    coming back down S2-F (or the reverse), to a different far ToR; plus ``stray`` background drops."""
+    return _failing([("f1,F,S1,C,c1", "c1,C,S2,F,f1", 76), ("f2,F,S1,A,a1", "a1,A,S2,F,f2", 76),
+                     ("b1,B,S2,F,f3", "f3,F,S1,B,b1", 76), *stray])
+
+
+_UPLINKS = {"F->S1": 1145, "F->S2": 1678, "C->S1": 1500, "C->S2": 1500, "A->S1": 1500, "A->S2": 1500,
+            "B->S1": 1500, "B->S2": 1500, "F->S3": 1500, "D->S1": 1500,
+            **{f"{r}->{r[0].upper()}": 700 for r in ("f1", "f2", "f3", "c1", "a1", "b1")},
+            **{f"f{k}->F": 700 for k in range(4, 12)}, "d9->D": 700}
+
+
+def test_one_background_drop_does_not_break_a_few_tuple_tie():
+    """Seed 31427 scenario 27 (a 27 % partial loss on F-S2): its three dropped 5-tuples cross F-S1 and
+    F-S2 alike, and one background drop also crossed F-S1, so F-S1 had 229 failures on 4 rows and F-S2
+    228 on 3: no longer the same rows, and F-S1 (229²/1,145 = 45.8 against 228²/1,678 = 31.0) was
+    claimed. The stray row holds 1 failure, within background over F-S1 (1e-3 x 1,145 = 1.1, plus
+    3 x √1.1 = 3.2: 4.4), so both links' tuples are the same three and they are tied."""
+    f = _partial_loss_on_one_of_two_uplinks([("f7,F,S3,D,d9", "d9,D,S1,F,f7", 1)])
+    r = greedy_cover(f, _crossing(_UPLINKS), probes=26_298, background=1e-3)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("F->S1", 229, ("F->S2",))]
+
+
+def test_more_single_drops_than_background_gives_keep_the_rows_apart():
+    """Eight more single drops over F-S1 alone (8 > 4.4: not background over 1,145 crossings): F-S1's
+    failures are 11 rows, not a few tuples, and no other link has the same rows: F-S1 is named alone."""
+    f = _partial_loss_on_one_of_two_uplinks([(f"f{k},F,S1,D,d9", "d9,D,S3,F,f{k}", 1) for k in range(4, 12)])
+    r = greedy_cover(f, _crossing(_UPLINKS), probes=26_298, background=1e-3)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("F->S1", 236, ())]
+
+
+def test_tuple_signature_keeps_heavy_rows_when_the_rest_is_background():
+    from streams.pingmesh.tomography import VoteConfig, _tuple_signature
+
+    left = np.array([76.0, 1.0, 3.0, 1.0, 1.0, 1.0, 1.0])
+    cfg = VoteConfig()
+    # 1 stray failure over 1,000 crossings: expected 1.0, bound 1 + 3 x 1 = 4
+    assert _tuple_signature(frozenset({0, 1, 2}), left, 1000.0, 1e-3, cfg) == frozenset({0, 2})
+    # 5 stray failures over 100 crossings: bound 0.1 + 3 x 0.316 = 1.05 < 5, every row counts
+    rows = frozenset({0, 1, 3, 4, 5, 6})
+    assert _tuple_signature(rows, left, 100.0, 1e-3, cfg) == rows
+    assert _tuple_signature(frozenset({0, 1}), left, 1000.0, 1e-3, cfg, heavy=False) == frozenset({0, 1})
+    assert _tuple_signature(frozenset({1, 3}), left, 1000.0, 1e-3, cfg) == frozenset({1, 3})  # none heavy
