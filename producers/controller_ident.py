@@ -411,9 +411,10 @@ def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths
         picked.append(i)
         ref.add(sets[i])
     splitting = [i for i, s in enumerate(sets) if 0 < len(s) < len(members)]
-    if not any(i in splitting for i in picked):
+    splits = set(splitting)
+    if not any(i in splits for i in picked):
         return []
-    own = {m: sum(1 for i in picked if m in sets[i] and i in splitting) for m in members}
+    own = {m: sum(1 for i in picked if m in sets[i] and i in splits) for m in members}
     short = [m for m in members if own[m] < per_member]
     while short and len(out) < max_tuples:
         m = min(short, key=lambda lk: (own[lk], lk))

@@ -127,7 +127,6 @@ class SplitLoop:
     """RNIC → until when new entries keep off it (:meth:`on_down`)."""
     _structural: set[frozenset[str]] | None = None
     _links: set[str] = field(default_factory=set)
-    _now: int = 0
 
     def __post_init__(self) -> None:
         self._links = set(switch_links(self.inv))
@@ -164,7 +163,7 @@ class SplitLoop:
             elif len(self.active) >= self.max_groups:
                 self.refused += 1
                 continue
-            entries, how = self._answer(group, gen)
+            entries, how = self._answer(group, gen, now_ns)
             self.active[group] = _Active(group, entries, now_ns + self.lifetime_ns, how, now_ns, gen)
             self.answered += 1
             self.log.append({"at_ns": now_ns, "links": list(group), "how": how, "entries": len(entries),
@@ -188,11 +187,11 @@ class SplitLoop:
             return None
         return switch, frozenset(p[0] for p in access)
 
-    def _answer(self, group: tuple[str, ...], generation: int) -> tuple[list[dict], str]:
+    def _answer(self, group: tuple[str, ...], generation: int, now_ns: int) -> tuple[list[dict], str]:
         parts = self._parts(group)
         assert parts is not None  # on_requests refuses the others
         switch, avoid = parts
-        avoid |= self._down()
+        avoid |= self._down(now_ns)
         seed = self.seed + 7919 * generation
         if len(switch) == 1:  # one switch link tied with access links: tuples through it from other RNICs
             entries = crossing_entries(self.inv, self.reg, switch[0], self.paths_of, seed=seed, avoid=avoid,
@@ -221,15 +220,16 @@ class SplitLoop:
             rnics = [x] if x in self.inv.rnics else self.inv.rnics_of_host(x) if x in self.inv.hosts else []
             for r in rnics:
                 self.down_until[r] = max(self.down_until.get(r, 0), now_ns + self.lifetime_ns)
-        self._now = now_ns
 
-    def _down(self) -> frozenset[str]:
-        """The RNICs judged down within ``lifetime_ns`` of the last :meth:`on_down`."""
-        return frozenset(r for r, until in self.down_until.items() if until > self._now)
+    def _down(self, now_ns: int) -> frozenset[str]:
+        """The RNICs judged down within ``lifetime_ns`` before ``now_ns``."""
+        return frozenset(r for r, until in self.down_until.items() if until > now_ns)
 
     def _expire(self, now_ns: int) -> None:
         for g in [g for g, a in self.active.items() if a.until_ns <= now_ns]:
             del self.active[g]
+        for r in [r for r, until in self.down_until.items() if until <= now_ns]:
+            del self.down_until[r]
 
     def entries(self, now_ns: int) -> list[dict]:
         """The loop's entries in force at ``now_ns`` (expired groups withdrawn), in group order."""

@@ -259,4 +259,4 @@ def test_the_loop_keeps_new_probes_off_rnics_and_hosts_judged_down():
     assert added and all(not {e["prober_rnic"], e["responder_rnic"]} & gone for e in added)
     loop.on_down([], now_ns=40)  # 40 ns later: the judgement has lapsed
     later = loop.on_requests([{"links": ["B->S1", "C->S1"], "window_start_ns": 0}], now_ns=40)
-    assert later and loop._down() == frozenset()
+    assert later and loop._down(40) == frozenset()

@@ -64,4 +64,3 @@ def test_bad_token_is_refused(tmp_path):
     with pytest.raises(StoreError, match="dedup token"):
         store.insert_arrow("probes", enriched, dedup_token="a'; DROP TABLE probes")
     store.close()
-
