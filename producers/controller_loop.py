@@ -18,7 +18,8 @@ after ``lifetime_ns``:
 
 A group is renewed while windows keep naming one of its links or stay ``undetermined`` over it, and
 withdrawn ``lifetime_ns`` after the last of those. Rate-limited per fabric: at most ``max_groups``
-groups at once and ``max_tuples`` 5-tuples per group; a request beyond that is refused (counted).
+groups at once, ``max_tuples`` 5-tuples per group at ``group_pps`` probes/s in all; a request beyond that is
+refused (counted).
 """
 
 from __future__ import annotations
@@ -36,6 +37,12 @@ BOUNCE_PPS = 10.0
 """Rate of one bounced probe (probes/s): 200 crossings of its link per 20 s window, the rate
 R-Pingmesh asks of every link above the ToR (§4: more than 10 probes/s each way)."""
 
+
+GROUP_PPS = 320.0
+"""Probes/s of one group's splitting 5-tuples in all (the rate limit per group): 48 tuples at 6.7 probes/s
+each (133 per window, every one lost when a partial 5-tuple loss selects the tuple), or fewer at
+most ``2 x INTER_TOR_LINK_PPS`` each. Many slow tuples rather than a few fast ones: a partial loss shows
+on a tuple its hash selects, whatever its rate, and a lossy or dead link on the probes crossing it."""
 
 BOUNCE_TUPLES = 8
 """Bounced 5-tuples per link (source ports differ): a loss that hits only some 5-tuples through the link
@@ -107,6 +114,8 @@ class SplitLoop:
         max_groups: groups probed at once per fabric (the rate limit).
         max_tuples: 5-tuples per group.
         per_member: of them, crossing each member without the whole group (:func:`split_entries`).
+        group_pps: probes/s of a group's 5-tuples in all, shared by them (each at most
+            ``2 x INTER_TOR_LINK_PPS``, the rate of an Eq. 1 tuple's link pair).
         bounce: answer structural groups with bounced probes (else they are refused as unsplittable).
     """
 
@@ -116,8 +125,9 @@ class SplitLoop:
     seed: int = 0
     lifetime_ns: int = 2 * WINDOW_NS
     max_groups: int = 4
-    max_tuples: int = 16
-    per_member: int = 6
+    max_tuples: int = 48
+    per_member: int = 16
+    group_pps: float = GROUP_PPS
     bounce: bool = True
     active: dict[tuple[str, ...], _Active] = field(default_factory=dict)
     refused: int = 0
@@ -193,17 +203,25 @@ class SplitLoop:
         switch, avoid = parts
         avoid |= self._down(now_ns)
         seed = self.seed + 7919 * generation
+        tries = max(64, 4 * self.max_tuples)
         if len(switch) == 1:  # one switch link tied with access links: tuples through it from other RNICs
             entries = crossing_entries(self.inv, self.reg, switch[0], self.paths_of, seed=seed, avoid=avoid,
-                                       max_tuples=self.max_tuples)
-            return entries, "split" if entries else "none"
-        entries = split_entries(self.inv, self.reg, switch, self.paths_of, seed=seed,
+                                       max_tuples=self.max_tuples, tries=tries)
+            return self._share(entries), "split" if entries else "none"
+        entries = split_entries(self.inv, self.reg, switch, self.paths_of, seed=seed, tries=tries,
                                 max_tuples=self.max_tuples, per_member=self.per_member, avoid=avoid)
         if entries:
-            return entries, "split"
+            return self._share(entries), "split"
         if self.bounce and self._is_structural(switch):
             return bounce_entries(self.inv, self.reg, switch, seed=self.seed, generation=generation), "bounce"
         return [], "none"
+
+    def _share(self, entries: list[dict]) -> list[dict]:
+        """The group's 5-tuples at ``group_pps`` in all, each at most the rate it was drawn at."""
+        if not entries:
+            return entries
+        each = self.group_pps / len(entries)
+        return [{**e, "rate_pps": min(float(e["rate_pps"]), each)} for e in entries]
 
     def on_named(self, links: Iterable[str], now_ns: int) -> None:
         """A window named these links: keep probing the groups that hold one (the fault is still there)."""

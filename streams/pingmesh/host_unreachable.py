@@ -32,11 +32,14 @@ def host_unreachable_step(ctx: WindowContext, findings: list[RnicFinding], busy_
     n_hosts = max(len({h for h in ctx.rnic_host.values()}), 1)
     out_rnics = set(busy_rnics)
     rest: list[RnicFinding] = []
-    below = _below_rule_sums(ctx, set(by_rnic), cfg)
+    below = _below_rule_sums(ctx, set(by_rnic) | busy_rnics, cfg)  # a busy prober's timeouts are the host's
+    still = _still_failing_charged(ctx, findings, busy_rnics, cfg)
     for h, fs in sorted(by_host.items()):
         # a peer seen failing only by a busy host's RNICs is not an RNIC fault: the busy prober
-        # timed out on it (it took its replies late), so the RNIC rule's two probers are not there
-        fs = [f for f in fs if f.rnic not in out_rnics and len(set(f.probers) - busy_rnics) >= cfg.rnic_min_probers]
+        # timed out on it (it took its replies late), so the RNIC rule's two probers are not there;
+        # unless the rule flagged it before the host got busy and its other probers still see it fail
+        fs = [f for f in fs if f.rnic not in out_rnics and (
+            len(set(f.probers) - busy_rnics) >= cfg.rnic_min_probers or f.rnic in still)]
         n_rn = len(ctx.rnics_of(h))
         if h in busy_hosts or not fs:
             continue
@@ -62,5 +65,26 @@ def host_unreachable_step(ctx: WindowContext, findings: list[RnicFinding], busy_
 
 def _below_rule_sums(ctx: WindowContext, flagged: set[str], cfg: TriageConfig) -> dict[str, tuple[int, int]]:
     """RNIC → (timeouts, probes) of the RNICs whose ToR-mesh probes time out at half the RNIC rule's ratio
-    or more, counted as the rule counts them: probes no earlier step took, from probers not flagged."""
+    or more, counted as the rule counts them: probes no earlier step took, from probers not in ``flagged``."""
     return {r: (f, t) for r, (f, t) in tor_mesh_sums(ctx, flagged).items() if t and f / t > cfg.rnic_loss_ratio / 2}
+
+
+def _still_failing_charged(ctx: WindowContext, findings: list[RnicFinding], busy_rnics: set[str],
+                           cfg: TriageConfig) -> set[str]:
+    """The findings a busy host's probers would leave below the rule's two probers, kept as RNIC faults:
+    RNICs still charged from an earlier claim (``rnic_charge_ns``), whose ToR-mesh probes from the probers
+    that are not busy time out over the rule's ratio. A flapping RNIC whose ToR peer host turns busy stays
+    named: the earlier claim had two probers, and the ones left still see it fail.
+
+    Returns:
+        The RNICs of ``findings`` kept so (empty when no prober is busy).
+    """
+    if not busy_rnics:
+        return set()
+    charged = {r for r, until in ctx.state.charged.items() if until >= ctx.ws}
+    short = [f.rnic for f in findings if f.rnic in charged
+             and len(set(f.probers) - busy_rnics) < cfg.rnic_min_probers]
+    if not short:
+        return set()
+    clean = tor_mesh_sums(ctx, busy_rnics)
+    return {r for r in short if clean.get(r, (0, 0))[1] and clean[r][0] / clean[r][1] > cfg.rnic_loss_ratio}

@@ -242,11 +242,15 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
 
     cross0 = cross
     out, left = cover(None)
-    j = _one_link_for_all(out, left0, left, l_idx, rows, links, passing(left0, cross0, np.zeros(len(links), bool)),
-                          probes is not None)
+    # single drops the background gives over the window's probes, as for the window's leftovers (vote_step)
+    expected = background * (probes or 0)
+    stray_max = expected + 3.0 * math.sqrt(expected) if probes is not None else 0.0
+    j, stray = _one_link_for_all(out, left0, left, l_idx, rows, links,
+                                 passing(left0, cross0, np.zeros(len(links), bool)), probes is not None,
+                                 cfg.min_votes, stray_max)
     if j is not None:
         out2, left2 = cover(j)
-        if len(out2) < len(out) and left2.sum() <= left.sum():
+        if len(out2) < len(out) and left2.sum() <= left.sum() + stray:
             out, left = out2, left2
     return CoverResult(out, int(left.sum()), untraced, total)
 
@@ -283,9 +287,16 @@ def _tuple_signature(rows_l: frozenset[int], left: np.ndarray, crossing: float, 
 
 def _one_link_for_all(out: list[Suspect], left0: np.ndarray, left: np.ndarray, l_idx: np.ndarray,
                       rows: np.ndarray, links: np.ndarray,
-                      start: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], loss_votes: bool) -> int | None:
+                      start: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], loss_votes: bool,
+                      min_votes: int = 2, stray_max: float = 0.0) -> tuple[int | None, float]:
     """Parsimony: the one link that explains every failure the cover's several suspects explain, if any
     (the most voted of them), else None; the cover is then run again with it named first.
+
+    Single drops (groups with fewer than ``min_votes`` failures) are left out of "every failure" when
+    they hold no more than ``stray_max`` failures in all (what background loss gives over the window): a
+    background drop on a path of one suspect must not keep the one link from explaining the rest, as it
+    must not break a tie (:func:`_tuple_signature`). Returns ``(link index or None, failures so left
+    out)``; the rerun may leave that many more failures unexplained.
 
     The cover's score (``votes²/crossings``) trusts each link's crossing count, and that count is
     diluted for a link that failed mid-window (its probes passed before the fault) or whose last
@@ -303,13 +314,19 @@ def _one_link_for_all(out: list[Suspect], left0: np.ndarray, left: np.ndarray, l
         loss_votes: whether these are loss votes (with a background rate).
     """
     if not loss_votes or len(out) < 2 or any(s.ratio >= DEAD_RATIO for s in out):
-        return None
+        return None, 0.0
     explained = np.nonzero((left0 > 0) & (left == 0))[0]
+    heavy = explained[left0[explained] >= min_votes]
+    stray = float(left0[explained].sum() - left0[heavy].sum())
+    if len(heavy) and stray <= stray_max:
+        explained = heavy
+    else:
+        stray = 0.0
     votes, _, ok, _ = start
     for j in np.argsort(-votes, kind="stable"):
         if ok[j] and np.isin(explained, rows[l_idx == j]).all():
-            return int(j)
-    return None
+            return int(j), stray
+    return None, 0.0
 
 
 def _expand_dark(pl: pa.Table, crossing: pa.Table) -> pa.Table:

@@ -260,3 +260,20 @@ def test_the_loop_keeps_new_probes_off_rnics_and_hosts_judged_down():
     loop.on_down([], now_ns=40)  # 40 ns later: the judgement has lapsed
     later = loop.on_requests([{"links": ["B->S1", "C->S1"], "window_start_ns": 0}], now_ns=40)
     assert later and loop._down(40) == frozenset()
+
+
+def test_split_loop_spreads_its_rate_over_many_slow_tuples():
+    # Panel 1: C-S4 and A-S4 tied (every failing tuple went from C to A through S4). Tuples between C and
+    # B through S4 split them; a partial loss on C-S4 selects only some, so the loop sends many, slowly.
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    paths_of = entry_links(Topology(inv, 1))
+    loop = SplitLoop(inv, reg, paths_of, seed=1)
+    added = loop.on_requests([{"links": ["A->S4", "C->S4"], "window_start_ns": 0}], now_ns=30)
+    assert 16 < len(added) <= loop.max_tuples
+    rates = [e["rate_pps"] for e in added]
+    assert sum(rates) == pytest.approx(loop.group_pps)
+    assert max(rates) <= 2 * ctl.INTER_TOR_LINK_PPS
+    sets = paths_of(added)
+    own = {m: sum(1 for s in sets if m in s and not {"A->S4", "C->S4"} <= s) for m in ("A->S4", "C->S4")}
+    assert min(own.values()) >= loop.per_member

@@ -188,3 +188,23 @@ def test_tuple_signature_keeps_heavy_rows_when_the_rest_is_background():
     assert _tuple_signature(rows, left, 100.0, 1e-3, cfg) == rows
     assert _tuple_signature(frozenset({0, 1}), left, 1000.0, 1e-3, cfg, heavy=False) == frozenset({0, 1})
     assert _tuple_signature(frozenset({1, 3}), left, 1000.0, 1e-3, cfg) == frozenset({1, 3})  # none heavy
+
+
+def test_a_background_drop_beside_two_partial_loss_tuples_does_not_keep_their_one_link_from_explaining_them():
+    """Panel 1, partial loss on C-S4 (simulator seed 19918, scenario 30, window 3): tuple C1->A4 goes up
+    C-S4 and its ACK comes back through S3; the loop's tuple A2->C2 goes through S1 and its ACK through
+    S4. Only C-S4 and A-S4 (one path, C to A through S4) are on both. A single background drop on
+    A1->C1 shares C1's access link and S3's links with the first tuple: the first cover names the second
+    tuple's four links and the first's six apart. The drop is within the background loss, so the one
+    pair of links on both tuples is named (tied: no probe of the window splits C-S4 from A-S4)."""
+    f = _failing([("c1,C,S4,A,a4", "a4,A,S3,C,c1", 76), ("a2,A,S1,C,c2", "c2,C,S4,A,a2", 400),
+                  ("a1,A,S2,C,c1", "c1,C,S3,A,a1", 1)])
+    cross = {"C->S4": 4534, "A->S4": 4534, "A->S3": 4400, "C->S3": 4400, "A->S1": 2331, "C->S1": 2331,
+             "A->S2": 4400, "C->S2": 4400, "c1->C": 1539, "a4->A": 1539, "a2->A": 2331, "c2->C": 2331,
+             "a1->A": 1500}
+    r = greedy_cover(f, _crossing(cross), probes=17_830, background=1e-3)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("A->S4", 476, ("C->S4",))]
+    assert r.unexplained == 1
+    # with no background loss to give it, the drop is a failure to explain: no one link is on every path
+    r = greedy_cover(f, _crossing(cross), probes=17_830, background=0.0)
+    assert len(r.suspects) >= 2

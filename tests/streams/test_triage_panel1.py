@@ -128,6 +128,29 @@ def test_busy_host_with_one_rnic_over_the_rule_charges_every_timeout_to_the_host
     assert res.stats["voted"] == 0
 
 
+def test_a_charged_rnic_stays_named_when_its_tor_peer_host_turns_busy():
+    # A2 (H1) drops a quarter of its probes; in the next window H2 (A3, A4, A2's other ToR peers) turns busy,
+    # so only A1 is left of the rule's probers. A1 still sees A2 fail: it stays an RNIC claim, beside the busy
+    # host, and its timeouts are not hidden under the earlier charge.
+    state = AnalyzerState()
+    first = analyze(Faults(flaky_rnics={"A2": 0.25}), state=state, seed=2)
+    assert kinds(first) == [("rnic", "A2")]
+    nxt = analyze(Faults(flaky_rnics={"A2": 0.25}, busy_hosts={"H2"}, busy_timeout_p=0.1), state=state,
+                  start=START + WINDOW_NS, seed=3)
+    assert kinds(nxt) == [("busy_host", "H2"), ("rnic", "A2")]
+    # without the earlier claim the busy probers' view alone is no RNIC fault
+    alone = analyze(Faults(flaky_rnics={"A2": 0.25}, busy_hosts={"H2"}, busy_timeout_p=0.1),
+                    start=START + WINDOW_NS, seed=3)
+    assert ("rnic", "A2") not in kinds(alone)
+
+
+def test_a_charged_rnic_that_recovered_is_not_named_again_beside_a_busy_host():
+    state = AnalyzerState()
+    assert kinds(analyze(Faults(flaky_rnics={"A2": 0.25}), state=state, seed=2)) == [("rnic", "A2")]
+    nxt = analyze(Faults(busy_hosts={"H2"}, busy_timeout_p=0.1), state=state, start=START + WINDOW_NS, seed=3)
+    assert ("rnic", "A2") not in kinds(nxt)
+
+
 def test_silent_agent_is_host_down_not_rnic():
     res = analyze(Faults(silent_hosts={"H3"}))
     assert kinds(res) == [("host_down", "H3")]
