@@ -138,7 +138,7 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     total = int(n_g.sum())
     if failing.num_rows == 0:
         return CoverResult([], 0, 0, 0)
-    pl = _expand_dark(probe_links(failing["fwd_hops"], failing["rev_hops"]), crossing)
+    pl = _expand_dark(probe_links(failing["fwd_hops"], failing["rev_hops"]), crossing, n_g)
     rows = pl["row"].to_numpy().astype(np.int64)
     w = pl["w"].to_numpy() if "w" in pl.column_names else np.ones(len(rows))
     traced = np.zeros(len(n_g), dtype=bool)
@@ -329,11 +329,18 @@ def _one_link_for_all(out: list[Suspect], left0: np.ndarray, left: np.ndarray, l
     return None, 0.0
 
 
-def _expand_dark(pl: pa.Table, crossing: pa.Table) -> pa.Table:
+def _expand_dark(pl: pa.Table, crossing: pa.Table, n_g: np.ndarray | None = None) -> pa.Table:
     """Replace each pseudo-link ``X->*`` (a trace that stopped after X with no known next hop) by the
     links that could be that next hop: X's links upward (X as the lower end) when any are known,
     else its links downward. A failing probe votes once for each (ECMP left the choice open);
-    with no candidate known the pseudo-link stays (the vote reports it ``undetermined``)."""
+    with no candidate known the pseudo-link stays (the vote reports it ``undetermined``).
+
+    With ``n_g`` (failing probes per group of ``pl``'s rows), candidates that look dead on the complete
+    traces (at least :data:`DEAD_RATIO` of the probes crossing them failed, and two or more did) are
+    the only ones kept when there are any: a trace stops where the next hop does not answer, and a
+    dead link is what stops it; a next link that carries passing probes did not. Without this, a dead
+    uplink's dark traces were spread over its healthy siblings, and one of those outscored the dead link.
+    """
     links = pl["link"].to_pylist()
     suffix = LINK_SEP + NO_ANSWER
     if not any(lk.endswith(suffix) for lk in links):
@@ -354,11 +361,13 @@ def _expand_dark(pl: pa.Table, crossing: pa.Table) -> pa.Table:
         up.setdefault(a, []).append(lk)
         down.setdefault(b, []).append(lk)
     access = dict(zip(links, pl["access_rnic"].to_pylist(), strict=True))
+    dead = _dead_on_complete_traces(pl, crossing, n_g, suffix) if n_g is not None else set()
     out_row, out_link, out_acc, out_w = [], [], [], []
     for r, lk in zip(pl["row"].to_pylist(), links, strict=True):
         if lk.endswith(suffix):
             node = lk[: -len(suffix)]
             cands = sorted(up.get(node) or down.get(node) or [lk])
+            cands = [c for c in cands if c in dead] or cands
         else:
             cands = [lk]
         for c in cands:
@@ -371,6 +380,21 @@ def _expand_dark(pl: pa.Table, crossing: pa.Table) -> pa.Table:
     g = t.group_by(["row", "link"]).aggregate([("access_rnic", "max"), ("w", "max")])
     return g.rename_columns(["row", "link", "access_rnic", "w"]).sort_by([("row", "ascending"),
                                                                           ("link", "ascending")])
+
+
+def _dead_on_complete_traces(pl: pa.Table, crossing: pa.Table, n_g: np.ndarray, suffix: str) -> set[str]:
+    """Links whose probes on complete traces nearly all failed (:data:`DEAD_RATIO`, at least two failures):
+    failures from ``pl``'s known links (``n_g`` per row), over the window's ``crossing`` counts."""
+    known = pc.invert(pc.ends_with(pl["link"], suffix))
+    sub = pl.filter(known)
+    if sub.num_rows == 0 or crossing.num_rows == 0:
+        return set()
+    rows = sub["row"].to_numpy().astype(np.int64)
+    names, idx = np.unique(np.array(sub["link"].to_pylist(), dtype=object), return_inverse=True)
+    failed = np.bincount(idx, weights=n_g[rows].astype(np.float64), minlength=len(names))
+    cmap = dict(zip(crossing["link"].to_pylist(), crossing["n"].to_pylist(), strict=True))
+    cross = np.array([max(cmap.get(lk, 0), 1) for lk in names], dtype=np.float64)
+    return {str(lk) for lk, f, c in zip(names, failed, cross, strict=True) if f >= 2 and f / c >= DEAD_RATIO}
 
 
 def _probing_limit(crossing: pa.Table, links: list[str]) -> bool:

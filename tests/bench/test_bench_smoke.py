@@ -42,12 +42,7 @@ FIXED = [
 SEEDS = range(12)
 """Every fixed scenario runs at each of these simulator seeds (one seed can hide a miss that others show)."""
 EXACT = [f for f in FIXED if "lossy" not in f[0]]
-MIN_CONFIDENCE = {
-    # the failing probes' traces stop at switch A (the next hop is dead), so each is split over A's uplinks
-    # (tomography._expand_dark): A->S2 then holds ~70 % of A->S3's score at seeds 6 and 8, and the margin
-    # term (1 - 0.71^4) takes the claim to 0.72-0.75 though every probe known to cross A->S3 failed
-    "panel1 dead link": 0.7,
-}
+MIN_CONFIDENCE: dict[str, float] = {}
 """The least confidence of a right claim per scenario where it is not 0.9 at every seed, and why."""
 
 

@@ -208,3 +208,18 @@ def test_a_background_drop_beside_two_partial_loss_tuples_does_not_keep_their_on
     # with no background loss to give it, the drop is a failure to explain: no one link is on every path
     r = greedy_cover(f, _crossing(cross), probes=17_830, background=0.0)
     assert len(r.suspects) >= 2
+
+
+def test_traces_that_stop_after_a_switch_vote_for_its_dead_uplink_not_for_its_healthy_ones():
+    """A-S1 is dead: traces of probes hashed onto it stop after A (``A,*``), and the probes that come down
+    S1 to A on complete (older) traces all fail too. A's other uplinks carry thousands of passing probes:
+    the dark traces are A-S1's, not a share of each uplink's (simulator seed 19918, scenario 90, where
+    the shares made A-S3|A-S4 a tie and left A-S1 unnamed)."""
+    f = _failing([("a2,A,*", "b1,B,S3,A,a2", 76), ("a4,A,*", "c4,C,S4,A,a4", 76), ("a1,A,*", "b3,B,S2,A,a1", 76),
+                  ("b2,B,S1,A,a3", "a3,A,S2,B,b2", 76), ("c2,C,S1,A,a2", "a2,A,S4,C,c2", 76)])
+    cross = {"A->S1": 152, "A->S2": 3000, "A->S3": 3000, "A->S4": 3000, "B->S1": 300, "C->S1": 300,
+             "B->S2": 3000, "B->S3": 3000, "C->S4": 3000,
+             **{f"{r}->{r[0].upper()}": 2500 for r in ("a1", "a2", "a3", "a4", "b1", "b2", "b3", "c2", "c4")}}
+    r = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-3)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("A->S1", 380, ())]
+    assert r.unexplained == 0
