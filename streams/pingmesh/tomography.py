@@ -170,10 +170,12 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         return votes, ratio, ok, log_p
 
     def cover(first: int | None) -> tuple[list[Suspect], np.ndarray]:
-        """The greedy cover; ``first``: the link to name first (the parsimony rerun below)."""
+        """The greedy cover; ``first``: the link to name first (the parsimony rerun below). Fills
+        ``explained_by``: the failing groups each suspect explained, in order."""
         cross = cross0.copy()
         left = left0.copy()
         out: list[Suspect] = []
+        explained_by.clear()
         taken = np.zeros(len(links), dtype=bool)
         while True:
             votes, ratio, ok, log_p = passing(left, cross, taken)
@@ -238,9 +240,11 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             # crossing counts, as the probes of earlier steps (host down, RNIC) leave the vote's
             cross -= np.bincount(l_idx, weights=in_i[rows] * left[rows] * w, minlength=len(links))
             left[list(rows_i)] = 0.0
+            explained_by.append(rows_i)
         return out, left
 
     cross0 = cross
+    explained_by: list[frozenset[int]] = []
     out, left = cover(None)
     # single drops the background gives over the window's probes, as for the window's leftovers (vote_step)
     expected = background * (probes or 0)
@@ -252,7 +256,46 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         out2, left2 = cover(j)
         if len(out2) < len(out) and left2.sum() <= left.sum() + stray:
             out, left = out2, left2
+            j = None
+    if j is None and probes is not None:
+        start = passing(left0, cross0, np.zeros(len(links), bool))
+        k = _one_link_for_ties(out, explained_by, left0, l_idx, rows, start, cfg.min_votes)
+        if k is not None:
+            out2, left2 = cover(k)
+            if len(out2) < len(out) and left2.sum() <= left.sum():
+                out, left = out2, left2
     return CoverResult(out, int(left.sum()), untraced, total)
+
+
+def _one_link_for_ties(out: list[Suspect], explained_by: list[frozenset[int]], left0: np.ndarray,
+                       l_idx: np.ndarray, rows: np.ndarray,
+                       start: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray], min_votes: int) -> int | None:
+    """Parsimony over ties: the one link on the paths of every heavy failing group (``min_votes`` or more
+    failures) of two or more of the cover's tied suspects, if any (the most voted), else None.
+
+    A partial 5-tuple loss on a link with much traffic fails a few tuples whose paths differ; each makes
+    a tie of its own paths' links when the cover reaches it (the faulty link's ratio is small, so links
+    on one tuple's path score higher), and the faulty link is the one those ties have in common. The
+    cover is then run again with it named first; the caller keeps that cover when it names fewer links
+    and explains as much.
+
+    Args:
+        out: the cover's suspects; explained_by: the failing groups each explained.
+        left0: failures per group; l_idx, rows: the link and group of each (group, link) pair.
+        start: :func:`greedy_cover`'s ``passing`` on the whole window (votes, ratio, ok, log p).
+    """
+    tied = [explained_by[i] for i, s in enumerate(out) if s.tied_with and s.ratio < DEAD_RATIO]
+    if len(tied) < 2:
+        return None
+    heavy = [frozenset(r for r in g if left0[r] >= min_votes) or g for g in tied]
+    votes, _, ok, _ = start
+    for j in np.argsort(-votes, kind="stable"):
+        if not ok[j]:
+            continue
+        on_j = set(rows[l_idx == j].tolist())
+        if sum(1 for g in heavy if g <= on_j) >= 2:
+            return int(j)
+    return None
 
 
 def _tuple_signature(rows_l: frozenset[int], left: np.ndarray, crossing: float, background: float,

@@ -223,3 +223,22 @@ def test_traces_that_stop_after_a_switch_vote_for_its_dead_uplink_not_for_its_he
     r = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-3)
     assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("A->S1", 380, ())]
     assert r.unexplained == 0
+
+
+def test_two_partial_loss_tuples_with_different_paths_name_the_one_link_they_share():
+    """A partial 5-tuple loss on D-S4 (simulator seed 13124, scenario 86) drops two tuples: B1->D1 (up
+    through S3, its ACK back through S4) and A6->D6 (through S4, its ACK through S1). D-S4 carries
+    thousands of passing probes, so the cover first ties each tuple's own links apart; D-S4 is on both
+    and alone explains them. C-S4 flaps meanwhile (a fault of its own), so no one link is on every
+    failing path and the parsimony over all suspects does not apply."""
+    f = _failing([("b1,B,S3,D,d1", "d1,D,S4,B,b1", 76), ("a6,A,S4,D,d6", "d6,D,S1,A,a6", 149),
+                  ("c1,C,S4,E,e1", "e1,E,S2,C,c1", 80), ("c2,C,S4,E,e2", "e2,E,S3,C,c2", 80),
+                  ("e3,E,S2,C,c3", "c3,C,S4,E,e3", 73)])
+    cross = {"B->S3": 706, "D->S3": 706, "B->S4": 3000, "D->S4": 3975, "A->S4": 1229, "D->S1": 1229,
+             "A->S1": 1229, "C->S4": 2330, "E->S4": 6000, "E->S2": 3000, "C->S2": 3000, "E->S3": 3000,
+             "C->S3": 3000,
+             **{f"{r}->{r[0].upper()}": 1229 for r in ("b1", "d1", "a6", "d6", "c1", "c2", "c3", "e1", "e2", "e3")}}
+    r = greedy_cover(f, _crossing(cross), probes=19_000, background=1e-3)
+    # C-S4's three tuples all go to E: with so few, E-S4 stays tied with it (the few-tuple rule)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("D->S4", 225, ()), ("C->S4", 233, ("E->S4",))]
+    assert r.unexplained == 0
