@@ -129,7 +129,8 @@ def analyze_window(
 
     found = triage(ctx, registry, cfg.triage, background, cfg.vote.min_votes)    # 1-3
     down, busy_hosts = found.down, found.busy
-    cover = vote_step(ctx, cfg.vote, cfg.triage.background_floor, cfg.min_unexplained)  # 4
+    cover = vote_step(ctx, cfg.vote, cfg.triage.background_floor, cfg.min_unexplained,  # 4
+                      cfg.triage.rnic_loss_ratio, cfg.triage.rnic_charge_ns)
     latency_step(ctx, cfg.latency, cfg.vote)                                   # 5
 
     # host delay baselines: EWMA of p50 over hosts not judged busy

@@ -459,14 +459,18 @@ def _confidence(votes: float, evidence: float, rel_second: float, cfg: VoteConfi
     return round(support * evidence * margin, 6)
 
 
-def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexplained: int) -> CoverResult:
+def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexplained: int,
+              rnic_ratio: float = 0.10, charge_ns: int = 60_000_000_000) -> CoverResult:
     """Step 4: vote the timeouts no earlier step explained over their paths (Algorithm 1 extended).
 
     The crossing counts lose the probes earlier steps took (so a dead host's access links do
     not look clean). Emits ``switch`` verdicts, ``undetermined`` for ties (links that explain
     the same failures equally: a right abstention when the fault is among them), ``rnic`` for an
-    access link that nearly every probe through it failed on (``access_claim_ratio``), ``undetermined``
-    for other access links below the RNIC rule, and ``undetermined unexplained`` for leftovers.
+    access link that nearly every probe through it failed on (``access_claim_ratio``), or that fails
+    over the RNIC rule's ratio (``rnic_ratio``) while its RNIC is still charged from an RNIC claim
+    (the rule had its two probers then; its ToR peers are down or busy now, and the claim renews the
+    charge for ``charge_ns``), ``undetermined`` for other access links below the RNIC rule, and
+    ``undetermined unexplained`` for leftovers.
     """
     failing = ctx.partial.failing
     keep = ~ctx.taken_failing()
@@ -481,6 +485,7 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
     probes -= int(excl["n"].to_numpy().sum()) if excl.num_rows else 0
     cover = greedy_cover(vote, crossing, cfg, probes=probes, background=background)
     ctx.vote_crossing = crossing
+    charged = {r for r, until in ctx.state.charged.items() if until >= ctx.ws}
     for s in cover.suspects:
         ev = {"votes": s.votes, "failed": s.failed, "crossing": s.crossing, "ratio": round(s.ratio, 6)}
         if s.link.endswith(LINK_SEP + NO_ANSWER):
@@ -499,6 +504,12 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
             # cable or ToR port (all ``rnic`` faults), even where too few ToR peers were left to probe it
             ctx.emit("rnic", s.access_rnic, s.votes, s.confidence, s.failed, s.crossing,
                      {**ev, "link": s.link, "why": "access link: nearly every probe through it failed"})
+        elif s.access_rnic is not None and s.access_rnic in charged and s.ratio > rnic_ratio:
+            ctx.emit("rnic", s.access_rnic, s.votes, s.confidence, s.failed, s.crossing,
+                     {**ev, "link": s.link, "why": "access link of an RNIC claimed within its charge still fails "
+                                                   "over the RNIC rule's ratio; too few ToR peers left for the rule"})
+            ctx.state.charged[s.access_rnic] = max(ctx.state.charged.get(s.access_rnic, 0),
+                                                   ctx.we + charge_ns - ctx.window_ns)
         elif s.access_rnic is not None:
             ctx.emit("undetermined", s.access_rnic, s.ratio, 0.0, s.failed, s.crossing,
                      {**ev, "link": s.link, "link_confidence": s.confidence,

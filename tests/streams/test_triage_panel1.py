@@ -151,6 +151,20 @@ def test_a_charged_rnic_that_recovered_is_not_named_again_beside_a_busy_host():
     assert ("rnic", "A2") not in kinds(nxt)
 
 
+def test_a_charged_rnic_stays_named_when_its_tor_peer_host_is_down():
+    # A1 (H1) drops a quarter of its probes; then H2 (A3, A4) goes silent and only A2 is left to probe A1
+    # across the ToR: the rule cannot judge it. Its access link still fails from every pinglist, and the
+    # RNIC was claimed within its charge: still an RNIC claim; without the earlier claim, undetermined.
+    state = AnalyzerState()
+    assert kinds(analyze(Faults(flaky_rnics={"A1": 0.25}), state=state, seed=2)) == [("rnic", "A1")]
+    faults = Faults(flaky_rnics={"A1": 0.25}, silent_hosts={"H2"})
+    nxt = analyze(faults, state=state, start=START + WINDOW_NS, seed=3)
+    assert kinds(nxt) == [("host_down", "H2"), ("rnic", "A1")]
+    assert "charge" in json.loads(next(v for v in nxt.verdicts.to_pylist() if v["kind"] == "rnic")["evidence"])["why"]
+    alone = analyze(faults, start=START + WINDOW_NS, seed=3)
+    assert ("rnic", "A1") not in kinds(alone)
+
+
 def test_silent_agent_is_host_down_not_rnic():
     res = analyze(Faults(silent_hosts={"H3"}))
     assert kinds(res) == [("host_down", "H3")]
