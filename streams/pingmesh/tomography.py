@@ -66,6 +66,9 @@ class VoteConfig:
         near_tie: score (votes x ratio), relative to the best link's, at which a competitor sharing at
             least half of the best link's failures is tied with it (0.99): the claim's margin term would
             be under 4 %, and such claims were wrong on fresh benchmark seeds.
+        same_rows_tie: score, relative to the best link's, at which a competitor with exactly the same
+            unexplained failing groups is tied with it (0.75): the scores then differ only by the
+            links' crossing counts (margin term under 0.69).
         access_claim_ratio: failure ratio at which an access link the RNIC rule could not judge
             (fewer than two live ToR-mesh probers: its ToR peers are down or on its own host) is
             claimed as an ``rnic`` fault (0.9); below it the link stays ``undetermined``, as a busy
@@ -79,6 +82,7 @@ class VoteConfig:
     support_scale: float = 2.0
     ratio_scale: float = 0.05
     near_tie: float = 0.99
+    same_rows_tie: float = 0.75
     access_claim_ratio: float = 0.9
 
 
@@ -206,7 +210,11 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
                     if j != i and _tuple_signature(frozenset(rows[(l_idx == j) & live[rows]].tolist()), left,
                                                    probed[j], background, cfg, probes is not None) == sig_i))
             else:
-                ties = tuple(sorted(str(links[j]) for j in top[1:]
+                # the same failing groups and a score within ``same_rows_tie``: only the crossing counts
+                # tell the two apart, and those hold the passing probes of pairs whose failures an earlier
+                # suspect took (a lossy link beside a flapping one at the same spine)
+                near_same = np.nonzero(ok & (score >= cfg.same_rows_tie * best))[0]
+                ties = tuple(sorted(str(links[j]) for j in near_same
                                     if j != i and frozenset(rows[(l_idx == j) & live[rows]].tolist()) == rows_i))
             # margin: the best competing link among those sharing at least half of i's unexplained failures
             in_i = np.zeros(len(n_g), dtype=bool)
@@ -459,6 +467,51 @@ def _confidence(votes: float, evidence: float, rel_second: float, cfg: VoteConfi
     return round(support * evidence * margin, 6)
 
 
+def _answers_fail(ctx: WindowContext, rnic: str, ratio: float) -> bool:
+    """The RNIC rule over every pinglist's probes to ``rnic`` (inter-ToR and service too, not only its ToR
+    peers'): more than ``ratio`` of those no earlier step took timed out, seen by two or more probers. A
+    prober that cannot send fails only the probes it sends: it is not judged here."""
+    pairs = ctx.partial.pairs
+    if pairs.num_rows == 0:
+        return False
+    mask = pc.equal(pairs["responder_rnic"], rnic).to_numpy(zero_copy_only=False) & ~ctx.taken_pairs()
+    if not mask.any():
+        return False
+    sub = pairs.filter(pa.array(mask))
+    n = int(pc.sum(sub["n"]).as_py() or 0)
+    bad = int(pc.sum(sub["n_timeout"]).as_py() or 0)
+    seen = len(set(sub.filter(pc.greater(sub["n_timeout"], 0))["prober_rnic"].to_pylist()))
+    return n > 0 and bad / n > ratio and seen >= 2
+
+
+def _siblings_clean(ctx: WindowContext, rnic: str, failing: pa.Table, crossing: pa.Table, ratio: float) -> bool:
+    """True when ``rnic``'s host has other RNICs and each one's access link was crossed in the window with
+    at most ``ratio`` of those probes failing (``failing``: the vote's groups, less those through ``rnic``'s
+    own access link; ``crossing``: its counts). A busy or dying host fails the probes of all its RNICs; one
+    RNIC failing beside clean siblings is the RNIC, its cable or its ToR port."""
+    host = ctx.rnic_host.get(rnic)
+    others = [r for r in ctx.rnics_of(host) if r != rnic] if host else []
+    if not others:
+        return False
+    access = {lk.split(LINK_SEP, 1)[0]: lk for lk in crossing["link"].to_pylist()
+              if lk.split(LINK_SEP, 1)[0] in others}
+    if set(access) != set(others):
+        return False  # a sibling no probe crossed says nothing
+    cmap = dict(zip(crossing["link"].to_pylist(), crossing["n"].to_pylist(), strict=True))
+    fmap: dict[str, int] = {}
+    if failing.num_rows:
+        # probes between the RNIC and a sibling fail through the RNIC: they say nothing of the sibling
+        pl = probe_links(failing["fwd_hops"], failing["rev_hops"])
+        own = pc.starts_with(pl["link"], rnic + LINK_SEP)
+        mine = np.zeros(failing.num_rows, dtype=bool)
+        mine[pl["row"].filter(own).to_numpy().astype(np.int64)] = True
+        rest = failing.filter(pa.array(~mine))
+        if rest.num_rows:
+            fails = link_counts(rest)
+            fmap = dict(zip(fails["link"].to_pylist(), fails["n"].to_pylist(), strict=True))
+    return all(cmap[lk] > 0 and fmap.get(lk, 0) / cmap[lk] <= ratio for lk in access.values())
+
+
 def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexplained: int,
               rnic_ratio: float = 0.10, charge_ns: int = 60_000_000_000) -> CoverResult:
     """Step 4: vote the timeouts no earlier step explained over their paths (Algorithm 1 extended).
@@ -468,8 +521,9 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
     the same failures equally: a right abstention when the fault is among them), ``rnic`` for an
     access link that nearly every probe through it failed on (``access_claim_ratio``), or that fails
     over the RNIC rule's ratio (``rnic_ratio``) while its RNIC is still charged from an RNIC claim
-    (the rule had its two probers then; its ToR peers are down or busy now, and the claim renews the
-    charge for ``charge_ns``), ``undetermined`` for other access links below the RNIC rule, and
+    (the rule had its two probers then; its ToR peers are down or busy now) or while its host's other
+    RNICs are clean (:func:`_siblings_clean`; a claim renews the charge for ``charge_ns``),
+    ``undetermined`` for other access links below the RNIC rule, and
     ``undetermined unexplained`` for leftovers.
     """
     failing = ctx.partial.failing
@@ -504,10 +558,15 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
             # cable or ToR port (all ``rnic`` faults), even where too few ToR peers were left to probe it
             ctx.emit("rnic", s.access_rnic, s.votes, s.confidence, s.failed, s.crossing,
                      {**ev, "link": s.link, "why": "access link: nearly every probe through it failed"})
-        elif s.access_rnic is not None and s.access_rnic in charged and s.ratio > rnic_ratio:
+        elif s.access_rnic is not None and s.ratio > rnic_ratio and (
+                s.access_rnic in charged or (_answers_fail(ctx, s.access_rnic, rnic_ratio)
+                                             and _siblings_clean(ctx, s.access_rnic, vote, crossing, rnic_ratio / 2))):
+            why = ("access link of an RNIC claimed within its charge still fails over the RNIC rule's ratio"
+                   if s.access_rnic in charged else
+                   "probes to the RNIC from every pinglist fail over the RNIC rule's ratio, seen by two or more "
+                   "probers, while the host's other RNICs' access links are clean")
             ctx.emit("rnic", s.access_rnic, s.votes, s.confidence, s.failed, s.crossing,
-                     {**ev, "link": s.link, "why": "access link of an RNIC claimed within its charge still fails "
-                                                   "over the RNIC rule's ratio; too few ToR peers left for the rule"})
+                     {**ev, "link": s.link, "why": f"{why}; too few ToR peers left for the rule"})
             ctx.state.charged[s.access_rnic] = max(ctx.state.charged.get(s.access_rnic, 0),
                                                    ctx.we + charge_ns - ctx.window_ns)
         elif s.access_rnic is not None:

@@ -242,3 +242,19 @@ def test_two_partial_loss_tuples_with_different_paths_name_the_one_link_they_sha
     # C-S4's three tuples all go to E: with so few, E-S4 stays tied with it (the few-tuple rule)
     assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("D->S4", 225, ()), ("C->S4", 233, ("E->S4",))]
     assert r.unexplained == 0
+
+
+def test_a_link_with_the_same_failures_and_a_close_score_is_tied_not_outscored():
+    """Panel 1, B-S2 flapping and A-S2 2 % lossy (simulator seed 2112, scenario 165). B-S2 is named and
+    takes the failures of A-B and B-C through S2; what is left fails on A-C through S2 only, which A-S2 and
+    C-S2 carry alike. C-S2 has fewer crossings (A-B's passing probes count on A-S2), so it outscored A-S2
+    and was claimed, wrongly: the two are tied."""
+    f = _failing([("a1,A,S2,B,b1", "b1,B,S2,A,a1", 100), ("b2,B,S2,C,c2", "c2,C,S1,B,b2", 100),
+                  ("c3,C,S2,B,b3", "b3,B,S3,C,c3", 103),
+                  # A-S2's 2 % loss: a few drops on each of many A-C tuples through S2
+                  *[(f"a{k},A,S2,C,c{k}", f"c{k},C,S{3 + k % 2},A,a{k}", 4) for k in range(1, 7)]])
+    cross = {"A->S2": 1250, "B->S2": 990, "C->S2": 1142, "A->S3": 3000, "A->S4": 3000, "B->S3": 3000,
+             "C->S1": 3000, "B->S1": 3000, "C->S3": 3000, "C->S4": 3000,
+             **{f"{x}{k}->{x.upper()}": 1000 for x in "abc" for k in range(1, 7)}}
+    r = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-3)
+    assert [(s.link, s.tied_with) for s in r.suspects] == [("B->S2", ()), ("C->S2", ("A->S2",))]

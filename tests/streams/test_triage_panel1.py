@@ -138,8 +138,8 @@ def test_a_charged_rnic_stays_named_when_its_tor_peer_host_turns_busy():
     nxt = analyze(Faults(flaky_rnics={"A2": 0.25}, busy_hosts={"H2"}, busy_timeout_p=0.1), state=state,
                   start=START + WINDOW_NS, seed=3)
     assert kinds(nxt) == [("busy_host", "H2"), ("rnic", "A2")]
-    # without the earlier claim the busy probers' view alone is no RNIC fault
-    alone = analyze(Faults(flaky_rnics={"A2": 0.25}, busy_hosts={"H2"}, busy_timeout_p=0.1),
+    # without the earlier claim, the busy probers' view and a sibling failing alike are no RNIC fault
+    alone = analyze(Faults(flaky_rnics={"A2": 0.25, "A1": 0.25}, busy_hosts={"H2"}, busy_timeout_p=0.1),
                     start=START + WINDOW_NS, seed=3)
     assert ("rnic", "A2") not in kinds(alone)
 
@@ -161,8 +161,20 @@ def test_a_charged_rnic_stays_named_when_its_tor_peer_host_is_down():
     nxt = analyze(faults, state=state, start=START + WINDOW_NS, seed=3)
     assert kinds(nxt) == [("host_down", "H2"), ("rnic", "A1")]
     assert "charge" in json.loads(next(v for v in nxt.verdicts.to_pylist() if v["kind"] == "rnic")["evidence"])["why"]
-    alone = analyze(faults, start=START + WINDOW_NS, seed=3)
-    assert ("rnic", "A1") not in kinds(alone)
+    # without the earlier claim, and with A1's sibling A2 failing too, nothing names A1
+    both = Faults(flaky_rnics={"A1": 0.25, "A2": 0.25}, silent_hosts={"H2"})
+    assert ("rnic", "A1") not in kinds(analyze(both, start=START + WINDOW_NS, seed=3))
+
+
+def test_an_rnic_failing_beside_a_clean_sibling_is_named_when_its_tor_peers_are_down():
+    # H2 (A3, A4) is silent and A1 drops a quarter of its probes: only A2, on A1's own host, is left to
+    # probe A1 across the ToR, and the rule cannot judge it. Probes from every other ToR fail through A1's
+    # access link while A2's are clean: A1 (its RNIC, cable or ToR port), with no earlier claim needed.
+    res = analyze(Faults(flaky_rnics={"A1": 0.25}, silent_hosts={"H2"}), seed=3)
+    assert kinds(res) == [("host_down", "H2"), ("rnic", "A1")]
+    # both of H1's RNICs failing alike is no RNIC claim (a host cause is as likely)
+    res = analyze(Faults(flaky_rnics={"A1": 0.25, "A2": 0.25}, silent_hosts={"H2"}), seed=3)
+    assert ("rnic", "A1") not in kinds(res) and ("rnic", "A2") not in kinds(res)
 
 
 def test_silent_agent_is_host_down_not_rnic():
