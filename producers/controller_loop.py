@@ -231,9 +231,10 @@ class SplitLoop:
                 a.until_ns = max(a.until_ns, now_ns + self.lifetime_ns)
 
     def on_down(self, endpoints: Iterable[str], now_ns: int) -> None:
-        """A window judged these RNICs or hosts down (``rnic``, ``host_down``, ``host_unreachable``): new
-        entries keep off their RNICs for ``lifetime_ns``. A probe to or from a dead RNIC fails on every link
-        it crosses, so it splits nothing, and its failures are the triage's, not the vote's."""
+        """A window judged these RNICs or hosts down or busy (``rnic``, ``host_down``, ``host_unreachable``,
+        ``busy_host``): new entries keep off their RNICs for ``lifetime_ns``. A probe to or from a dead RNIC
+        fails on every link it crosses, so it splits nothing, and its failures (like every timeout at a busy
+        host) are the triage's, not the vote's."""
         for x in endpoints:
             rnics = [x] if x in self.inv.rnics else self.inv.rnics_of_host(x) if x in self.inv.hosts else []
             for r in rnics:

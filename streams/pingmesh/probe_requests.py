@@ -61,8 +61,9 @@ def named_links(verdicts: pa.Table | Iterable[dict]) -> list[str]:
 
 
 def down_endpoints(verdicts: pa.Table | Iterable[dict]) -> list[str]:
-    """The RNICs (``rnic``) and hosts (``host_down``, ``host_unreachable``) the verdicts judge down, for the
-    loop to keep its probes off them."""
+    """The RNICs (``rnic``) and hosts (``host_down``, ``host_unreachable``, ``busy_host``) the verdicts judge
+    down or busy, for the loop to keep its probes off them: the triage takes every timeout at them before
+    the vote, so a probe to or from one splits nothing."""
     rows = verdicts.to_pylist() if isinstance(verdicts, pa.Table) else list(verdicts)
-    return [str(v["location"]) for v in rows if v["kind"] in ("rnic", "host_down", "host_unreachable")
+    return [str(v["location"]) for v in rows if v["kind"] in ("rnic", "host_down", "host_unreachable", "busy_host")
             and v.get("revision_of") is None]

@@ -249,6 +249,9 @@ def test_the_loop_keeps_new_probes_off_rnics_and_hosts_judged_down():
     rows = [_verdict("rnic", "A3"), _verdict("host_down", "H1", vid="v2"), _verdict("switch", "A->S1", vid="v3"),
             _verdict("rnic", "B2", vid="v4", revision_of="v0")]
     assert down_endpoints(rows) == ["A3", "H1"]
+    # a busy host's timeouts are the triage's too (seed 2112 scenario 180: loop tuples to busy H5 were dropped
+    # by a partial loss and never reached the vote)
+    assert down_endpoints([_verdict("busy_host", "H5", vid="v5")]) == ["H5"]
     gone = {"A3", *inv.rnics_of_host("H1")}  # A3, and H1's A1 and A2
     blind = SplitLoop(inv, reg, entry_links(Topology(inv, 2)), seed=2, lifetime_ns=40)
     first = blind.on_requests([{"links": ["A->S1", "B->S1"], "window_start_ns": 0}], now_ns=0)
