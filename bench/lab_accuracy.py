@@ -333,6 +333,66 @@ class _PartialsCounter:
 
 
 @dataclass
+class LabLoop:
+    """The controller's closed loop on the lab (:class:`producers.controller_loop.SplitLoop`, the code
+    ``fabricscope pinglist loop`` runs): verdicts in, the agents' pinglist files out.
+
+    Each batch of verdicts the run collects goes to the loop (the RNICs and hosts judged down or busy, the
+    probe requests of ``undetermined`` groups, the links named), and every host's pinglist file is
+    rewritten as the controller's lists plus the loop's entries in force whenever those change (the lab's
+    probers read their file within a second). Candidate 5-tuples are chosen on the inventory's ECMP model,
+    as the service chooses them; the lab's routers hash with a seed of their own, so which spine a tuple
+    takes is the kernel's draw, and the vote reads the paths the agents trace.
+
+    Args:
+        lab: the running :class:`fabricscope.cmd_lab.LabSource` (its inventory, QPNs and base pinglists).
+        seed: the loop's candidate draw.
+    """
+
+    def __init__(self, lab: Any, seed: int) -> None:
+        from producers import controller as ctl
+        from producers.controller_loop import SplitLoop
+        from producers.sim.plan import entry_links
+        from producers.sim.routing import Topology
+
+        self.lab = lab
+        self.seed = seed
+        reg = ctl.Registry.from_inventory(lab.inventory, lab.qpns, seed=seed)
+        self.loop = SplitLoop(lab.inventory, reg, entry_links(Topology(lab.inventory, seed)), seed=seed)
+        self._seen = 0
+        self._written: list[dict] = []
+
+    def on_new_registry(self) -> None:
+        """The lab's QPNs changed (a host restarted): the loop's new entries take the new ones."""
+        from producers import controller as ctl
+
+        self.loop.reg = ctl.Registry.from_inventory(self.lab.inventory, self.lab.qpns, seed=self.seed)
+        self._written = []  # the base lists were rewritten: write the loop's entries again
+
+    def step(self, verdicts: list[dict], now_ns: int) -> bool:
+        """Feed the verdicts not seen yet; rewrite the pinglist files if the loop's entries changed.
+
+        Returns True when the files were rewritten."""
+        from infra.lab import agents
+        from streams.pingmesh.probe_requests import down_endpoints, named_links, requests_from_verdicts
+
+        new = verdicts[self._seen:]
+        self._seen = len(verdicts)
+        if new:
+            self.loop.on_down(down_endpoints(new), now_ns)
+            self.loop.on_requests(requests_from_verdicts(new), now_ns)
+            self.loop.on_named(named_links(new), now_ns)
+        entries = self.loop.entries(now_ns)
+        if entries == self._written:
+            return False
+        lists = {h: list(es) for h, es in self.lab.pinglists.items()}
+        for e in entries:
+            lists.setdefault(e["prober_host"], []).append(e)
+        agents.write_pinglists(lists, self.lab.directory)
+        self._written = entries
+        return True
+
+
 class LabAccuracyRun:
     """Everything the lab run collected: per scenario its run, and the verdicts and closed windows."""
 
@@ -342,12 +402,16 @@ class LabAccuracyRun:
     link_probes: dict[int, dict[str, int]] = field(default_factory=dict)
     unclosed: list[int] = field(default_factory=list)
     """Window starts of the scenarios that the pipeline had not closed when the run ended."""
+    loop_writes: int = 0
+    """Times the closed loop rewrote the agents' pinglist files (``loop=True``)."""
+    loop_log: list[dict] = field(default_factory=list)
+    """The loop's answers (:attr:`producers.controller_loop.SplitLoop.log`; ``loop=True``)."""
 
 
 def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_prefix: str | None = None,
             var: Path | None = None, warmup_s: float = 30.0, say: Callable[[str], None] = print,
-            progress: Callable[[LabRun], None] | None = None, close_wait_s: float = 120.0
-            ) -> tuple[LabAccuracyRun, Inventory, str]:
+            progress: Callable[[LabRun], None] | None = None, close_wait_s: float = 120.0,
+            loop: bool = False) -> tuple[LabAccuracyRun, Inventory, str]:
     """Run ``n_scenarios`` drawn scenarios on one lab and one pipeline; returns what came back, the
     lab's inventory and its size label.
 
@@ -360,6 +424,8 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
         var: where the pipeline's store, logs and the lab's state go (default a temporary directory).
         warmup_s: healthy traffic before the first scenario's boundary (baselines, paths).
         close_wait_s: after the last scenario, how long to wait for its windows to close.
+        loop: run the controller's closed loop on the lab (:class:`LabLoop`): windows that end
+            ``undetermined`` over a group of links change the agents' pinglists for the next windows.
 
     Everything it started (faults, lab, pipeline processes, topics) is removed on the way out, also
     on KeyboardInterrupt.
@@ -391,6 +457,7 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
     procs: list[Any] = []
     collector: Any = None
     counter: _PartialsCounter | None = None
+    split: LabLoop | None = None
 
     class _Sink:  # the demo collector fills a DemoResult's verdicts and windows
         def __init__(self) -> None:
@@ -405,6 +472,8 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
             left = (until_ns - time.time_ns()) / 1e9
             collector.poll(sink, timeout=max(0.05, min(0.5, left)))  # type: ignore[arg-type]
             counter.poll(timeout=0.05)  # type: ignore[union-attr]
+            if split is not None and split.step(sink.verdicts, time.time_ns()):
+                out.loop_writes += 1
             if any(p.poll() is not None for p in procs):
                 raise RuntimeError(f"a pipeline process exited; see the logs in {var}")
             if time.time_ns() >= until_ns:
@@ -419,6 +488,7 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
         lab = start_lab_source(settings.kafka_bootstrap, prefix, seed=seed, spec=spec, directory=lab_dir,
                                kafka_config=conf or None, registry_refresh_s=REGISTRY_REFRESH_S)
         size = f"lab {len(fab.spines)}x{len(fab.tors)} ({len(fab.rnics)} RNICs)"
+        split = LabLoop(lab, seed) if loop else None
         boundary = (time.time_ns() + int(warmup_s * 1e9)) // WINDOW * WINDOW + WINDOW
         for sc in drawn:
             pump(boundary)
@@ -439,6 +509,8 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
                 cleared.append((f, started, time.time_ns()))
             if any(f.kind in HOST_KINDS for f in sc.faults):
                 lab.refresh_pinglists(seed)  # the controller's rebuild with the new QPNs
+                if split is not None:
+                    split.on_new_registry()
             end = time.time_ns()
             run.clear_s = time.perf_counter() - t1
             for f, _, started, injected in placed:
@@ -464,6 +536,8 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
         out.closed = {int(w["window_start_ns"]) for w in sink.windows}
         out.link_probes = counter.link_probes  # type: ignore[union-attr]
         out.unclosed = [ws for r in out.runs for ws in r.window_starts if ws not in out.closed]
+        if split is not None:
+            out.loop_log = list(split.loop.log)
         inv = lab.inventory
         return out, inv, size
     finally:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import typer
 
 from fabricscope.choices import DemoSource, value
@@ -166,10 +168,10 @@ def accuracy(
 
     con = Console(width=160)
     if value(source) == "lab":
-        if hostping_only or loop or seeds or huge:
-            raise typer.BadParameter("--hostping-only, --loop, --seeds and --huge are for --source sim",
+        if hostping_only or seeds or huge:
+            raise typer.BadParameter("--hostping-only, --seeds and --huge are for --source sim",
                                      param_hint="'--source'")
-        _accuracy_lab(con, scenarios, seed, windows, lab_prefix)
+        _accuracy_lab(con, scenarios, seed, windows, lab_prefix, loop)
         return
     if hostping_only:
         rep = bench_accuracy.AccuracyReport(seed=seed, scenarios=0, wall_s=0.0)
@@ -191,7 +193,7 @@ def accuracy(
     bench_accuracy.print_report(rep, con)
 
 
-def _accuracy_lab(con: object, scenarios: int, seed: int, windows: int, lab_prefix: str) -> None:
+def _accuracy_lab(con: object, scenarios: int, seed: int, windows: int, lab_prefix: str, loop: bool = False) -> None:
     """``bench accuracy --source lab``: run, score with the simulator's scoring, print the same report."""
     import time
 
@@ -221,7 +223,7 @@ def _accuracy_lab(con: object, scenarios: int, seed: int, windows: int, lab_pref
     try:
         out, inv, size = lab_accuracy.run_lab(s, scenarios, seed, windows, lab_prefix,
                                               say=lambda m: con.print(f"[dim]{m}[/dim]"),  # type: ignore[attr-defined]
-                                              progress=progress)
+                                              progress=progress, loop=loop)
     except KeyboardInterrupt:
         typer.secho("bench accuracy: stopped; the lab, the pipeline and its topics were removed", fg="red",
                     err=True)
@@ -233,6 +235,10 @@ def _accuracy_lab(con: object, scenarios: int, seed: int, windows: int, lab_pref
         restore()
     rep = bench_accuracy.score(lab_accuracy.results_of(out, inv, size), seed, time.perf_counter() - t)
     bench_accuracy.print_report(rep, con, hostping=False)
+    if loop:
+        how = ", ".join(f"{k} {n}" for k, n in sorted(Counter(e["how"] for e in out.loop_log).items())) or "none"
+        con.print(f"closed loop: {len(out.loop_log)} groups answered ({how}); pinglist files rewritten "  # type: ignore[attr-defined]
+                  f"{out.loop_writes} times")
     if out.unclosed:
         con.print(f"windows the pipeline never closed (scored with no verdicts): {len(out.unclosed)}")  # type: ignore[attr-defined]
 

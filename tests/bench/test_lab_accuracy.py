@@ -196,3 +196,31 @@ def test_windows_with_two_faults_count_when_both_are_named():
     rep = accuracy.score([scenario_result(run, INV, "lab", verdicts)], seed=1, wall_s=0.0)
     assert rep.concurrent_windows == (1, 2)  # window 0 names both; window 1 misses A->S3
     assert rep.window_recall == {"link_down": (3, 4)}
+
+
+def test_the_lab_loop_writes_its_split_tuples_into_the_agents_pinglist_files_and_withdraws_them(tmp_path):
+    import json
+    from types import SimpleNamespace
+
+    from bench.lab_accuracy import LabLoop
+    from fabricscope.cmd_lab import build_lab_pinglists
+
+    qpns = {r: 1000 + i for i, r in enumerate(sorted(INV.rnics))}
+    base = build_lab_pinglists(INV, qpns, 1, [])
+    lab = SimpleNamespace(inventory=INV, qpns=qpns, pinglists=base, directory=tmp_path)
+    loop = LabLoop(lab, seed=1)
+    assert not loop.step([], B) and not (tmp_path / "pinglists").exists()  # nothing asked: nothing written
+
+    def files() -> dict[str, list[dict]]:
+        return {p.stem: json.loads(p.read_text())["entries"] for p in (tmp_path / "pinglists").glob("*.json")}
+
+    tie = {"verdict_id": "v1", "window_start_ns": B, "kind": "undetermined", "location": "A->S2|B->S2",
+           "revision_of": None, "evidence": json.dumps({"why": "links explain the same failures equally"})}
+    assert loop.step([tie], B + W)
+    written = files()
+    extra = [e for h, es in written.items() for e in es[len(base[h]):]]
+    assert written.keys() == base.keys() and all(written[h][:len(base[h])] == base[h] for h in base)
+    assert extra and all(e["pinglist"] == "inter_tor" and e["qpn"] == qpns[e["responder_rnic"]] for e in extra)
+    assert not loop.step([tie], B + W + S)  # the same verdicts again: nothing new to write
+    assert loop.step([tie], B + 4 * W)  # two windows with no request or naming: withdrawn
+    assert files() == base
