@@ -67,7 +67,9 @@ def explode_links(hops: pa.Array | pa.ChunkedArray) -> pa.Table:
     link = pc.binary_join_element_wise(pa.array(lower, pa.string()), pa.array(upper, pa.string()), LINK_SEP)
     first = p == 0
     last = p == plen - 2
-    access = np.where(dark, None, np.where(first, a, np.where(last, b, None)))
+    # a trace that stops right after its own RNIC ("C1,*") stops on that RNIC's access link: its ToR is the
+    # only next hop there is
+    access = np.where(dark, np.where(first & (a != NO_ANSWER), a, None), np.where(first, a, np.where(last, b, None)))
     return pa.table(
         {
             "path": pa.array(parent[i_idx], pa.int64()),
@@ -138,7 +140,8 @@ def probe_link_codes(fwd_hops: pa.Array | pa.ChunkedArray, rev_hops: pa.Array | 
     dark = (a == star) | (b == star)
     lower = np.where(dark, np.where(a == star, b, a), lower)
     upper = np.where(dark, star, upper)
-    access = np.where(dark, -1, np.where(p == 0, a, np.where(p == plen - 2, b, -1)))
+    access = np.where(dark, np.where((p == 0) & (a != star), a, -1),  # "C1,*": C1's access link (probe_links)
+                      np.where(p == 0, a, np.where(p == plen - 2, b, -1)))
     n_hops = max(len(order), 1)
     pair, link_of = np.unique(lower * n_hops + upper, return_inverse=True)
     names = pc.binary_join_element_wise(hop_names.take(pa.array(pair // n_hops)),

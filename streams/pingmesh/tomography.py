@@ -542,7 +542,7 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
     charged = {r for r, until in ctx.state.charged.items() if until >= ctx.ws}
     for s in cover.suspects:
         ev = {"votes": s.votes, "failed": s.failed, "crossing": s.crossing, "ratio": round(s.ratio, 6)}
-        if s.link.endswith(LINK_SEP + NO_ANSWER):
+        if s.link.endswith(LINK_SEP + NO_ANSWER) and s.access_rnic is None:
             ctx.emit("undetermined", s.link, s.ratio, 0.0, s.failed, s.crossing,
                      {**ev, "link_confidence": s.confidence, "tied_with": list(s.tied_with),
                       "why": "traces stop at this hop and no complete trace tells the next link"})

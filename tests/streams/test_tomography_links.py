@@ -258,3 +258,18 @@ def test_a_link_with_the_same_failures_and_a_close_score_is_tied_not_outscored()
              **{f"{x}{k}->{x.upper()}": 1000 for x in "abc" for k in range(1, 7)}}
     r = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-3)
     assert [(s.link, s.tied_with) for s in r.suspects] == [("B->S2", ()), ("C->S2", ("A->S2",))]
+
+
+def test_a_trace_that_stops_right_after_its_rnic_stops_on_that_rnics_access_link():
+    """Simulator seed 7805 scenario 70: C1's port flaps, so every trace to or from it stops at C1 (``C1,*``)
+    and no complete trace names its ToR. The pseudo-link is still C1's access link (a ToR is the only next
+    hop an RNIC has): the RNIC rules judge it, where a pseudo-link deeper in the fabric stays a pseudo-link."""
+    from streams.pingmesh.links import probe_link_codes, probe_links
+
+    t = probe_links(pa.array(["c1,*", "a1,A,S1,C,*"]), pa.array(["", ""])).to_pylist()
+    assert sorted((r["link"], r["access_rnic"] or "") for r in t) == [
+        ("A->S1", ""), ("C->*", ""), ("C->S1", ""), ("a1->A", "a1"), ("c1->*", "c1")]
+    codes = probe_link_codes(pa.array(["c1,*", "a1,A,S1,C,*"]), pa.array(["", ""]))
+    pairs = sorted((lk, acc or "") for lk, acc in zip(codes.names.take(pa.array(codes.link)).to_pylist(),
+                                                      codes.access.to_pylist(), strict=True))
+    assert pairs == sorted((r["link"], r["access_rnic"] or "") for r in t)
