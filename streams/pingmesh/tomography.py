@@ -469,8 +469,10 @@ def _confidence(votes: float, evidence: float, rel_second: float, cfg: VoteConfi
 
 def _answers_fail(ctx: WindowContext, rnic: str, ratio: float) -> bool:
     """The RNIC rule over every pinglist's probes to ``rnic`` (inter-ToR and service too, not only its ToR
-    peers'): more than ``ratio`` of those no earlier step took timed out, seen by two or more probers. A
-    prober that cannot send fails only the probes it sends: it is not judged here."""
+    peers'): more than ``ratio`` of those no earlier step took timed out, seen by two or more probers and by
+    at least half of the probers that probed it. A prober that cannot send fails only the probes it sends:
+    it is not judged here; nor is a partial 5-tuple loss elsewhere that dropped a few tuples to the RNIC
+    (their probers alone see it fail)."""
     pairs = ctx.partial.pairs
     if pairs.num_rows == 0:
         return False
@@ -480,8 +482,9 @@ def _answers_fail(ctx: WindowContext, rnic: str, ratio: float) -> bool:
     sub = pairs.filter(pa.array(mask))
     n = int(pc.sum(sub["n"]).as_py() or 0)
     bad = int(pc.sum(sub["n_timeout"]).as_py() or 0)
+    probers = len(set(sub["prober_rnic"].to_pylist()))
     seen = len(set(sub.filter(pc.greater(sub["n_timeout"], 0))["prober_rnic"].to_pylist()))
-    return n > 0 and bad / n > ratio and seen >= 2
+    return n > 0 and bad / n > ratio and seen >= 2 and 2 * seen >= probers
 
 
 def _siblings_clean(ctx: WindowContext, rnic: str, failing: pa.Table, crossing: pa.Table, ratio: float) -> bool:
