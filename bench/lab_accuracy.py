@@ -332,7 +332,6 @@ class _PartialsCounter:
         call_abandonable(self.c.close, 5.0)
 
 
-@dataclass
 class LabLoop:
     """The controller's closed loop on the lab (:class:`producers.controller_loop.SplitLoop`, the code
     ``fabricscope pinglist loop`` runs): verdicts in, the agents' pinglist files out.
@@ -393,6 +392,7 @@ class LabLoop:
         return True
 
 
+@dataclass
 class LabAccuracyRun:
     """Everything the lab run collected: per scenario its run, and the verdicts and closed windows."""
 

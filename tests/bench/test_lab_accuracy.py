@@ -224,3 +224,12 @@ def test_the_lab_loop_writes_its_split_tuples_into_the_agents_pinglist_files_and
     assert not loop.step([tie], B + W + S)  # the same verdicts again: nothing new to write
     assert loop.step([tie], B + 4 * W)  # two windows with no request or naming: withdrawn
     assert files() == base
+
+
+def test_a_lab_run_record_starts_empty_and_owns_its_lists():
+    from bench.lab_accuracy import LabAccuracyRun
+
+    a, b = LabAccuracyRun(), LabAccuracyRun()
+    a.runs.append(1)
+    a.loop_log.append({"how": "split"})
+    assert b.runs == [] and b.loop_log == [] and b.loop_writes == 0
