@@ -10,7 +10,8 @@ after ``lifetime_ns``:
   paths cross one member but not another, so a fault on one member fails probes the others' does not.
 * **Bounced probes** where no 5-tuple can (a structural group,
   :func:`producers.controller_ident.structural_groups`: on a three-tier Clos of two pods, a core's two
-  links are crossed by every inter-pod path together). One entry per member link ``a->b``: an RNIC
+  links are crossed by every inter-pod path together; or no live RNIC pair splits the group now, as on
+  Panel 1 when both hosts under the third ToR are down). One entry per member link ``a->b``: an RNIC
   under ``a`` sends a probe up to ``b`` and back down the same links (NetBouncer's packet bouncing,
   Tan et al., NSDI '19: IP-in-IP to the switch, which decapsulates and routes it back), so it crosses
   that member and no other. The simulator models them; on a cluster they need switches that
@@ -51,7 +52,8 @@ f = 0.4, 17 % at f = 0.2."""
 
 
 def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, pps: float = BOUNCE_PPS,
-                   seed: int = 0, per_link: int = BOUNCE_TUPLES, generation: int = 0) -> list[dict]:
+                   seed: int = 0, per_link: int = BOUNCE_TUPLES, generation: int = 0,
+                   avoid: frozenset[str] = frozenset()) -> list[dict]:
     """``per_link`` bounced probes per link ``a->b`` of ``group``: from an RNIC under ``a`` up to ``b`` and
     back, each at ``pps / per_link`` probes/s (the link sees ``pps`` bounced probes/s in all).
 
@@ -59,7 +61,8 @@ def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, p
     ``bounce_path`` = the switches from its ToR up to ``b`` through ``a`` (comma-separated), e.g.
     ``"T1,P0S1,X2"``; its forward path crosses exactly the links of that climb (both ways). Flow labels
     are drawn from ``(seed, generation, link, j)``: a new ``generation`` gives new source ports (the
-    loop's answer when a group stays undetermined with its probes in force).
+    loop's answer when a group stays undetermined with its probes in force). RNICs of ``avoid`` (judged down
+    or busy) bounce nothing while their ToR has others.
 
     Raises:
         ValueError: a link is not a switch link of ``inv``, or no ToR with RNICs is under its lower end.
@@ -80,7 +83,7 @@ def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, p
             if not below:
                 raise ValueError(f"bounce_entries: no ToR under {lower} to bounce {lk} from")
             climb.insert(0, below[(seed + k) % len(below)])
-        rnics = inv.rnics_under_tor(climb[0])
+        rnics = [r for r in inv.rnics_under_tor(climb[0]) if r not in avoid] or inv.rnics_under_tor(climb[0])
         if not rnics:
             raise ValueError(f"bounce_entries: ToR {climb[0]} under {lower} has no RNIC")
         for j in range(per_link):
@@ -212,8 +215,12 @@ class SplitLoop:
                                 max_tuples=self.max_tuples, per_member=self.per_member, avoid=avoid)
         if entries:
             return self._share(entries), "split"
-        if self.bounce and self._is_structural(switch):
-            return bounce_entries(self.inv, self.reg, switch, seed=self.seed, generation=generation), "bounce"
+        if self.bounce:  # structural, or no live RNIC pair splits it now (the far ToRs' hosts are down)
+            try:
+                return bounce_entries(self.inv, self.reg, switch, seed=self.seed, generation=generation,
+                                      avoid=avoid), "bounce"
+            except ValueError:  # no RNIC to bounce from under a member's lower end
+                return [], "none"
         return [], "none"
 
     def _share(self, entries: list[dict]) -> list[dict]:

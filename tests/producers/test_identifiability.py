@@ -280,3 +280,20 @@ def test_split_loop_spreads_its_rate_over_many_slow_tuples():
     sets = paths_of(added)
     own = {m: sum(1 for s in sets if m in s and not {"A->S4", "C->S4"} <= s) for m in ("A->S4", "C->S4")}
     assert min(own.values()) >= loop.per_member
+
+
+def test_the_loop_bounces_when_no_live_rnic_pair_can_split_a_group():
+    # Panel 1 with both hosts under ToR B down (simulator seed 28744, scenario 230): only A and C are left to
+    # probe through S4, and every such path crosses A-S4 and C-S4 together. Bounced probes split them.
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1)
+    loop.on_down(["H3", "H4"], now_ns=0)
+    added = loop.on_requests([{"links": ["A->S4", "C->S4"], "window_start_ns": 0}], now_ns=0)
+    assert loop.log[-1]["how"] == "bounce"
+    assert {e["bounce_path"] for e in added} == {"A,S4", "C,S4"}
+    assert not {e["prober_rnic"] for e in added} & set(inv.rnics_under_tor("B"))
+    # with B's hosts up, 5-tuples through B split the group
+    loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1)
+    loop.on_requests([{"links": ["A->S4", "C->S4"], "window_start_ns": 0}], now_ns=0)
+    assert loop.log[-1]["how"] == "split"
