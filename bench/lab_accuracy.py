@@ -357,7 +357,9 @@ class LabLoop:
         self.lab = lab
         self.seed = seed
         reg = ctl.Registry.from_inventory(lab.inventory, lab.qpns, seed=seed)
-        self.loop = SplitLoop(lab.inventory, reg, entry_links(Topology(lab.inventory, seed)), seed=seed)
+        # no bounced probes: the lab's routers do not decapsulate IP-in-IP (docs/identifiability.md)
+        self.loop = SplitLoop(lab.inventory, reg, entry_links(Topology(lab.inventory, seed)), seed=seed,
+                              bounce=False)
         self._seen = 0
         self._written: list[dict] = []
 
