@@ -63,7 +63,9 @@ def test_the_writer_learns_the_sims_tors_from_the_registry(kafka_bootstrap, topi
             w.poll_once(timeout=0.5)
         w.poll_once(timeout=0.5, force=True)  # the block: its hourly tiers take the ToRs just learnt
         assert tor_of_rnic(store) == {r.id: r.tor for r in inv.rnics.values()}
-        heat = store.query_arrow(render_named("loss_heatmap", {"since": "1h"})).to_pylist()
+        # the heatmap reads the hourly tier (hour >= now - since): 2 h holds the hour of a row 2 min old
+        # whatever the minute the test runs at (1 h left it out in an hour's first 2 minutes)
+        heat = store.query_arrow(render_named("loss_heatmap", {"since": "2h"})).to_pylist()
     finally:
         w.close()
         store.close()
