@@ -195,6 +195,10 @@ class WindowContext:
                 out |= m
         return out
 
+    def charged_rnics(self) -> set[str]:
+        """RNICs whose RNIC claim is still charged at this window's start (``state.charged``, 60 s)."""
+        return {r for r, until in self.state.charged.items() if until >= self.ws}
+
     def rnics_of(self, host: str) -> list[str]:
         """RNICs of a host as the probe rows named them, sorted."""
         return sorted(r for r, h in self.rnic_host.items() if h == host)

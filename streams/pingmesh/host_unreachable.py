@@ -81,7 +81,7 @@ def _still_failing_charged(ctx: WindowContext, findings: list[RnicFinding], busy
     """
     if not busy_rnics:
         return set()
-    charged = {r for r, until in ctx.state.charged.items() if until >= ctx.ws}
+    charged = ctx.charged_rnics()
     short = [f.rnic for f in findings if f.rnic in charged
              and len(set(f.probers) - busy_rnics) < cfg.rnic_min_probers]
     if not short:

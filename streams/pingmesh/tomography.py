@@ -257,8 +257,8 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     # single drops the background gives over the window's probes, as for the window's leftovers (vote_step)
     expected = background * (probes or 0)
     stray_max = expected + 3.0 * math.sqrt(expected) if probes is not None else 0.0
-    j, stray = _one_link_for_all(out, left0, left, l_idx, rows, links,
-                                 passing(left0, cross0, np.zeros(len(links), bool)), probes is not None,
+    start = passing(left0, cross0, np.zeros(len(links), bool))  # the whole window, for both parsimony rules
+    j, stray = _one_link_for_all(out, left0, left, l_idx, rows, links, start, probes is not None,
                                  cfg.min_votes, stray_max)
     if j is not None:
         out2, left2 = cover(j)
@@ -266,7 +266,6 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             out, left = out2, left2
             j = None
     if j is None and probes is not None:
-        start = passing(left0, cross0, np.zeros(len(links), bool))
         k = _one_link_for_ties(out, explained_by, left0, l_idx, rows, start, cfg.min_votes)
         if k is not None:
             out2, left2 = cover(k)
@@ -542,7 +541,7 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
     probes -= int(excl["n"].to_numpy().sum()) if excl.num_rows else 0
     cover = greedy_cover(vote, crossing, cfg, probes=probes, background=background)
     ctx.vote_crossing = crossing
-    charged = {r for r, until in ctx.state.charged.items() if until >= ctx.ws}
+    charged = ctx.charged_rnics()
     for s in cover.suspects:
         ev = {"votes": s.votes, "failed": s.failed, "crossing": s.crossing, "ratio": round(s.ratio, 6)}
         if s.link.endswith(LINK_SEP + NO_ANSWER) and s.access_rnic is None:
