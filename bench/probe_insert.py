@@ -1,6 +1,6 @@
 """Probe rows into the store with their tiers, as in production: for history imports, benchmarks and tests.
 
-The worker computes the minute tier (:mod:`streams.pingmesh.minute_tier`) and the store writer merges and
+The worker computes the minute tier (:mod:`schemas.probe_rows.minute_tier`) and the store writer merges and
 rolls it up (:mod:`sinks.probe_tiers`); anything else that writes ``probe_enriched.v1`` rows computes both
 here with the same functions, so its tiers are the ones the pipeline would have stored.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from schemas.probe_rows.minute_tier import minute_rows
 from sinks.clickhouse import Store
 from sinks.probe_tiers import TIER_INSERT_SETTINGS, tier_tables, tor_of_rnic
-from streams.pingmesh.minute_tier import minute_rows
 
 
 def insert_probes(store: Store, enriched: pa.Table, dedup_token: str, keep_raw: bool = True) -> None:

@@ -1,7 +1,7 @@
 """`fabricscope bench profile`: where the RTT worker spends its time on one probe batch (cProfile).
 
 The worker's work per step is :func:`streams.runtime.probe_step.process_step`: per message decode,
-then over the step's rows :func:`streams.runtime.probe_batch.process_probe_step` (encode the key
+then over the step's rows :func:`schemas.probe_rows.messages.process_probe_step` (encode the key
 columns, validate, decompose, split back per message), then once per step the latency buckets, the
 minute tier, the raw retention and :func:`streams.pingmesh.reducer.batch_partials` (split by window,
 summarize: path lookup, classes of rows, group-by sums, links; serialise the partial). The key
@@ -26,8 +26,8 @@ import pyarrow as pa
 
 STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "decode (IPC -> Arrow)": ("schemas/codec.py", ("decode",)),
-    "validate (broken_rules)": ("streams/pingmesh/validate.py", ("broken_rules",)),
-    "decompose (t1..t6 -> RTTs)": ("streams/pingmesh/rtt.py", ("decompose",)),
+    "validate (broken_rules)": ("schemas/probe_rows/validate.py", ("broken_rules",)),
+    "decompose (t1..t6 -> RTTs)": ("schemas/probe_rows/decompose.py", ("decompose",)),
     "split_by_window": ("streams/pingmesh/windows.py", ("split_by_window",)),
     "summarize (all of the partial)": ("streams/pingmesh/partial.py", ("summarize",)),
     "  path lookup (PathIndex.hop_ids)": ("streams/pingmesh/path_index.py", ("hop_ids",)),
@@ -37,9 +37,9 @@ STAGES: dict[str, tuple[str, tuple[str, ...]]] = {
     "  group-by sums (pairs, flows, delays, ...)": ("schemas/group_codes.py", ("sums",)),
     "  links crossed (per distinct path pair)": ("streams/pingmesh/partial.py", ("_crossing",)),
     "to_bytes (partial -> IPC)": ("streams/pingmesh/partial.py", ("to_bytes",)),
-    "minute tier (minute_rows)": ("streams/pingmesh/minute_tier.py", ("minute_rows",)),
-    "latency buckets, once per step (latency_buckets)": ("streams/pingmesh/minute_tier.py", ("latency_buckets",)),
-    "raw retention (retained)": ("streams/pingmesh/retention.py", ("retained",)),
+    "minute tier (minute_rows)": ("schemas/probe_rows/minute_tier.py", ("minute_rows",)),
+    "latency buckets, once per step (latency_buckets)": ("schemas/probe_rows/minute_tier.py", ("latency_buckets",)),
+    "raw retention (retained)": ("schemas/probe_rows/retention.py", ("retained",)),
     "upload marks (upload_marks)": ("streams/runtime/probe_step.py", ("upload_marks",)),
 }
 CONTAINERS = {"summarize (all of the partial)"}
@@ -179,10 +179,10 @@ def step_cpu(rows: pa.Table, index: object, per_message: int = 6_000, repeat: in
     running worker's is."""
     from schemas.codec import encode
     from schemas.group_codes import dictionaries
-    from streams.pingmesh.minute_tier import latency_buckets, minute_rows
+    from schemas.probe_rows.messages import process_probe_step
+    from schemas.probe_rows.minute_tier import latency_buckets, minute_rows
     from streams.pingmesh.partial import ENCODED, summarize
     from streams.pingmesh.windows import WINDOW_NS, split_by_window
-    from streams.runtime.probe_batch import process_probe_step
     from streams.runtime.probe_step import RawMessage, process_step
 
     msgs = [RawMessage(encode(rows.slice(i, per_message)), "probe.v1", "probes.raw", 0, i // per_message)

@@ -1,7 +1,7 @@
 """The simulator's uploads through the production window-closing path, in one process.
 
 What the Faust app does across processes, minus Kafka: each agent's 5 s probe batch is
-decomposed (:func:`streams.pingmesh.rtt.decompose`), turned into the worker's step
+decomposed (:func:`schemas.probe_rows.decompose.decompose`), turned into the worker's step
 (:func:`streams.pingmesh.reducer.worker_step`, one per partition and round, covering that
 round's batches as consecutive raw offsets), encoded as the Faust worker sends it to
 ``window.partials`` (:func:`streams.pingmesh.step_message.encode_step`), and those messages go
@@ -23,12 +23,12 @@ from producers.sim import Simulator
 from producers.sim.engine import BATCH_NS
 from producers.sim.stream import registry_updates
 from schemas.arrow_pa import table_from_columns
+from schemas.probe_rows.decompose import decompose
 from streams.pingmesh.analyzer import AnalyzerConfig, WindowResult
 from streams.pingmesh.partial import from_bytes, link_counts
 from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.probe_requests import down_endpoints, named_links, requests_from_verdicts
 from streams.pingmesh.reducer import UploadMark, WindowReducer, worker_step
-from streams.pingmesh.rtt import decompose
 from streams.pingmesh.step_message import Step, encode_step
 
 

@@ -28,8 +28,8 @@ class StorageResult:
 
 def run(rows: int = 240_000, rnics: int = 10_000, rate: float = 150.0, sample: float = 0.01) -> StorageResult:
     """Measure on ``rows`` simulated probes; scale to ``rnics`` RNICs probing at ``rate`` probes/s each."""
+    from schemas.probe_rows.retention import RetentionPolicy
     from sinks.clickhouse import ChdbStore, migrate
-    from streams.pingmesh.retention import RetentionPolicy
     from streams.pingmesh.windows import WINDOW_NS
     from streams.runtime.probe_step import process_step
 

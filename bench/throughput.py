@@ -93,8 +93,8 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
     from bench.procstat import threads_cpu_s
     from fabricscope.kafka_admin import create_topics, delete_topics
     from producers.kafka_producer import AgentProducer
+    from schemas.probe_rows.decompose import decompose
     from sinks.clickhouse import ChdbStore, migrate
-    from streams.pingmesh.rtt import decompose
 
     payloads = _payloads(rows, batch_rows, seed)
     prefix = f"bench{uuid.uuid4().hex[:6]}."

@@ -1,6 +1,6 @@
 """The probe tiers the store writer inserts: minute rows merged per key, and the two hourly tiers from them.
 
-The worker computes the minute tier per source message (:mod:`streams.pingmesh.minute_tier`);
+The worker computes the minute tier per source message (:mod:`schemas.probe_rows.minute_tier`);
 the store writer merges a block's minute rows per key and rolls them up into
 ``probes_1h_rnic`` and ``probes_1h_tor`` itself, one insert per tier under the
 block's token (docs/storage.md "Exactly-once rows"). The store has no materialized views

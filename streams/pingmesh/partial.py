@@ -38,11 +38,12 @@ from schemas.group_codes import (
     sums,
     to_numpy,
 )
+from schemas.probe_rows.messages import ENCODED
 from streams.pingmesh.links import probe_link_codes
 from streams.pingmesh.path_index import PathIndex
 
 HIST_PER_OCTAVE = 8
-"""Half the store's 16 (streams.pingmesh.minute_tier): a partial's bucket is the store bucket halved, so a worker step
+"""Half the store's 16 (schemas.probe_rows.minute_tier): a partial's bucket is the store bucket halved, so a worker step
 takes both from one ``log2`` per latency (:func:`_bucket_rows`)."""
 
 PAIR_KEYS = ["pinglist", "prober_host", "prober_rnic", "responder_host", "responder_rnic", "qpn"]
@@ -180,9 +181,6 @@ def link_counts(groups: pa.Table) -> pa.Table:
     return pa.table({"link": pl.names.take(pa.array(seen, pa.int64())), "n": pa.array(total[seen], pa.int64())})
 
 
-ENCODED = ("pinglist", "prober_host", "prober_rnic", "responder_host", "responder_rnic", "ts_source")
-"""String key columns :func:`summarize` takes dictionary-encoded from its caller (one encoding per worker step,
-shared with the minute tier, :func:`schemas.group_codes.dictionaries`)."""
 
 
 def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathIndex | None,
@@ -204,7 +202,7 @@ def summarize(window_start_ns: int, probes: pa.Table, paths: pa.Table | PathInde
         encoded: optional ``{column: dictionary array}`` of the same rows for some of :data:`ENCODED` (the
             step's encodings, :func:`schemas.group_codes.dictionaries`); the partial does not change.
         buckets: optional store buckets (16 per octave) of the latency columns of the same rows
-            (:func:`streams.pingmesh.minute_tier.latency_buckets`, the step's): halved, they are this partial's.
+            (:func:`schemas.probe_rows.minute_tier.latency_buckets`, the step's): halved, they are this partial's.
 
     Returns:
         The partial; vectorised over rows (numpy over integer codes), no per-row Python.

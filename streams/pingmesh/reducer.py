@@ -50,7 +50,7 @@ def batch_partials(enriched: pa.Table, paths: PathIndex, window_ns: int,
 
     ``encoded``, ``buckets``: optional dictionary-encoded key columns and latency store buckets of the same
     rows (the step's, shared with the minute tier: :func:`schemas.group_codes.dictionaries`,
-    :func:`streams.pingmesh.minute_tier.latency_buckets`), split by window with the rows."""
+    :func:`schemas.probe_rows.minute_tier.latency_buckets`), split by window with the rows."""
     windows = split_by_window(enriched, window_ns)
     if (encoded or buckets) and len(windows) > 1:
         starts = window_starts(enriched, window_ns)

@@ -40,17 +40,17 @@ import pyarrow as pa
 
 from schemas import topics as T
 from schemas.codec import encode, encode_buffer, headers_for, schema_key_from_headers
-from streams.pingmesh.minute_tier import MINUTE
+from schemas.deadletter import whole_message
+from schemas.probe_rows.baselines import BaselineSnapshots, snapshot_messages
+from schemas.probe_rows.minute_tier import MINUTE
+from schemas.probe_rows.retention import RetentionPolicy
 from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.reducer import StepFormatError, WindowReducer
-from streams.pingmesh.retention import RetentionPolicy
 from streams.pingmesh.step_message import encode_step
 from streams.pingmesh.windows import WINDOW_NS
 from streams.runtime import hostping_agents
 from streams.runtime import metrics as M
-from streams.runtime.baseline_snapshots import BaselineSnapshots, snapshot_messages
 from streams.runtime.config import RuntimeConfig
-from streams.runtime.deadletter import whole_message
 from streams.runtime.emitted_input import CLOCK_SKEW_MS, EmittedOffsets, read_emitted
 from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
 from streams.runtime.output_producer import OutputProducer
@@ -545,7 +545,7 @@ class StreamApp:
 
     async def _publish_baselines(self, baseline: pa.Table | None) -> None:
         """The latency rule's flow baselines after a window, as one snapshot, for the workers' ``anomalies``
-        retention (:mod:`streams.runtime.baseline_snapshots`)."""
+        retention (:mod:`schemas.probe_rows.baselines`)."""
         if baseline is None:
             return
         for headers, value in snapshot_messages(baseline, time.time_ns()):

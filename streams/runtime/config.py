@@ -13,8 +13,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from schemas.probe_rows.retention import RetentionPolicy
 from streams.pingmesh.impact import JobThreshold
-from streams.pingmesh.retention import RetentionPolicy
 
 ROLES = ("all", "stream", "reducer")
 """Worker roles: everything in one process; the probe path and Hostping; the window reducer alone."""

@@ -27,12 +27,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.group_codes import factorize, to_numpy
-from streams.pingmesh.minute_tier import latency_buckets, minute_rows
+from schemas.probe_rows.messages import StepRows, process_probe_step
+from schemas.probe_rows.minute_tier import latency_buckets, minute_rows
+from schemas.probe_rows.retention import RetentionPolicy, retained
 from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.reducer import batch_partials
-from streams.pingmesh.retention import RetentionPolicy, retained
 from streams.pingmesh.step_message import Step, UploadMark
-from streams.runtime.probe_batch import StepRows, process_probe_step
 
 
 @dataclass(frozen=True)

@@ -168,7 +168,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 
 
 def room(module: str) -> str:
-    """``streams.pingmesh.rtt`` -> ``streams.pingmesh``; ``producers.sim.engine`` -> ``producers``."""
+    """``schemas.probe_rows.decompose`` -> ``streams.pingmesh``; ``producers.sim.engine`` -> ``producers``."""
     parts = module.split(".")
     return ".".join(parts[:2]) if parts[0] == "streams" and len(parts) > 1 else parts[0]
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from schemas.arrow_nano import encode_columns
 from schemas.codec import CodecError, decode, schema_key_from_headers
-from streams.runtime.probe_batch import process_probe_message
+from schemas.probe_rows.messages import process_probe_message
 
 from conftest import REPO
 from probe_rows import columns, known_rows
@@ -64,7 +64,7 @@ def test_kept_crashing_inputs_are_dead_letters_now():
     assert len(files) == 5
     code = (
         "import sys, logging\nlogging.disable(logging.CRITICAL)\n"
-        "from streams.runtime.probe_batch import process_probe_message\n"
+        "from schemas.probe_rows.messages import process_probe_message\n"
         "for path in sys.argv[1:]:\n"
         "    r = process_probe_message(open(path, 'rb').read(), 'probe.v1', 'probes.raw', 0, 1)\n"
         "    assert r.enriched is None and r.dead is not None, path\n"

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from schemas.arrow_nano import encode_columns
 from schemas.codec import TruncatedPayloadError, decode
 from schemas.ipc_guard import check_table
-from streams.runtime.probe_batch import process_probe_message
+from schemas.probe_rows.messages import process_probe_message
 
 from conftest import REPO
 from probe_rows import columns, known_rows
@@ -96,7 +96,7 @@ def test_a_corrupt_string_column_is_a_dead_letter_of_the_worker():
     with pytest.raises(TruncatedPayloadError, match="not a complete Arrow IPC stream.*offsets decrease"):
         decode(payload, "probe.v1")
     code = ("import sys, logging\nlogging.disable(logging.CRITICAL)\n"
-            "from streams.runtime.probe_batch import process_probe_message\n"
+            "from schemas.probe_rows.messages import process_probe_message\n"
             "r = process_probe_message(sys.stdin.buffer.read(), 'probe.v1', 'probes.raw', 0, 1)\n"
             "assert r.enriched is None and r.dead is not None\nprint(r.dead['reason'][0].as_py())\n")
     run = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, timeout=60,

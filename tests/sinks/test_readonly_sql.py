@@ -17,9 +17,9 @@ import pytest
 
 from fabricscope.settings import ConfigError, read_settings
 from schemas.arrow_pa import table_from_columns
+from schemas.probe_rows.decompose import decompose
 from sinks.clickhouse import ChdbStore, ServerStore, StoreError, migrate
 from sinks.readonly_sql import QueryLimits, QueryRefused
-from streams.pingmesh.rtt import decompose
 
 from probe_rows import columns, known_rows
 

@@ -16,9 +16,9 @@ import pytest
 
 from bench.probe_insert import insert_probes
 from schemas.arrow_pa import table_from_columns
+from schemas.probe_rows.decompose import decompose
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.probe_tiers import TIER_TABLES
-from streams.pingmesh.rtt import decompose
 
 from probe_rows import columns, known_rows
 

@@ -6,8 +6,8 @@ import pytest
 
 from schemas.arrow_pa import table_from_columns
 from schemas.migrations import migrations, split_statements
+from schemas.probe_rows.decompose import decompose
 from sinks.clickhouse import ChdbStore, StoreError, migrate
-from streams.pingmesh.rtt import decompose
 
 from probe_rows import columns, known_rows
 

@@ -33,6 +33,7 @@ from producers.sim.fabrics import panel1
 from producers.synthetic import synthetic_batch
 from schemas.arrow_pa import arrow_schema, table_from_columns
 from schemas.codec import encode
+from schemas.probe_rows.decompose import decompose
 from sinks.clickhouse import StoreError
 from sinks.query_endpoint import (
     Endpoint,
@@ -44,7 +45,6 @@ from sinks.query_endpoint import (
     socket_file,
     token_file,
 )
-from streams.pingmesh.rtt import decompose
 
 from conftest import Processes, free_port, wait_for
 

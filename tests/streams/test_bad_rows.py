@@ -7,7 +7,7 @@ the rule is off); ``test_bad_input_kafka.py`` runs the same rule through the rea
 from __future__ import annotations
 
 from schemas.arrow_nano import encode_columns
-from streams.runtime.probe_batch import process_probe_message
+from schemas.probe_rows.messages import process_probe_message
 
 from probe_rows import BASE_NS, PROBER_RNIC0, RESPONDER_RNIC0, columns, probe_row
 
@@ -32,7 +32,7 @@ def test_unknown_rnics_are_dead_letters_and_known_ones_flow():
 
 
 def test_a_step_of_messages_validates_in_one_pass_with_the_outcome_of_each_message_alone():
-    from streams.runtime.probe_batch import process_probe_messages
+    from schemas.probe_rows.messages import process_probe_messages
 
     # message 5: seq 1 twice (a repeat) and an unknown responder; message 6: seq 0 and 1 again (not repeats
     # across messages) and a negative t5-t2; message 7: not Arrow at all; message 8: every row good

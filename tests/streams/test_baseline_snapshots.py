@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import Producer
 
 from schemas.codec import CodecError, decode
-from streams.runtime.baseline_snapshots import SNAPSHOT_HEADER, BaselineSnapshots, snapshot_messages
+from schemas.probe_rows.baselines import SNAPSHOT_HEADER, BaselineSnapshots, snapshot_messages
 from streams.runtime.recent_mirror import RecentTopicMirror
 
 

@@ -9,7 +9,7 @@ import pstats
 from producers.bulk import bulk_probe_columns
 from schemas.arrow_pa import table_from_columns
 from schemas.codec import encode
-from streams.runtime.probe_batch import process_probe_message
+from schemas.probe_rows.messages import process_probe_message
 
 
 def _calls(n_rows: int) -> int:

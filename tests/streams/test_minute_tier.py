@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from bench.history_fabric import HOUR_NS, fabric, probe_table, simulate
 from bench.probe_insert import insert_probes
 from schemas.migrations import split_statements
+from schemas.probe_rows.minute_tier import minute_rows, store_bucket
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.history import load_inventory
-from streams.pingmesh.minute_tier import minute_rows, store_bucket
 
 KEYS = {
     "probes_1m": ["minute", "pinglist", "prober_rnic", "responder_rnic"],
@@ -111,7 +111,7 @@ def test_minute_rows_by_hand():
 
 
 def test_merging_a_blocks_minute_rows_sums_counts_and_histograms():
-    from streams.pingmesh.minute_tier import merge_minute_rows
+    from schemas.probe_rows.minute_tier import merge_minute_rows
 
     m = pa.map_(pa.uint16(), pa.uint64())
     rows = pa.table({
@@ -137,8 +137,8 @@ def test_merging_a_blocks_minute_rows_sums_counts_and_histograms():
                 min_size=1, max_size=40))
 def test_the_writers_merge_equals_the_workers_merge(rows):
     """The store writer's merge (one sort, ``reduceat``) gives the rows the worker's ``merge_minute_rows`` gives."""
+    from schemas.probe_rows.minute_tier import merge_minute_rows
     from sinks.probe_tiers import merge_minute_rows as writer_merge
-    from streams.pingmesh.minute_tier import merge_minute_rows
 
     m = pa.map_(pa.uint16(), pa.uint64())
 

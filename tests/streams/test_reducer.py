@@ -114,9 +114,9 @@ def _sim_steps(rounds: int) -> list[list[tuple[list, bytes]]]:
     from producers.sim import LinkDown, Simulator
     from producers.sim.fabrics import panel1
     from schemas.arrow_pa import table_from_columns
+    from schemas.probe_rows.decompose import decompose
     from streams.pingmesh.path_index import PathIndex
     from streams.pingmesh.reducer import worker_messages
-    from streams.pingmesh.rtt import decompose
 
     sim, paths, steps = Simulator(panel1(), seed=1, faults=[LinkDown("A", "S3")]), PathIndex(), []
     for k in range(rounds):

@@ -9,8 +9,8 @@ import pytest
 
 from schemas.arrow_pa import table_from_columns
 from schemas.codec import encode
-from streams.pingmesh.retention import RetentionPolicy, over_baseline, retained, sampled
-from streams.pingmesh.rtt import decompose
+from schemas.probe_rows.decompose import decompose
+from schemas.probe_rows.retention import RetentionPolicy, over_baseline, retained, sampled
 from streams.runtime.probe_step import RawMessage, process_step
 
 from probe_rows import columns, probe_row

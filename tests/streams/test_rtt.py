@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from schemas.arrow_pa import table_from_columns
-from streams.pingmesh.rtt import decompose
-from streams.pingmesh.validate import split_probes
+from schemas.probe_rows.decompose import decompose
+from schemas.probe_rows.validate import split_probes
 
 from probe_rows import columns, known_rows, probe_row
 

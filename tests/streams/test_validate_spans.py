@@ -1,4 +1,4 @@
-"""The validation shortcuts (streams.pingmesh.validate): the span rules checked in one numpy pass (a step with no
+"""The validation shortcuts (schemas.probe_rows.validate): the span rules checked in one numpy pass (a step with no
 bad span skips the per-rule Arrow passes), and repeats found without a sort when seq increases per agent; the rules
 a step breaks are the same as with every rule evaluated one by one."""
 
@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import streams.pingmesh.validate as validate
+import schemas.probe_rows.validate as validate
 from schemas.arrow_pa import table_from_columns
-from streams.pingmesh.validate import broken_rules, split_probes
+from schemas.probe_rows.validate import broken_rules, split_probes
 
 from probe_rows import columns, known_rows, probe_row
 

@@ -14,14 +14,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from schemas.codec import CodecError, decode
+from schemas.deadletter import bad_rows, whole_message
 from schemas.group_codes import dictionaries, to_numpy
-from streams.pingmesh.partial import ENCODED
-from streams.pingmesh.rtt import decompose
-from streams.pingmesh.validate import broken_rules, split_by_rule
-from streams.runtime.deadletter import bad_rows, whole_message
+from schemas.probe_rows.decompose import decompose
+from schemas.probe_rows.validate import broken_rules, split_by_rule
 
 log = logging.getLogger("fabricscope.rtt")
 PROBE = "probe.v1"
+ENCODED = ("pinglist", "prober_host", "prober_rnic", "responder_host", "responder_rnic", "ts_source")
+"""String key columns :func:`streams.pingmesh.partial.summarize` takes dictionary-encoded from its caller (one
+encoding per worker step, shared with the minute tier, :func:`schemas.group_codes.dictionaries`)."""
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ def process_probe_step(
 
     Each message is decoded on its own (an undecodable message dead-letters alone); the rules and the
     decomposition then run once over the rows of every decoded message (repeats of ``(agent_id, seq)``
-    count per message, :func:`streams.pingmesh.validate.broken_rules`), and the rows are split back per
+    count per message, :func:`schemas.probe_rows.validate.broken_rules`), and the rows are split back per
     message: a fixed cost per kernel call is paid once per step, not once per message. The ``encode``
     columns are dictionary-encoded once, before the rules, which check their enumerations and the registry
     over the dictionaries; the encodings of the good rows come back for the step's group-bys.

@@ -1,0 +1,1 @@
+"""Probe rows as the worker and the store writer both judge them: validation, decomposition, retention, minute tier."""
