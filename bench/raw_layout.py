@@ -129,14 +129,12 @@ def layout_ddl(layout: Layout) -> str:
 
 
 def base_block(rows: int) -> pa.Table:
-    """``rows`` ``probe_enriched.v1`` rows as the worker step stores them (retention ``full``), now-dated."""
-    from bench.storage import simulated_uploads
-    from streams.pingmesh.windows import WINDOW_NS
-    from streams.runtime.probe_step import process_step
+    """``rows`` ``probe_enriched.v1`` rows as the store writer stores them (retention ``full``), now-dated."""
+    from bench.storage import simulated_uploads, writer_rows
+    from schemas.probe_rows.retention import RetentionPolicy
 
-    _, msgs, index = simulated_uploads(rows)
-    step = process_step(msgs, index, WINDOW_NS)
-    return pa.concat_tables([m.stored for m in step.messages if m.stored is not None]).combine_chunks()
+    _, msgs, _ = simulated_uploads(rows)
+    return writer_rows(msgs, RetentionPolicy())[0].combine_chunks()
 
 
 def _shift(t: pa.Table, by_ns: int) -> pa.Table:

@@ -18,7 +18,7 @@ else uses the CPU meanwhile. Measured, from outside the processes:
 
 - sustained rows/s: probe rows stored, from the first stored row to the last;
 - consumer lag over time, once a second: uncommitted messages of ``probes.raw`` (the workers'
-  group), ``window.partials`` (the reducer's) and ``probes.enriched`` (the store writer's);
+  group), ``window.partials`` (the reducer's) and ``probes.raw`` again (the store writer's, in its own group);
 - per window, from its ``windows.closed`` summary: reducer milliseconds (from taking the message
   that moved the watermark past the window's end to the window merged and analyzed), and of them:
   before the reducer's thread started on the message (mirror catch-up), the CPU milliseconds that
@@ -296,8 +296,7 @@ def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0
     # the last `windows` whole windows before now (the store's TTLs keep recent rows only)
     start = (time.time_ns() // WINDOW_NS - windows - 1) * WINDOW_NS
     prefix = f"bscale{uuid.uuid4().hex[:6]}."
-    raw, partials, enriched, closed_t = (T.topic_name(t, prefix) for t in (
-        T.PROBES_RAW, T.WINDOW_PARTIALS, T.PROBES_ENRICHED, T.WINDOWS_CLOSED))
+    raw, partials, closed_t = (T.topic_name(t, prefix) for t in (T.PROBES_RAW, T.WINDOW_PARTIALS, T.WINDOWS_CLOSED))
     try:
         create_topics(bootstrap, prefix)
         rows, messages = publish_fabric(sim, bootstrap, prefix, start, windows * WINDOW_NS // BATCH_NS, progress)
@@ -310,7 +309,7 @@ def run(bootstrap: str, rnics: int = 10_000, windows: int = 3, rate: float = 1.0
         closed.start()
         groups = ({f"{prefix}{FAUST_GROUP}": [raw], f"{prefix}{REDUCER_GROUP}": [partials]} if own_reducer
                   else {f"{prefix}{FAUST_GROUP}": [raw, partials]})
-        lag = GroupLag(bootstrap, {**groups, f"{prefix}{STORE_GROUP}": [enriched]})
+        lag = GroupLag(bootstrap, {**groups, f"{prefix}{STORE_GROUP}": [raw]})
         broker = broker_pid(bootstrap)
         with tempfile.TemporaryDirectory() as d, PipelineProcs(bootstrap, prefix, Path(d), workers,
                                                                       own_reducer=own_reducer) as pipe:
@@ -613,9 +612,9 @@ def profile_startup(bootstrap: str, rnics: int = 10_000, rate: float = 0.1, roun
     """
     from fabricscope.kafka_admin import create_topics, delete_topics
     from schemas import topics as T
+    from schemas.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
     from streams.pingmesh.path_index import PathIndex
     from streams.pingmesh.windows import WINDOW_NS
-    from streams.runtime.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
 
     modes = modes if modes is not None else (0, PATHS_COALESCE_ROWS)
     prefix = f"bstart{uuid.uuid4().hex[:6]}."

@@ -30,16 +30,11 @@ def run(rows: int = 240_000, rnics: int = 10_000, rate: float = 150.0, sample: f
     """Measure on ``rows`` simulated probes; scale to ``rnics`` RNICs probing at ``rate`` probes/s each."""
     from schemas.probe_rows.retention import RetentionPolicy
     from sinks.clickhouse import ChdbStore, migrate
-    from streams.pingmesh.windows import WINDOW_NS
-    from streams.runtime.probe_step import process_step
 
-    whole, msgs, index = simulated_uploads(rows)
+    whole, msgs, _ = simulated_uploads(rows)
     out: dict[str, dict[str, float]] = {}
     for mode in ("full", "anomalies"):
-        step = process_step(msgs, index, WINDOW_NS, retention=RetentionPolicy(mode, sample))
-        kept = pa.concat_tables([m.stored for m in step.messages if m.stored is not None])
-        minute = pa.concat_tables([m.minute for m in step.messages if m.minute is not None]).drop_columns(
-            ["batch_id"])
+        kept, minute = writer_rows(msgs, RetentionPolicy(mode, sample))
         with tempfile.TemporaryDirectory() as d:
             store = ChdbStore(Path(d) / "ch")
             migrate(store)
@@ -64,6 +59,17 @@ def run(rows: int = 240_000, rnics: int = 10_000, rate: float = 150.0, sample: f
             "minute_gb_per_day": min_b / whole.num_rows * per_s * DAY_S / 1e9,
         }
     return StorageResult(whole.num_rows, out)
+
+
+def writer_rows(msgs: list, retention: object) -> tuple[pa.Table, pa.Table]:
+    """The ``probes`` and ``probes_1m`` rows the store writer makes of raw messages ``msgs``
+    (:class:`streams.runtime.probe_step.RawMessage`) in one block under ``retention``
+    (:func:`sinks.raw_rows.form_raw_block`; no flow baselines)."""
+    from sinks.raw_rows import RawJudge, form_raw_block, raw_entry
+
+    entries = [raw_entry(m.offset, m.payload, m.schema, f"{m.topic}/{m.partition}/{m.offset}") for m in msgs]
+    block = form_raw_block("probes.raw", {0: (entries, {})}, RawJudge(retention=retention))  # type: ignore[arg-type]
+    return block.tables["probes"], block.tables["probes_1m"]
 
 
 def simulated_uploads(rows: int) -> tuple[pa.Table, list, object]:

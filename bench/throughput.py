@@ -173,7 +173,7 @@ def run(bootstrap: str, rows: int = 1_000_000, batch_rows: int = 6_000, seed: in
         worker_cpu = sum(cpu1[k] - cpu0[k] for k in cpu1 if k.startswith("worker"))
         reducer_cpu = cpu1.get("reducer", float("nan")) - cpu0.get("reducer", float("nan"))
         worker_idle = sum(v for k, v in idle.items() if k.startswith("worker")) * 1000
-        # (b') the store writer alone on the backlog the pipeline left in probes.enriched (full-size blocks)
+        # (b') the store writer alone on the pipeline's probes.raw, read again in a group of its own (full blocks)
         backlog_rows_s, backlog_cpu = _sink_on_backlog(bootstrap, prefix_b, rows)
     finally:
         delete_topics(bootstrap, prefix)
@@ -254,7 +254,7 @@ def pipeline_span(publish: Callable[[], None], produced: Callable[[], int], done
                   timeout_s: float = 600.0, poll_s: float = 0.1) -> tuple[float, float, float]:
     """The measured span of one run: from the first row published to the last row stored.
 
-    ``produced()`` (the workers' output so far, e.g. the sum of ``probes.enriched``'s high watermarks) is read
+    ``produced()`` (the workers' output so far, e.g. the end of ``window.partials``) is read
     *before* ``publish()`` starts, so output the workers make while the rows are still being published counts
     as growth, not as the baseline; the span starts when ``publish`` is called (the first row published), not
     when it returns, and ends at the first poll where ``done()`` (every row stored and committed) holds.
@@ -290,8 +290,8 @@ def pipeline_span(publish: Callable[[], None], produced: Callable[[], int], done
 
 def _wait_stored(bootstrap: str, prefix: str, store_path: Path, rows: int,
                  publish: Callable[[], None]) -> tuple[float, float, float]:
-    """Publish (``publish()``) and wait until the workers committed all of ``probes.raw`` and the store writer
-    all of ``probes.enriched`` (it commits a block after its inserts), then check the store holds ``rows``
+    """Publish (``publish()``) and wait until the workers and the store writer (each in its own group) committed
+    all of ``probes.raw`` (the writer commits a block after its inserts), then check the store holds ``rows``
     probes in ``probes`` and in ``probes_1m``. Returns :func:`pipeline_span`'s (perf_counter when publishing
     started, first output seen after the publish, the writer's last block committed). Progress is read from
     the broker, not the store: a query through the writer's endpoint costs it ~8 ms of CPU, which polling
@@ -305,7 +305,7 @@ def _wait_stored(bootstrap: str, prefix: str, store_path: Path, rows: int,
 
     from sinks.query_endpoint import find_endpoint, query_remote
 
-    raw, enriched = f"{prefix}probes.raw", f"{prefix}probes.enriched"
+    raw, partials = f"{prefix}probes.raw", f"{prefix}window.partials"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"watermarks-{uuid.uuid4().hex[:6]}"})
 
@@ -322,13 +322,11 @@ def _wait_stored(bootstrap: str, prefix: str, store_path: Path, rows: int,
         raw_high.update(raw_high_now)
 
     def done() -> bool:
-        if not raw_high or not _group_done(admin, f"{prefix}fabricscope", raw, raw_parts, raw_high):
-            return False
-        e_parts, e_high = ends(enriched)  # the workers are done: this is all they sent
-        return _group_done(admin, f"{prefix}fabricscope-store", enriched, e_parts, e_high)
+        return bool(raw_high) and all(_group_done(admin, group, raw, raw_parts, raw_high)
+                                      for group in (f"{prefix}fabricscope", f"{prefix}fabricscope-store"))
 
     try:
-        t_start, t_first, t_last = pipeline_span(published, lambda: sum(ends(enriched)[1].values()), done)
+        t_start, t_first, t_last = pipeline_span(published, lambda: sum(ends(partials)[1].values()), done)
     except TimeoutError as err:
         raise RuntimeError(f"the pipeline did not commit {rows} rows: {err}") from None
     finally:
@@ -358,7 +356,7 @@ def _wait_merges(busy: Callable[[], int], timeout_s: float = 60.0) -> None:
 
 
 def _sink_on_backlog(bootstrap: str, prefix: str, rows: int) -> tuple[float, float]:
-    """rows/s and CPU µs/row of a store writer (in this process) reading probes.enriched from the start."""
+    """rows/s and CPU µs/row of a store writer (in this process) reading probes.raw from the start."""
     from sinks.clickhouse import ChdbStore, migrate
     from sinks.kafka_sink import StoreWriter
 
@@ -371,10 +369,10 @@ def _sink_on_backlog(bootstrap: str, prefix: str, rows: int) -> tuple[float, flo
         def stored() -> int:
             return w.stats.rows_by_table.get("probes", 0)
 
-        while stored() + w.held_rows("probes") == 0 and time.time() < deadline:
+        while stored() + w.held_rows() == 0 and time.time() < deadline:
             w.poll_once()  # joins the group; CPU and time from the first message read
         c0, t0, n0 = _self_cpu_s(), time.perf_counter(), stored()
-        while stored() + w.held_rows("probes") < rows and time.time() < deadline:
+        while stored() + w.held_rows() < rows and time.time() < deadline:
             w.poll_once()
         w.poll_once(timeout=0, force=True)  # everything is read: the last block need not wait for its budget
         n, t1 = stored() - n0, time.perf_counter()

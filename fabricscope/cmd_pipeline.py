@@ -206,6 +206,7 @@ def _serve_metrics(port: int) -> None:
 
 def run_sink(s: Settings) -> None:
     """The store writer process: migrate, serve queries, consume result topics until SIGTERM/SIGINT."""
+    from schemas.probe_rows.retention import RetentionPolicy
     from sinks.clickhouse import migrate, open_store
     from sinks.kafka_sink import StoreWriter
     from sinks.origin import clear_running as clear_running_origin
@@ -228,7 +229,8 @@ def run_sink(s: Settings) -> None:
     writer = StoreWriter(store, s.kafka_bootstrap, s.fabricscope_topic_prefix, kafka_config=s.kafka_client_config(),
                          block_rows=s.fabricscope_sink_block_rows, block_s=s.fabricscope_sink_block_s,
                          block_min_rows=s.fabricscope_sink_block_min_rows,
-                         block_slow_max_s=s.fabricscope_sink_block_slow_max_s, origin=s.fabricscope_origin)
+                         block_slow_max_s=s.fabricscope_sink_block_slow_max_s, origin=s.fabricscope_origin,
+                         retention=RetentionPolicy.from_environ(os.environ))
     if server:  # `fabricscope query` in another shell shows this writer's origin by default
         write_running_origin(s.store_path, s.fabricscope_origin)
     try:

@@ -23,17 +23,15 @@ class Topic:
 
 _DAY_MS = 24 * 3600 * 1000
 # One message is one agent upload (a host's 5 s batch: 8 RNICs x 150 probes/s = 6,000 rows, ~1 MB as
-# Arrow; the enriched batch is larger). Kafka's 1 MiB default would refuse it: every client and topic
+# Arrow). Kafka's 1 MiB default would refuse it: every client and topic
 # of the pipeline allows this much instead.
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 
 _RETAIN_7D = {"retention.ms": str(7 * _DAY_MS)}
 _COMPACTED = {"cleanup.policy": "compact"}
 
-PROBES_RAW = Topic("probes.raw", 4, "agent_id", "probe.v1", _RETAIN_7D, "agent uploads, one batch each 5 s")
-PROBES_ENRICHED = Topic(
-    "probes.enriched", 4, "agent_id", "probe_enriched.v1", _RETAIN_7D, "decomposed RTTs, to the store"
-)
+PROBES_RAW = Topic("probes.raw", 4, "agent_id", "probe.v1", _RETAIN_7D,
+                   "agent uploads, one batch each 5 s; read by the stream workers and by the store writer")
 PATHS_TRACED = Topic("paths.traced", 4, "agent_id", "path.v1", _RETAIN_7D, "forward and ACK path traces")
 LOOPBACK_RAW = Topic("loopback.raw", 1, "host", "loopback.v1", _RETAIN_7D, "Hostping loopback results")
 HOSTMETRICS_RAW = Topic(
@@ -80,7 +78,6 @@ DEADLETTER = Topic("deadletter", 1, "source_topic", "deadletter.v1", {"retention
 
 ALL_TOPICS: tuple[Topic, ...] = (
     PROBES_RAW,
-    PROBES_ENRICHED,
     PATHS_TRACED,
     LOOPBACK_RAW,
     HOSTMETRICS_RAW,

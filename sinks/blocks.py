@@ -129,6 +129,8 @@ class PartitionState:
         multi_redo: partition -> ``(first, last)`` of the last recorded block when it was a writer block over
             several partitions: to re-form from every range (whoever owns them now) before this partition
             takes anything; None when there is none.
+        judged: what the recorded block was judged with besides its messages (``baseline``: the flow-baseline
+            snapshot's generation, :mod:`sinks.raw_rows`), to re-form it alike.
     """
 
     hwm: dict[str, int] = field(default_factory=dict)
@@ -140,6 +142,7 @@ class PartitionState:
     first_read_s: float | None = None
     last_read_s: float | None = None
     multi_redo: dict[int, tuple[int, int]] | None = None
+    judged: dict[str, int] = field(default_factory=dict)
 
     def accept(self, entry: Entry, now_s: float) -> None:
         """Take one message read from the partition (in offset order)."""
@@ -204,10 +207,12 @@ class WriterBlock:
     Attributes:
         parts: partition -> its :class:`Block` (its range and marks; its tables are in ``tables``).
         tables: every partition's rows per table; the minute rows merged per key over all of them.
+        judged: recorded with the block's state (:attr:`PartitionState.judged`).
     """
 
     parts: dict[int, Block]
     tables: dict[str, pa.Table]
+    judged: dict[str, int] = field(default_factory=dict)
 
     @property
     def ranges(self) -> dict[int, tuple[int, int]]:
@@ -347,20 +352,23 @@ def load_states(store: Store, topic: str) -> dict[int, PartitionState]:
         marks = json.loads(r["h"])
         first, last = int(r["f"]), int(r["l"])
         ranges = {int(p): (int(f), int(lst)) for p, (f, lst) in marks.get("ranges", {}).items()}
+        judged = {k: int(v) for k, v in marks.get("judged", {}).items()}
         if len(ranges) > 1:
             out[int(r["partition"])] = PartitionState(hwm=marks["before"], skip_below=first,
-                                                      redo_hwm_after=marks["after"], multi_redo=ranges)
+                                                      redo_hwm_after=marks["after"], multi_redo=ranges, judged=judged)
         else:
             out[int(r["partition"])] = PartitionState(hwm=marks["before"], skip_below=first, redo=(first, last),
-                                                      redo_hwm_after=marks["after"])
+                                                      redo_hwm_after=marks["after"], judged=judged)
     return out
 
 
 def state_rows(topic: str, block: WriterBlock, now_ns: int) -> pa.Table:
     """The ``sink_blocks`` rows recorded before a writer block's inserts: one per partition, each with the
-    block's every range and every partition's marks (``source_hwm`` JSON: ``before``, ``after``, ``ranges``)."""
+    block's every range and every partition's marks (``source_hwm`` JSON: ``before``, ``after``, ``ranges``,
+    and ``judged`` when the block has it)."""
     hwm = json.dumps({"before": block.marks("before"), "after": block.marks("after"),
-                      "ranges": {str(p): list(r) for p, r in block.ranges.items()}}, sort_keys=True)
+                      "ranges": {str(p): list(r) for p, r in block.ranges.items()},
+                      **({"judged": block.judged} if block.judged else {})}, sort_keys=True)
     parts = sorted(block.parts)
     return pa.table({
         "topic": [topic] * len(parts), "partition": pa.array(parts, pa.uint32()),

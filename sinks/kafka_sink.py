@@ -4,12 +4,13 @@ Runs in its own process so an insert never blocks the Faust event loop
 (a blocked loop misses consumer-group heartbeats). Offsets are committed only
 after the insert returned (at-least-once delivery, exactly-once rows).
 
-Probe rows and their minute tier (``probes.enriched``, the bulk of the data) go
-in blocks of many messages: up to ``block_rows`` rows or ``block_s`` seconds over
-all the partitions the writer holds (one insert per table for all of them), aligned
-to offsets, with their state in the store
-(:mod:`sinks.blocks`); the writer rolls each block's minute rows up into the
-hourly tiers itself (:mod:`sinks.probe_tiers`) under the ToRs of ``rnic_inventory``. The other topics
+Probe rows (the agents' uploads on ``probes.raw``, the bulk of the data, read in this writer's own
+consumer group: each probe crosses Kafka once) go in blocks of many messages: up to ``block_rows`` rows
+or ``block_s`` seconds over all the partitions the writer holds (one insert per table for all of them),
+aligned to offsets, with their state in the store (:mod:`sinks.blocks`). A block's uploads are judged
+and decomposed with the stream worker's rules, the raw retention policy picks the rows ``probes`` keeps,
+and every good row is counted in the minute tier (:mod:`sinks.raw_rows`); the writer rolls the minute
+rows up into the hourly tiers (:mod:`sinks.probe_tiers`) under the ToRs of ``rnic_inventory``. The other topics
 (verdicts, dead letters, host links, coverage: a few messages per window; the registry, whose entries name
 each RNIC's ToR and fill ``rnic_inventory``) keep one insert per message, with the
 message's source identity as its deduplication token.
@@ -27,14 +28,16 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from schemas import topics as T
 from schemas.codec import CodecError, decode, schema_key_from_headers
+from schemas.probe_rows.retention import RetentionPolicy
+from schemas.topic_mirror import TopicMirror
 from sinks import metrics as M
+from sinks.baseline_reader import BaselineReader
 from sinks.blocks import (
     STATE_TABLE,
     BlockBudget,
     Entry,
     PartitionState,
     WriterBlock,
-    form_writer_block,
     load_states,
     take_writer_block,
     writer_block_inserts,
@@ -45,12 +48,13 @@ from sinks.origin import check as origin_check
 from sinks.origin import from_headers as origin_from_headers
 from sinks.origin import stamp as stamp_origin
 from sinks.probe_tiers import TIER_INSERT_SETTINGS, TIER_TABLES, tor_of_rnic
+from sinks.raw_rows import RawJudge, form_raw_block, mark_key, raw_entry
 
 log = logging.getLogger("fabricscope.sink")
 
 # topic -> ClickHouse table
 TABLE_OF: dict[str, str] = {
-    T.PROBES_ENRICHED.name: "probes",
+    T.PROBES_RAW.name: "probes",
     T.VERDICTS.name: "verdicts",
     T.DEADLETTER.name: "deadletters",
     T.HOST_LINKS.name: "host_links",
@@ -61,9 +65,11 @@ TABLE_OF: dict[str, str] = {
     T.LOOPBACK_RAW.name: "loopback",
     T.REGISTRY.name: "rnic_inventory",  # RNIC -> host, ToR as the agents register them (the tiers' ToR names)
 }
-# Topics written in offset-aligned blocks, and the table of each schema they carry.
-BLOCK_TOPICS = {T.PROBES_ENRICHED.name}
-TABLE_OF_SCHEMA = {"probe_enriched.v1": "probes", "probe_minute.v1": "probes_1m"}
+# Topics written in offset-aligned blocks (sinks.raw_rows).
+BLOCK_TOPICS = {T.PROBES_RAW.name}
+ENRICHED_BEFORE = "probes.enriched"
+"""The topic an earlier store writer read the worker's decomposed rows from: where its marks are kept
+(:meth:`StoreWriter._marks_before`)."""
 
 
 @dataclass
@@ -122,7 +128,7 @@ class StoreWriter:
         prefix: topic name prefix (tests and demos share one broker).
         group: consumer group id.
         kafka_config: extra client settings (SASL/TLS), never logged.
-        block_rows: a block of ``probes.enriched`` is inserted at this many rows (over all partitions held) ...
+        block_rows: a block of ``probes.raw`` is inserted at this many rows (over all partitions held) ...
         block_s: ... or this many seconds after its first message was read, whichever comes first.
             Only raw history and the tiers wait for a block (verdicts are inserted per message), so the
             default is long: a block spans several uploads of every agent (one every 5 s), its minute
@@ -134,6 +140,8 @@ class StoreWriter:
             ``block_s`` if shorter) is due at once.
         origin: stamped on every ``verdicts``/``coverage`` row whose message has no ``origin`` header
             (:mod:`sinks.origin`): ``production``, ``lab``, ``sim`` or ``demo``.
+        retention: the raw retention policy (which probe rows ``probes`` keeps; the tiers count every row).
+            ``anomalies`` reads the reducer's flow baselines from ``latency.baselines``.
     """
 
     def __init__(
@@ -148,8 +156,10 @@ class StoreWriter:
         block_min_rows: int | None = None,
         block_slow_max_s: float | None = None,
         origin: str = "production",
+        retention: RetentionPolicy = RetentionPolicy(),
     ) -> None:
         self.store = store
+        self.retention = retention
         self.origin = origin_check(origin)  # stamped on verdicts and coverage without an origin header
         self.prefix = prefix
         self.stats = SinkStats()
@@ -162,6 +172,11 @@ class StoreWriter:
         self._conf = {"bootstrap.servers": bootstrap, **(kafka_config or {})}  # for the re-forming reader
         self._wrote_block = False  # the last poll wrote a block: more may be due, so the next one does not wait
         self._abandoned = False  # a poll stopped midway: see poll_once
+        self._baselines = BaselineReader(bootstrap, f"{prefix}{T.LATENCY_BASELINES.name}", kafka_config) \
+            if retention.mode == "anomalies" else None
+        self._before: dict[str, int] | None = None  # the marks of a writer of probes.enriched, read once
+        self._registry: TopicMirror | None = None  # the registry's RNICs, as the workers read them
+        self._rnics: set[str] = set()
         conf = {
             "bootstrap.servers": bootstrap,
             "group.id": f"{prefix}{group}",
@@ -197,8 +212,41 @@ class StoreWriter:
             loaded = self._retry(lambda: load_states(self.store, topic), f"read {STATE_TABLE}", lambda: False)
             for p, st in (loaded or {}).items():
                 self._parts.setdefault((topic, p), st)
-            self._parts.setdefault(key, PartitionState())
+            if key not in self._parts:  # no block of this partition yet: start after what the old layout stored
+                mark = mark_key(topic, partition)
+                before = self._marks_before()
+                self._parts[key] = PartitionState(hwm={mark: before[mark]} if mark in before else {})
         return self._parts[key]
+
+    def _marks_before(self) -> dict[str, int]:
+        """``probes|<raw topic>/<partition>`` -> the highest raw offset a store writer of ``probes.enriched`` (the
+        two-crossing layout) stored, from its blocks in ``sink_blocks``: the newest block's marks after it when
+        the group committed past it (it finished), else before it; empty when there was no such writer.
+        Read once: that writer has stopped (docs/storage.md "Upgrading the store writer")."""
+        if self._before is not None:
+            return self._before
+        topic = f"{self.prefix}{ENRICHED_BEFORE}"
+        states = self._retry(lambda: load_states(self.store, topic), f"read {STATE_TABLE}", lambda: False) or {}
+        out: dict[str, int] = {}
+        for p, st in sorted(states.items()):
+            last = max(r[1] for r in (st.multi_redo or {p: st.redo or (0, -1)}).values())
+            try:
+                committed = self._consumer.committed([TopicPartition(topic, p)], timeout=10)[0].offset
+            except KafkaException:
+                committed = -1
+            marks = st.redo_hwm_after if committed > last else st.hwm
+            if committed <= last:
+                log.warning("the last block of %s partition %d (offsets up to %d) may be unfinished: its rows are "
+                            "stored again from %s", topic, p, last, T.PROBES_RAW.name)
+            for k, v in marks.items():
+                if k.startswith(("probes|", "probes_1m|")):
+                    raw = "probes|" + k.split("|", 1)[1]
+                    out[raw] = max(out.get(raw, -1), v)
+        if out:
+            log.info("store writer of %s before this one stored raw offsets up to %s; those are skipped", topic,
+                     ", ".join(f"{k.split('|', 1)[1]}: {v}" for k, v in sorted(out.items())))
+        self._before = out
+        return out
 
     def _finish_multi_redo(self, topic: str, st: PartitionState, stop: Callable[[], bool]) -> bool:
         """Re-form the writer block ``st`` records over several partitions, if it may be unfinished; True when
@@ -220,8 +268,10 @@ class StoreWriter:
             if entries is None:
                 return False
             parts = {p: (es, dict(st.hwm)) for p, es in entries.items() if es}
-            if parts and self._insert_block(topic, form_writer_block(parts), stop) is None:
-                return False
+            if parts:
+                formed = self._form(topic, parts, st.judged, stop)
+                if formed is None or self._insert_block(topic, *formed, stop) is None:
+                    return False
             owned = [TopicPartition(topic, tp.partition, ranges[tp.partition][1] + 1) for tp in committed
                      if (topic, tp.partition) in self._assigned and tp.offset <= ranges[tp.partition][1]]
             if owned:
@@ -341,8 +391,9 @@ class StoreWriter:
             self.stats.rows_by_table[table_name] = self.stats.rows_by_table.get(table_name, 0) + data.num_rows
             self._commit(msg)
         for (topic, part), st in list(self._parts.items()):  # recorded single-partition blocks, re-formed first
+            judged = st.judged
             if st.redo is not None and (entries := st.take_block(self.block_rows, self.block_s, now, force)):
-                n = self._write_block(topic, {part: st}, {part: entries}, stop)
+                n = self._write_block(topic, {part: st}, {part: entries}, stop, judged)
                 if n is None:
                     self._abandoned = True
                     return written
@@ -364,35 +415,78 @@ class StoreWriter:
         self._observe_lag(msgs)
         return written
 
-    def held_rows(self, table: str) -> int:
-        """Rows for ``table`` read and not yet inserted (in blocks still open), over every partition."""
-        return sum(e.rows.num_rows for st in self._parts.values() for e in st.pending
-                   if e.table == table and e.rows is not None)
+    def held_rows(self) -> int:
+        """Raw probe rows read and not yet inserted (in blocks still open), over every partition."""
+        return sum(st.pending_rows for st in self._parts.values())
 
     def _entry(self, msg: Message) -> Entry:
-        """Decode one message of a block topic; an undecodable one becomes a dead-letter row of the block."""
-        try:
-            key, data = decode(msg.value(), schema_key_from_headers(msg.headers()))
-            table = TABLE_OF_SCHEMA.get(key)
-            if table is None:
-                raise CodecError(f"schema {key} does not belong on {msg.topic()}")
-            return Entry(msg.offset(), table, data)
-        except CodecError as err:
+        """Decode one raw upload (:func:`sinks.raw_rows.raw_entry`)."""
+        entry = raw_entry(msg.offset(), msg.value(), schema_key_from_headers(msg.headers()),
+                          f"{msg.topic()}/{msg.partition()}/{msg.offset()}")
+        if entry.rows is None:
             self.stats.undecodable += 1
             M.UNDECODABLE.inc()
-            log.error("undecodable message %s/%d/%d: %s", msg.topic(), msg.partition(), msg.offset(), err)
-            return Entry(msg.offset(), "deadletters", _undecodable_row(msg, str(err)))
+        return entry
+
+    def _form(self, topic: str, parts: dict[int, tuple[list[Entry], dict[str, int]]], judged: dict[str, int],
+              stop: Callable[[], bool]) -> tuple[WriterBlock, dict[str, str]] | None:
+        """The writer block of ``parts`` (:func:`sinks.raw_rows.form_raw_block`), judged with the registry's
+        RNICs and the retention policy; under ``anomalies`` with the baseline snapshot ``judged`` names (a
+        re-formed block), else the newest. With the RNICs' ToRs (:func:`sinks.probe_tiers.tor_of_rnic`);
+        None if stopped first."""
+        tor_of = self._retry(lambda: tor_of_rnic(self.store), "read rnic_inventory", stop)
+        if tor_of is None or self._retry(self._registry_rnics, "read the registry", stop,
+                                         errors=(KafkaException,)) is None:
+            return None
+        baseline, generation = None, None
+        if self._baselines is not None:
+            reader = self._baselines
+            got = self._retry(reader.newest, "read latency.baselines", stop, errors=(KafkaException,))
+            if got is None:
+                return None
+            baseline, generation = got
+            if "baseline" in judged and judged["baseline"] != generation:
+                kept = self._retry(lambda: reader.of(judged["baseline"]), "read latency.baselines", stop,
+                                   errors=(KafkaException,))
+                if kept is not None:
+                    baseline, generation = kept, judged["baseline"]
+        judge = RawJudge(frozenset(self._rnics) or None, self.retention, baseline, generation)
+        block = form_raw_block(topic, parts, judge)
+        if generation is not None:
+            block.judged["baseline"] = generation
+        return block, tor_of
+
+    def _registry_rnics(self) -> bool:
+        """Catch up on every RNIC the registry topic has listed, read from its beginning as the stream workers
+        read it (the unknown-RNIC rule; ``rnic_inventory`` also holds what an inventory file loaded).
+
+        Raises:
+            KafkaException: the topic could not be read at all (the caller retries).
+        """
+        if self._registry is None:
+            def add(t: pa.Table) -> None:
+                if "rnic" in t.column_names:
+                    self._rnics.update(r for r in t["rnic"].to_pylist() if r)
+
+            self._registry = TopicMirror(self._conf["bootstrap.servers"], f"{self.prefix}{T.REGISTRY.name}", add,
+                                         {k: v for k, v in self._conf.items() if k != "bootstrap.servers"})
+        self._registry.catch_up()
+        return True
 
     def _write_block(self, topic: str, states: dict[int, PartitionState], taken: dict[int, list[Entry]],
-                     stop: Callable[[], bool]) -> int | None:
-        """Record, insert and commit one writer block over ``taken`` (partition -> entries; :mod:`sinks.blocks`);
-        rows written, None if stopped first."""
-        block = form_writer_block({p: (entries, states[p].hwm) for p, entries in taken.items()})
-        rows = self._insert_block(topic, block, stop)
+                     stop: Callable[[], bool], judged: dict[str, int] | None = None) -> int | None:
+        """Record, insert and commit one writer block over ``taken`` (partition -> entries; :mod:`sinks.blocks`)
+        judged as ``judged`` says (a recorded block re-formed); rows written, None if stopped first."""
+        formed = self._form(topic, {p: (entries, states[p].hwm) for p, entries in taken.items()}, judged or {},
+                            stop)
+        if formed is None:
+            return None
+        block = formed[0]
+        rows = self._insert_block(topic, *formed, stop)
         if rows is None:
             return None
         for p, b in block.parts.items():
-            states[p].hwm = b.hwm_after
+            states[p].hwm, states[p].judged = b.hwm_after, {}
         self.stats.blocks += 1
         n_msgs = sum(len(entries) for entries in taken.values())
         self.stats.batches += n_msgs
@@ -400,17 +494,15 @@ class StoreWriter:
         self.stats.replayed_rows_dropped += block.dropped_rows
         M.BATCHES_WRITTEN.inc(n_msgs)
         if block.dropped_rows:
-            log.warning("block %s: dropped %d rows a worker sent again (already stored)", block.token(topic),
-                        block.dropped_rows)
+            log.warning("block %s: left out %d rows stored before (by the writer this one took over from)",
+                        block.token(topic), block.dropped_rows)
         self._commit_offsets([TopicPartition(topic, p, last + 1) for p, (_, last) in block.ranges.items()])
         return rows
 
-    def _insert_block(self, topic: str, block: WriterBlock, stop: Callable[[], bool]) -> int | None:
-        """The state rows, then every table's insert of ``block``; rows inserted, None if stopped first (the
-        block is re-formed from its recorded state at the next start)."""
-        tor_of = self._retry(lambda: tor_of_rnic(self.store), "read rnic_inventory", stop)
-        if tor_of is None:
-            return None  # stopping before anything of the block was recorded
+    def _insert_block(self, topic: str, block: WriterBlock, tor_of: dict[str, str], stop: Callable[[], bool]
+                      ) -> int | None:
+        """The state rows, then every table's insert of ``block`` (hourly tiers under ``tor_of``); rows inserted,
+        None if stopped first (the block is re-formed from its recorded state at the next start)."""
         rows = 0
         for table, data, token in writer_block_inserts(topic, block, time.time_ns(), tor_of):
             if not self._insert_with_retry(table, data, token, stop):
@@ -460,4 +552,8 @@ class StoreWriter:
         self.poll_once(timeout=0, force=True, stop=lambda: time.monotonic() > deadline)
 
     def close(self) -> None:
+        if self._baselines is not None:
+            self._baselines.close()
+        if self._registry is not None:
+            self._registry.close()
         self._consumer.close()

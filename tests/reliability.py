@@ -268,10 +268,9 @@ def settled_counts(store_path: Path, bootstrap: str, prefix: str, workers: list[
 
     Settled means nothing can change ``probes`` any more, so a late duplicate (a replay of uncommitted
     input) would be in the returned count rather than arrive after it: the stream ``workers`` are
-    SIGKILLed (nothing more reaches ``probes.enriched``, not even a message they were still sending), then
-    the store writer's group has committed every message of ``probes.enriched`` (it commits a message
-    only after its insert returned). The workers were expected to keep running until then, so one that
-    exited before fails the test.
+    SIGKILLed, then the store writer's group has committed every message of ``probes.raw`` (it commits a
+    block only after its inserts returned). The workers were expected to keep running until then, so one
+    that exited before fails the test.
     """
     wait_for(lambda: (c := store_counts(store_path)) is not None and c[0] >= expected, timeout=240,
              what=f"{expected} rows after {what}")
@@ -279,7 +278,7 @@ def settled_counts(store_path: Path, bootstrap: str, prefix: str, workers: list[
     for w in workers:
         w.kill()
         w.wait(60)
-    lag = GroupLag(bootstrap, f"{prefix}fabricscope-store", f"{prefix}probes.enriched")
+    lag = GroupLag(bootstrap, f"{prefix}fabricscope-store", f"{prefix}probes.raw")
     try:
         wait_for(lambda: lag.lag() == 0, timeout=120, what=f"the store writer caught up after {what}")
     finally:

@@ -66,12 +66,14 @@ def _snapshot_part(headers: Iterable[tuple[str, bytes | str | None]] | None) -> 
 class BaselineSnapshots:
     """A worker's copy of the reducer's flow baselines: the newest complete snapshot.
 
-    ``current`` is None until a first snapshot completes, else a table of ``flow`` and ``baseline_ns``.
+    ``current`` is None until a first snapshot completes, else a table of ``flow`` and ``baseline_ns``;
+    ``generation`` is its publication's id (None for a table merged from messages without the header).
     Feed it every message of ``latency.baselines`` in offset order with :meth:`apply`.
     """
 
     def __init__(self) -> None:
         self.current: pa.Table | None = None
+        self.generation: int | None = None
         self._generation: int | None = None
         self._parts: dict[int, pa.Table] = {}
 
@@ -92,10 +94,11 @@ class BaselineSnapshots:
         self._parts[part] = t
         if len(self._parts) == parts:
             self.current = pa.concat_tables([self._parts[i] for i in range(parts)]).combine_chunks()
+            self.generation = generation
             self._generation, self._parts = None, {}
 
     def _merge_by_flow(self, t: pa.Table) -> None:
         if self.current is not None and self.current.num_rows:
             kept = self.current.filter(pc.invert(pc.is_in(self.current["flow"], value_set=t["flow"].combine_chunks())))
             t = pa.concat_tables([kept, t])
-        self.current = t
+        self.current, self.generation = t, None

@@ -70,10 +70,14 @@ def process_probe_messages(
 
 
 def process_probe_step(
-    messages: list[tuple[bytes, str | None, str, int, int]], known_rnics: set[str] | None = None,
-    encode: tuple[str, ...] = ("agent_id", *ENCODED),
+    messages: list[tuple[bytes | pa.Table, str | None, str, int, int]], known_rnics: set[str] | None = None,
+    encode: tuple[str, ...] = ("agent_id", *ENCODED), dead_letters: bool = True,
 ) -> StepRows:
     """Decode, validate and decompose the messages of one worker step (:func:`process_probe_message` each).
+
+    A payload may also be a ``probe.v1`` table its caller decoded already (the store writer's).
+    ``dead_letters`` False: bad rows are left out without dead-letter rows or log lines (the store writer
+    judges the rows the worker has dead-lettered already).
 
     Each message is decoded on its own (an undecodable message dead-letters alone); the rules and the
     decomposition then run once over the rows of every decoded message (repeats of ``(agent_id, seq)``
@@ -86,6 +90,10 @@ def process_probe_step(
     tables: list[pa.Table] = []
     which: list[int] = []
     for i, (payload, header_schema, topic, partition, offset) in enumerate(messages):
+        if isinstance(payload, pa.Table):  # decoded by the caller (the store writer, to size its blocks)
+            tables.append(payload)
+            which.append(i)
+            continue
         try:
             key, table = decode(payload, header_schema)
             if key != PROBE:
@@ -119,7 +127,7 @@ def process_probe_step(
             _payload, _schema, topic, partition, offset = messages[i]
             r = rule[starts[j]:starts[j + 1]]
             dead = None
-            if r.any():
+            if r.any() and dead_letters:
                 split = split_by_rule(tables[j], r, texts)
                 for reason in sorted(set(split.reasons)):
                     log.error("dead letter %s/%d/%d: %d rows: %s", topic, partition, offset,

@@ -96,7 +96,7 @@ def _keys_at(enriched: pa.Table, name: str, encoded: Mapping[str, pa.DictionaryA
 
 
 def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | None = None,
-                buckets: Mapping[str, np.ndarray] | None = None) -> pa.Table:
+                buckets: Mapping[str, np.ndarray] | None = None, by_batch: bool = True) -> pa.Table:
     """The minute tier of ``probe_enriched.v1`` rows, one row per (batch_id, minute, pinglist, prober, responder).
 
     Args:
@@ -105,12 +105,16 @@ def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | 
             order of first appearance (:func:`schemas.group_codes.dictionaries`: the worker step's encodings,
             shared with the window partials); the rows do not change.
         buckets: optional :func:`latency_buckets` of the same rows (the step's, shared likewise).
+        by_batch: False: one row per (minute, pinglist, prober, responder) over every batch, without
+            ``batch_id`` (what :func:`merge_minute_rows` gives, in one grouping: the store writer's block).
 
     Returns:
         A ``probe_minute.v1`` table, rows of one batch together (batches in order of appearance), then
         sorted by minute and key; vectorised (numpy/Arrow), no per-row Python.
     """
     schema = arrow_schema(MINUTE)
+    if not by_batch:
+        schema = pa.schema([f for f in schema if f.name != "batch_id"])
     if enriched.num_rows == 0:
         return schema.empty_table()
     event_ns = pc.coalesce(enriched["t1"], enriched["upload_ns"]).to_numpy(zero_copy_only=False)
@@ -123,8 +127,10 @@ def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | 
         n_minutes = len(minutes)
     # mixed radix over dictionary ids, source batch outermost (rows of one batch stay contiguous, in the
     # order the batches appear): one int64 per key tuple
-    composite, _ = _codes(column(enriched, "batch_id", encoded))
-    composite = composite * n_minutes + minute_code.astype(np.int64)
+    composite = minute_code.astype(np.int64)
+    if by_batch:
+        batch, _ = _codes(column(enriched, "batch_id", encoded))
+        composite = batch * n_minutes + composite
     for k in KEYS[1:]:
         codes, card = _codes(column(enriched, k, encoded))
         composite = composite * card + codes
@@ -141,7 +147,8 @@ def minute_rows(enriched: pa.Table, encoded: Mapping[str, pa.DictionaryArray] | 
     }
     for name, col in HISTS:
         cols[name] = _histogram(gid, n_groups, enriched[col], None if buckets is None else buckets.get(col))
-    cols["batch_id"] = _keys_at(enriched, "batch_id", encoded, first)
+    if by_batch:
+        cols["batch_id"] = _keys_at(enriched, "batch_id", encoded, first)
     return pa.Table.from_arrays([cols[f.name] for f in schema], schema=schema)
 
 

@@ -21,6 +21,7 @@ day for 10,000 RNICs under each policy).
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +42,25 @@ class RetentionPolicy:
     mode: str = "full"
     sample: float = 0.01
     seed: int = 0
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str]) -> RetentionPolicy:
+        """The policy of ``FABRICSCOPE_RAW_RETENTION`` (full | anomalies, default full), ``FABRICSCOPE_RAW_SAMPLE``
+        (default 0.01) and ``FABRICSCOPE_RAW_SAMPLE_SEED`` (default 0): the store writer applies it, the
+        reducer publishes baselines for it.
+
+        Raises:
+            ValueError: a variable that is not a number, or a policy the class refuses (the message names it).
+        """
+        def number(name: str, default: str) -> float:
+            raw = environ.get(name, default)
+            try:
+                return float(raw)
+            except ValueError:
+                raise ValueError(f"{name}={raw!r} is not a number") from None
+
+        return cls(environ.get("FABRICSCOPE_RAW_RETENTION", "full"), number("FABRICSCOPE_RAW_SAMPLE", "0.01"),
+                   int(number("FABRICSCOPE_RAW_SAMPLE_SEED", "0")))
 
     def __post_init__(self) -> None:
         if self.mode not in POLICIES:

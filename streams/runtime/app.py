@@ -1,13 +1,12 @@
 """The Faust app: the whole stream topology at a glance.
 
-    probes.raw ──rtt (N workers, a step of many messages)──▶ probes.enriched ──▶ (sink) `probes_1m`, `probes`
-        │   per raw message: minute tier + rows kept,   │                       (hourly tiers by view)
-        │   to the partition of its raw partition       └─▶ deadletter ──▶ (sink) `deadletters`
-        └─ per step: one message (partials per window, marks, raw offset ranges) ──▶ window.partials (1 partition)
+    probes.raw ──rtt (N workers, a step of many messages)──▶ deadletter ──▶ (sink) `deadletters`
+        │   └─ per step: one message (partials per window, marks, raw offset ranges) ──▶ window.partials (1 partition)
+        └──(sink, a consumer group of its own: each probe crosses Kafka once)──▶ `probes`, `probes_1m`, hourly tiers
     paths.traced ──(mirror in every worker)──▶ PathIndex (bounded)
     window.partials ──reducer (one owner)──▶ verdicts ──▶ (sink) `verdicts`, chatops
         registry, jobs.metrics ──(mirror)──▶      └───▶ coverage ──▶ (sink) `coverage`
-                                                  └───▶ latency.baselines ──(mirror)──▶ raw retention
+                                                  └───▶ latency.baselines ──(sink)──▶ raw retention
 
     loopback.raw ──hostlink──▶ host_links, verdicts     (Hostping: :mod:`streams.runtime.hostping_agents`)
 
@@ -39,11 +38,11 @@ import faust
 import pyarrow as pa
 
 from schemas import topics as T
-from schemas.codec import encode, encode_buffer, headers_for, schema_key_from_headers
+from schemas.codec import encode, headers_for, schema_key_from_headers
 from schemas.deadletter import whole_message
-from schemas.probe_rows.baselines import BaselineSnapshots, snapshot_messages
-from schemas.probe_rows.minute_tier import MINUTE
+from schemas.probe_rows.baselines import snapshot_messages
 from schemas.probe_rows.retention import RetentionPolicy
+from schemas.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
 from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.reducer import StepFormatError, WindowReducer
 from streams.pingmesh.step_message import encode_step
@@ -55,14 +54,10 @@ from streams.runtime.emitted_input import CLOCK_SKEW_MS, EmittedOffsets, read_em
 from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
 from streams.runtime.output_producer import OutputProducer
 from streams.runtime.probe_step import RawMessage, StepOutput, process_step, reducer_step
-from streams.runtime.recent_mirror import RecentTopicMirror
 from streams.runtime.reducer_recovery import rebuild
-from streams.runtime.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
 
 log = logging.getLogger("fabricscope.app")
 
-BASELINE_LOOKBACK_S = 300.0
-"""How far back (s) a worker reads the reducer's latency baselines: it publishes a whole snapshot every window."""
 LAG_TICK_S = 0.1
 """The sleep whose late wake-up measures the event loop's lag (s)."""
 
@@ -178,7 +173,6 @@ class StreamApp:
         self.windows_closed = self._topic(T.WINDOWS_CLOSED)
         self.latency_baselines = self._topic(T.LATENCY_BASELINES)
         # The probe path sends to these through its own producer (streams.runtime.output_producer), not Faust's.
-        self._enriched = T.topic_name(T.PROBES_ENRICHED, self.prefix)
         self._window_partials = T.topic_name(T.WINDOW_PARTIALS, self.prefix)
         self._deadletter = T.topic_name(T.DEADLETTER, self.prefix)
 
@@ -194,12 +188,8 @@ class StreamApp:
         self._consumed_ns = 0  # wall time the reducer took its last message (or idleness tick): when a watermark passed
         self._spent: dict[str, int] = {}  # the reducer thread on that message (merge, close, analysis): see _timed
         self.reducer_thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reducer")
-        self._baseline: pa.Table | None = None
-        self._baseline_mirror: TopicMirror | None = None
-        self._baseline_snapshots = BaselineSnapshots()
         self._emitted = EmittedOffsets()  # per raw partition: next offset expected, highest offset sent to the reducer
         self._output: OutputProducer | None = None
-        self._enriched_partitions: int | None = None
         self.loop_lag_max_s = 0.0
 
         app.on_partitions_revoked.connect(self._forget_revoked)
@@ -278,24 +268,10 @@ class StreamApp:
         """The raw retention policy (FABRICSCOPE_RAW_RETENTION, _SAMPLE, _SAMPLE_SEED)."""
         return self.config.retention
 
-    def _baselines_mirror(self) -> TopicMirror:
-        """The reducer's per-flow latency baselines, its newest complete snapshot (``anomalies`` retention keeps
-        rows over them; a flow the reducer evicted leaves with the next snapshot)."""
-
-        def take(t: pa.Table, headers: list | None) -> None:
-            self._baseline_snapshots.apply(t, headers)
-            self._baseline = self._baseline_snapshots.current
-
-        if self._baseline_mirror is None:
-            # the reducer publishes a whole snapshot every window: the last few minutes hold a complete one
-            self._baseline_mirror = RecentTopicMirror(
-                self.bootstrap, T.topic_name(T.LATENCY_BASELINES, self.prefix), None, self.security,
-                lookback_s=BASELINE_LOOKBACK_S, apply_with_headers=take)
-        return self._baseline_mirror
-
     async def rtt(self, stream: faust.StreamT) -> None:
-        """Decompose probe batches (R-Pingmesh §4.2.1) a step of many messages at a time; forward the rows and
-        their minute tier to the store writer, and the step's window partials to the reducer.
+        """Decompose probe batches (R-Pingmesh §4.2.1) a step of many messages at a time; send the step's window
+        partials to the reducer and its bad rows to the dead-letter topic (the store writer reads the raw
+        uploads itself, in its own consumer group).
 
         A step is up to ``FABRICSCOPE_STEP_MESSAGES`` messages or what arrived within ``FABRICSCOPE_STEP_S``
         seconds; Faust acks (and later commits) them after the broker acknowledged the step's sends (the step
@@ -367,15 +343,10 @@ class StreamApp:
         await loop.run_in_executor(None, mirror.catch_up)  # every path published before this step
         raw = [RawMessage(e.value or b"", schema_key_from_headers(dict(e.headers or {})), e.message.topic,
                           e.message.partition, e.message.offset, dict(e.headers or {})) for e in events]
-        # CPU work in a thread: pyarrow and numpy release the GIL, so heartbeats and commits keep running
-        policy = self._retention()
-        baseline = None
-        if policy.mode == "anomalies":
-            await loop.run_in_executor(None, self._baselines_mirror().catch_up)
-            baseline = self._baseline
         await self._learn_emitted(events, raw)
-        out = await loop.run_in_executor(None, process_step, raw, paths, WINDOW_NS, self._rnics or None, policy,
-                                         baseline, dict(self._emitted.emitted))
+        # CPU work in a thread: pyarrow and numpy release the GIL, so heartbeats and commits keep running
+        out = await loop.run_in_executor(None, process_step, raw, paths, WINDOW_NS, self._rnics or None,
+                                         dict(self._emitted.emitted))
         keys = [(e.key, e.message.topic, e.message.partition) for e in events]
         # off the event loop: encoding ~1 MB per message and waiting for the broker's acknowledgements
         await loop.run_in_executor(None, self._send_outputs, self._output_producer(), keys, out)
@@ -392,14 +363,14 @@ class StreamApp:
     def _send_outputs(self, producer: OutputProducer, keys: list[tuple[bytes | None, str, int]],
                       out: StepOutput) -> None:
         """A step's outputs, acknowledged by the broker when this returns: per raw message (``keys``: its key,
-        topic and partition, in input order) its dead-letter rows, minute tier and stored rows; then the step's
-        message to the reducer, only once all of those are acknowledged, so whatever a step in
-        ``window.partials`` covers is fully emitted (docs/storage.md "Exactly-once rows").
+        topic and partition, in input order) its dead-letter rows; then the step's message to the reducer,
+        only once those are acknowledged, so whatever a step in ``window.partials`` covers is fully emitted
+        (docs/storage.md "Exactly-once rows").
 
         Raises:
             DeliveryError: the broker refused a message for good (the agent retries the step's messages alone).
         """
-        for (key, topic, partition), mo in zip(keys, out.messages, strict=True):
+        for (_key, topic, _partition), mo in zip(keys, out.messages, strict=True):
             if mo.dead is not None:
                 M.PROBE_ROWS.labels("dead_letter").inc(mo.dead.num_rows)
                 M.DEAD_LETTERS.inc(mo.dead.num_rows)
@@ -407,28 +378,12 @@ class StreamApp:
                                  headers=headers_for("deadletter.v1"))
             if mo.enriched is not None:
                 M.PROBE_ROWS.labels("ok").inc(mo.enriched.num_rows)
-                self._send_to_store(producer, key, partition, mo.stored, mo.minute)
         producer.flush()
         step = reducer_step(out)
         if step is not None:
             for headers, value in encode_step(step):  # one message, or its parts in order
                 producer.produce(self._window_partials, value, b"step", headers=headers)
             producer.flush()
-
-    def _send_to_store(self, producer: OutputProducer, key: bytes | None, raw_partition: int,
-                       enriched: pa.Table | None, minute: pa.Table | None) -> None:
-        """The rows of one raw message and their minute tier, to the store writer.
-
-        Everything from one raw partition goes to one partition of ``probes.enriched``, in raw-offset order
-        (the producer is idempotent, so retries keep that order): the writer drops a worker's replay by raw
-        offset per raw partition (docs/storage.md "Exactly-once rows")."""
-        if self._enriched_partitions is None:
-            self._enriched_partitions = len(self._partitions_of(self._enriched))
-        part = raw_partition % self._enriched_partitions
-        if minute is not None:
-            producer.produce(self._enriched, encode_buffer(minute), key, part, headers_for(MINUTE))
-        if enriched is not None and enriched.num_rows:
-            producer.produce(self._enriched, encode_buffer(enriched), key, part, headers_for("probe_enriched.v1"))
 
     async def reducer(self, stream: faust.StreamT) -> None:
         """Merge the partials of each window once the watermark passes it; emit verdicts and coverage.

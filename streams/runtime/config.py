@@ -116,9 +116,7 @@ class RuntimeConfig:
             partition_idle_s=_number(environ, "FABRICSCOPE_PARTITION_IDLE_S", "30"),
             hostping_impact=environ.get("FABRICSCOPE_HOSTPING_IMPACT", "P2"),
             hostping_bus_lookback_s=_number(environ, "FABRICSCOPE_HOSTPING_BUS_LOOKBACK_S", "600"),
-            retention=RetentionPolicy(environ.get("FABRICSCOPE_RAW_RETENTION", "full"),
-                                      _number(environ, "FABRICSCOPE_RAW_SAMPLE", "0.01"),
-                                      int(_number(environ, "FABRICSCOPE_RAW_SAMPLE_SEED", "0"))),
+            retention=RetentionPolicy.from_environ(environ),
             step_messages=max(1, int(_number(environ, "FABRICSCOPE_STEP_MESSAGES", "64"))),
             step_s=_number(environ, "FABRICSCOPE_STEP_S", "0.5"),
         )

@@ -23,10 +23,10 @@ import faust
 from schemas import topics as T
 from schemas.codec import CodecError, decode, encode, headers_for, schema_key_from_headers
 from schemas.deadletter import whole_message
+from schemas.recent_mirror import RecentTopicMirror
+from schemas.topic_mirror import TopicMirror
 from streams.hostping.hostping_stream import HostpingStream
 from streams.runtime.config import RuntimeConfig
-from streams.runtime.recent_mirror import RecentTopicMirror
-from streams.runtime.topic_mirror import TopicMirror
 
 log = logging.getLogger("fabricscope.hostping")
 

@@ -1,7 +1,7 @@
 """The probe path's producer: a worker step's outputs to Kafka through librdkafka, acknowledged before the step ends.
 
-A step of the ``rtt`` agent sends two messages per raw upload (its stored rows, ~1.3 MB of Arrow IPC at
-6,000 rows, and their minute tier, ~0.35 MB) to ``probes.enriched``, then one message to ``window.partials``. Faust's
+A step of the ``rtt`` agent sends the dead-letter rows of its raw uploads, if any, then one message to
+``window.partials`` (the store writer reads the raw uploads itself). Faust's
 producer (aiokafka) encodes produce requests in Python: nested ``Struct.encode`` joins that copy each
 message several times, then a copy into the socket buffer, all on the event loop's thread. Measured on
 the same messages (``bench throughput``'s 6,000-row uploads, ``acks=all``, idempotent): aiokafka 0.54-0.58
@@ -11,8 +11,8 @@ consumes ``probes.raw``, groups the steps and commits their offsets; only these 
 Faust flushes its own producer before it commits input offsets; it does not know this one. So the agent
 waits on :meth:`OutputProducer.flush` at the end of every step, before Faust may ack the step's events:
 an input offset is committed only after everything the step produced from it is acknowledged (docs/storage.md
-"Exactly-once rows": the store writer drops a replay by raw offset, so a kill between the two only
-repeats rows the writer drops).
+"Exactly-once rows": a kill between the two only repeats dead letters the store writer keeps once, and
+steps the reducer drops by raw offset).
 """
 
 from __future__ import annotations

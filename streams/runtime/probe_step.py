@@ -2,19 +2,19 @@
 
 The Faust agent takes up to ``FABRICSCOPE_STEP_MESSAGES`` messages (or what came
 within ``FABRICSCOPE_STEP_S``) per step. Per message it decodes, validates and
-decomposes (a bad message must dead-letter alone, and every output keeps its
-source identity, docs/storage.md "Exactly-once rows"); then, once per step, on the
-concatenated rows: the minute tier (split back per source message) and the
-window partials. Per-call overheads (group-by setup, path-index join) are paid
-once per step instead of once per message.
+decomposes (a bad message must dead-letter alone, with its source identity);
+then, once per step, on the concatenated rows: the window partials. Per-call
+overheads (group-by setup, path-index join) are paid once per step instead of once
+per message. The store writer reads the same raw messages in its own consumer group
+and stores their rows and minute tier itself (sinks/raw_rows.py): a step sends only
+dead letters and its message to the reducer.
 
 Nothing here depends on how messages are grouped into steps: the outputs per
 message are functions of that message, and window partials merge exactly
 (tests/streams/test_step_grouping.py). The step's input to the reducer is one
 :class:`~streams.pingmesh.step_message.Step` identified by the raw offset ranges it
 covers; messages a step already carried to the reducer (a restart, a rebalance:
-``emitted``) are left out of it, and only their store rows go again
-(docs/storage.md "Exactly-once rows").
+``emitted``) are left out of it (docs/storage.md "Exactly-once rows").
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ import pyarrow.compute as pc
 
 from schemas.group_codes import factorize, to_numpy
 from schemas.probe_rows.messages import StepRows, process_probe_step
-from schemas.probe_rows.minute_tier import latency_buckets, minute_rows
-from schemas.probe_rows.retention import RetentionPolicy, retained
+from schemas.probe_rows.minute_tier import latency_buckets
 from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.reducer import batch_partials
 from streams.pingmesh.step_message import Step, UploadMark
@@ -49,14 +48,11 @@ class RawMessage:
 
 @dataclass
 class MessageOutput:
-    """What one source message yields: enriched rows, the rows the store keeps (retention policy), their
-    minute tier (of every row), dead-letter rows (each maybe None)."""
+    """What one source message yields: its decomposed good rows and its dead-letter rows (each maybe None)."""
 
     source: RawMessage
     enriched: pa.Table | None
-    minute: pa.Table | None
     dead: pa.Table | None
-    stored: pa.Table | None = None
 
 
 @dataclass
@@ -74,8 +70,8 @@ class StepOutput:
 
 
 def reducer_step(out: StepOutput) -> Step | None:
-    """The one :class:`~streams.pingmesh.step_message.Step` to send to the reducer after the step's store
-    sends, or None when every message of the step had been emitted before (docs/storage.md "Exactly-once rows").
+    """The one :class:`~streams.pingmesh.step_message.Step` to send to the reducer after the step's dead
+    letters, or None when every message of the step had been emitted before (docs/storage.md "Exactly-once rows").
 
     The reducer applies its partials before its marks, oldest upload first, so the watermark never passes
     a window before every row of the step for it is in, whatever the step size: the verdicts do not depend
@@ -112,18 +108,6 @@ def validate_messages(messages: list[RawMessage], known_rnics: set[str] | None) 
     decomposition run once over the rows of all of them, :func:`process_probe_step`)."""
     return process_probe_step([(m.payload, m.schema, m.topic, m.partition, m.offset) for m in messages],
                               known_rnics)
-
-
-def split_by_batch(minute: pa.Table) -> dict[str, pa.Table]:
-    """``{batch_id: rows}`` of a minute-tier table whose rows are grouped by ``batch_id`` (contiguous)."""
-    if minute.num_rows == 0:
-        return {}
-    ids = minute["batch_id"].combine_chunks()
-    n = len(ids)  # the rows of one batch are contiguous: a batch starts where the id differs from the row before
-    change = np.asarray(pc.not_equal(ids.slice(1), ids.slice(0, n - 1)).to_numpy(zero_copy_only=False), dtype=bool)
-    starts = np.flatnonzero(np.r_[True, change])
-    ends = np.r_[starts[1:], n]
-    return {ids[int(s)].as_py(): minute.slice(int(s), int(e - s)) for s, e in zip(starts, ends, strict=True)}
 
 
 def upload_marks(results: list[tuple[RawMessage, pa.Table | None]],
@@ -185,8 +169,7 @@ def _newest_uploads(rows: list[tuple[int, pa.Table]], agent: pa.DictionaryArray,
 
 
 def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns: int,
-                 known_rnics: set[str] | None = None, retention: RetentionPolicy = RetentionPolicy(),
-                 baseline: pa.Table | None = None, emitted: Mapping[int, int] | None = None) -> StepOutput:
+                 known_rnics: set[str] | None = None, emitted: Mapping[int, int] | None = None) -> StepOutput:
     """Analyse a step of probe messages.
 
     Args:
@@ -194,11 +177,9 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
         paths: the worker's path index, caught up before the step.
         window_ns: analysis window length (20 s).
         known_rnics: the registry's RNICs (unknown-RNIC rule), or None while it is empty.
-        retention: which raw rows go to the store (the minute tier and the partials count all rows).
-        baseline: the latency rule's per-flow baselines, for ``anomalies`` retention.
         emitted: raw partition → highest offset already emitted to the reducer (:func:`fresh_ranges`):
-            messages at or below it still yield their store rows (the store writer drops repeats by raw
-            offset) but are left out of the partials (the reducer cannot split an aggregate) and the ranges.
+            messages at or below it are left out of the partials (the reducer cannot split an aggregate)
+            and the ranges; their dead letters go again (the store writer keeps one per source message).
 
     Returns:
         :class:`StepOutput`. Raises nothing for bad input (dead-letter rows instead).
@@ -207,13 +188,8 @@ def process_step(messages: list[RawMessage], paths: PathIndex | None, window_ns:
     results, step = rows.results, rows.enriched
     # the key columns encoded once for the step (by the validation), shared by the minute tier and the partials
     encoded: dict[str, pa.DictionaryArray] | None = rows.encoded
-    buckets = latency_buckets(step) if step is not None else None  # one log2 per latency, shared likewise
-    by_batch = split_by_batch(minute_rows(step, encoded, buckets)) if step is not None else {}
-    outs = []
-    for m, r in zip(messages, results, strict=True):
-        minute = by_batch.get(f"{m.topic}/{m.partition}/{m.offset}") if r.enriched is not None else None
-        stored = retained(r.enriched, retention, baseline) if r.enriched is not None else None
-        outs.append(MessageOutput(m, r.enriched, minute, r.dead, stored))
+    buckets = latency_buckets(step) if step is not None else None  # one log2 per latency, for the partials
+    outs = [MessageOutput(m, r.enriched, r.dead) for m, r in zip(messages, results, strict=True)]
     flags, ranges = fresh_ranges(messages, emitted or {})
     if not all(flags):  # rare (a restart or rebalance): summarize only what the reducer has not had
         fresh = [r.enriched for r, f in zip(results, flags, strict=True)

@@ -76,7 +76,7 @@ class Run:
 
     rows: int = 0
     result: DemoResult = field(default_factory=lambda: DemoResult(SCENARIO, "sim", {}))
-    # (time.monotonic(), workers' lag on probes.raw, store writer's on probes.enriched); None: no answer
+    # (time.monotonic(), workers' lag on probes.raw, store writer's on probes.raw); None: no answer
     lag: list[tuple[float, int | None, int | None]] = field(default_factory=list)
 
     def verdicts_by_window(self) -> dict[int, list[tuple]]:
@@ -109,11 +109,11 @@ def _alive(procs: Processes, logs: Path) -> bool:
 
 
 def _lag_sampler(bootstrap: str, prefix: str, run: Run, done: threading.Event) -> threading.Thread:
-    """Samples the workers' lag on probes.raw and the store writer's on probes.enriched every 0.5 s (Faust
+    """Samples the workers' lag on probes.raw and the store writer's (its own group) every 0.5 s (Faust
     commits every 2.8 s, so the workers' lag moves in steps of about that)."""
     def loop() -> None:
         workers = GroupLag(bootstrap, f"{prefix}fabricscope", f"{prefix}probes.raw")
-        store = GroupLag(bootstrap, f"{prefix}fabricscope-store", f"{prefix}probes.enriched")
+        store = GroupLag(bootstrap, f"{prefix}fabricscope-store", f"{prefix}probes.raw")
         try:
             while not done.is_set():
                 run.lag.append((time.monotonic(), workers.lag(), store.lag()))

@@ -101,12 +101,9 @@ def test_worker_sigkill_mid_stream_loses_and_duplicates_nothing(pipeline_env, tm
     assert fleet.producer.flush(30) == 0
     _assert_exactly_once(store, env, [worker], fleet.rows, "a worker SIGKILL")
     raw = topic_messages(bootstrap, f"{prefix}probes.raw")
-    enriched = topic_messages(bootstrap, f"{prefix}probes.enriched")
     print(f"seed={SEED} worker SIGKILL after round {kill_at} (+{kill_after:.2f} s): rows={fleet.rows} "
-          f"raw batches={raw} enriched messages={enriched} (two per raw batch: its minute tier and its rows; "
-          f"replayed by the new worker: {enriched - 2 * raw})")
+          f"raw batches={raw}")
     assert raw == fleet.batches
-    assert enriched >= 2 * raw
 
 
 @pytest.mark.parametrize("how", ["sigkill", "sigstop"])

@@ -18,6 +18,8 @@ from sinks.history import registry_inventory
 from sinks.kafka_sink import StoreWriter
 from sinks.probe_tiers import tor_of_rnic
 
+from probe_rows import columns, probe_row
+
 sim = pytest.importorskip("producers.sim")
 from producers.sim.fabrics import panel1  # noqa: E402
 
@@ -45,20 +47,27 @@ def test_the_writer_learns_the_sims_tors_from_the_registry(kafka_bootstrap, topi
               key=b"controller", headers=headers_for("registry.v1"))
     minute = now // S // 60 * 60 - 120  # two minutes ago: inside the heatmap's range
     pairs = [("A1", "B1", 100, 7), ("B1", "A1", 50, 0), ("A1", "A2", 10, 0)]  # prober, responder, probes, timeouts
-    rows = table_from_columns("probe_minute.v1", {
-        "minute": [minute] * 3, "pinglist": ["inter_tor", "inter_tor", "tor_mesh"],
-        "prober_rnic": [a for a, _, _, _ in pairs], "responder_rnic": [b for _, b, _, _ in pairs],
-        "probes": [n for *_, n, _ in pairs], "timeouts": [t for *_, t in pairs],
-        "rtt_hist": [[(200, n - t)] for *_, n, t in pairs], "responder_hist": [[] for _ in pairs],
-        "prober_hist": [[] for _ in pairs], "batch_id": ["probes.raw/0/0"] * 3})
-    p.produce(f"{topic_prefix}probes.enriched", encode(rows), key=b"H1", headers=headers_for("probe_minute.v1"))
+    for prober, responder, n, timeouts in pairs:
+        host = inv.rnics[prober].host
+        rows = []
+        for i in range(n):
+            t1 = minute * S + i * 1_000_000
+            row = probe_row(i, t1=t1, t2=1_000, t3=100, t4=300, t5=6_000, t6=t1 + 9_000, agent=host, src=prober,
+                            dst=responder)
+            row["pinglist"] = "tor_mesh" if inv.rnics[prober].tor == inv.rnics[responder].tor else "inter_tor"
+            row["responder_host"] = inv.rnics[responder].host
+            if i < timeouts:
+                row.update(status="timeout", t2=None, t3=None, t4=None, t5=None, t6=None)
+            rows.append(row)
+        p.produce(f"{topic_prefix}probes.raw", encode(table_from_columns("probe.v1", columns(rows))),
+                  key=host.encode(), headers=headers_for("probe.v1"))
     assert p.flush(30) == 0
     store = ChdbStore(tmp_path / "ch")
     migrate(store)
     w = StoreWriter(store, kafka_bootstrap, topic_prefix)
     try:
         deadline = time.monotonic() + 60
-        while w.stats.rows_by_table.get("rnic_inventory", 0) < len(inv.rnics) or w.held_rows("probes_1m") < 3:
+        while w.stats.rows_by_table.get("rnic_inventory", 0) < len(inv.rnics) or w.held_rows() < 160:
             assert time.monotonic() < deadline, w.stats
             w.poll_once(timeout=0.5)
         w.poll_once(timeout=0.5, force=True)  # the block: its hourly tiers take the ToRs just learnt

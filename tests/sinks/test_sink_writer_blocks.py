@@ -8,10 +8,13 @@ after it: each probe is then counted once in ``probes`` and in every tier.
 
 from __future__ import annotations
 
+import json
 import time
 
+import pyarrow as pa
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from producers.sim.fabrics import panel1
 from schemas.arrow_pa import table_from_columns
@@ -19,9 +22,6 @@ from schemas.codec import encode
 from schemas.headers import headers_for
 from sinks.clickhouse import ChdbStore, migrate
 from sinks.kafka_sink import StoreWriter
-from streams.pingmesh.path_index import PathIndex
-from streams.pingmesh.windows import WINDOW_NS
-from streams.runtime.probe_step import RawMessage, process_step
 
 sim = pytest.importorskip("producers.sim")
 pytestmark = pytest.mark.kafka
@@ -35,23 +35,16 @@ class Killed(Exception):
     """Stands for ``kill -9`` in the middle of a block."""
 
 
-def _enriched_messages(rounds: int) -> tuple[list[tuple[int, str, bytes]], list[int]]:
-    """``(raw partition, schema, payload)`` of what the worker sends for ``rounds`` uploads of Panel 1's
-    agents over two raw partitions, in send order, and the probes each carries into ``probes``."""
+def _raw_messages(rounds: int) -> tuple[list[tuple[int, str, bytes]], list[int]]:
+    """``(raw partition, schema, payload)`` of ``rounds`` uploads of Panel 1's agents over two raw partitions,
+    in send order, and the probes each carries."""
     s = sim.Simulator(panel1(), seed=5)
-    index, out, probes, part_of, offsets = PathIndex(), [], [], {}, [0, 0]
+    out, probes, part_of = [], [], {}
     for k in range(rounds):
-        for agent, probe_cols, path_cols in s.upload_batches(T0 + k * 5 * S):
-            index.update(table_from_columns("path.v1", path_cols))
+        for agent, probe_cols, _paths in s.upload_batches(T0 + k * 5 * S):
             part = part_of.setdefault(agent, len(part_of) % 2)
-            raw = RawMessage(encode(table_from_columns("probe.v1", probe_cols)), "probe.v1", "probes.raw", part,
-                             offsets[part])
-            offsets[part] += 1
-            for mo in process_step([raw], index, WINDOW_NS).messages:  # the default retention stores every row
-                assert mo.minute is not None and mo.stored is not None
-                out.append((part, "probe_minute.v1", encode(mo.minute)))
-                out.append((part, "probe_enriched.v1", encode(mo.stored)))
-                probes += [0, mo.stored.num_rows]
+            out.append((part, "probe.v1", encode(table_from_columns("probe.v1", probe_cols))))
+            probes.append(len(probe_cols["seq"]))
     return out, probes
 
 
@@ -69,11 +62,11 @@ def _counts(store: ChdbStore) -> dict[str, int]:
 
 
 def test_a_block_over_two_partitions_killed_mid_insert_is_re_formed_whole(kafka_bootstrap, topic_prefix, tmp_path):
-    msgs, rows = _enriched_messages(4)
-    cut = len(msgs) * 2 // 3 // 2 * 2  # after an upload's both messages
+    msgs, rows = _raw_messages(4)
+    cut = len(msgs) * 2 // 3
     first, later, probes = msgs[:cut], msgs[cut:], sum(rows)
     assert {p for p, _, _ in first} == {0, 1} and {p for p, _, _ in later} == {0, 1}
-    topic = f"{topic_prefix}probes.enriched"
+    topic = f"{topic_prefix}probes.raw"
     store = ChdbStore(tmp_path / "ch")
     migrate(store)
     try:
@@ -90,9 +83,9 @@ def test_a_block_over_two_partitions_killed_mid_insert_is_re_formed_whole(kafka_
 
         store.insert_arrow = dies_after_the_first_table  # type: ignore[method-assign]
         deadline = time.time() + 60
-        while w.held_rows("probes") < sum(rows[:cut]) and time.time() < deadline:
+        while w.held_rows() < sum(rows[:cut]) and time.time() < deadline:
             w.poll_once(timeout=1.0)  # reads everything; the block waits for its (hour-long) budget
-        assert w.held_rows("probes") == sum(rows[:cut])
+        assert w.held_rows() == sum(rows[:cut])
         with pytest.raises(Killed):
             w.poll_once(timeout=0, force=True)
         w.close()  # no offsets were committed
@@ -117,15 +110,15 @@ def test_a_block_over_two_partitions_killed_mid_insert_is_re_formed_whole(kafka_
 def test_a_writer_stopped_midway_writes_nothing_more(kafka_bootstrap, topic_prefix, tmp_path):
     """Stopped while a block waits for the store, the writer has read past what it holds: a later block would
     skip those messages, so it writes nothing more; a new writer stores every probe once."""
-    msgs, rows = _enriched_messages(2)
-    topic = f"{topic_prefix}probes.enriched"
+    msgs, rows = _raw_messages(2)
+    topic = f"{topic_prefix}probes.raw"
     store = ChdbStore(tmp_path / "ch")
     migrate(store)
     try:
         _send(kafka_bootstrap, topic, msgs[:4])
         w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
         deadline = time.time() + 60
-        while w.held_rows("probes") < sum(rows[:4]) and time.time() < deadline:
+        while w.held_rows() < sum(rows[:4]) and time.time() < deadline:
             w.poll_once(timeout=1.0)
         assert w.poll_once(timeout=0, force=True, stop=lambda: True) == 0  # stopping: the block never went in
         _send(kafka_bootstrap, topic, msgs[4:])
@@ -139,5 +132,58 @@ def test_a_writer_stopped_midway_writes_nothing_more(kafka_bootstrap, topic_pref
             w2.poll_once(timeout=1.0, force=True)
         w2.close()
         assert _counts(store) == {**dict.fromkeys(TIERS, sum(rows)), "n": sum(rows), "u": sum(rows)}
+    finally:
+        store.close()
+
+
+def _old_writer_state(store: ChdbStore, prefix: str, last: int, before: int, after: int) -> None:
+    """The state row a writer of the two-crossing layout left: its last block over ``probes.enriched``
+    offsets ``[0, last]``, with the raw marks of raw partition 0 before and after it."""
+    raw = f"{prefix}probes.raw/0"
+    marks = {"before": {f"probes|{raw}": before, f"probes_1m|{raw}": before},
+             "after": {f"probes|{raw}": after, f"probes_1m|{raw}": after}, "ranges": {"0": [0, last]}}
+    store.insert_arrow("sink_blocks", pa.table({
+        "topic": [f"{prefix}probes.enriched"], "partition": pa.array([0], pa.uint32()), "first_offset": [0],
+        "last_offset": [last], "source_hwm": [json.dumps(marks)], "written_ns": [time.time_ns()]}))
+
+
+def _commit_old(bootstrap: str, prefix: str, offset: int) -> None:
+    """The old writer's group committed ``offset`` on ``probes.enriched`` partition 0 (a topic of its own)."""
+    topic = f"{prefix}probes.enriched"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": bootstrap})
+    for _ in range(offset):
+        p.produce(topic, b"x", partition=0)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}fabricscope-store"})
+    c.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    c.close()
+
+
+@pytest.mark.parametrize("finished", [True, False])
+def test_the_writer_takes_over_after_what_a_writer_of_the_enriched_topic_stored(
+        kafka_bootstrap, topic_prefix, tmp_path, finished):
+    """An upgrade: the old writer stored raw offsets up to its mark (after its last block when its group
+    committed past it, before it otherwise); the new writer reads probes.raw from the start and stores only
+    what comes after, so no probe is stored twice or lost."""
+    msgs, rows = _raw_messages(2)
+    p0 = [(p, sch, pl) for p, sch, pl in msgs if p == 0]
+    n = [r for (p, _, _), r in zip(msgs, rows, strict=True) if p == 0]
+    assert len(p0) >= 4
+    store = ChdbStore(tmp_path / "ch")
+    migrate(store)
+    try:
+        _old_writer_state(store, topic_prefix, last=2, before=0, after=2)
+        _commit_old(kafka_bootstrap, topic_prefix, 3 if finished else 1)
+        _send(kafka_bootstrap, f"{topic_prefix}probes.raw", p0)
+        w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
+        expect = sum(n[3:]) if finished else sum(n[1:])
+        deadline = time.time() + 60
+        while _counts(store)["n"] < expect and time.time() < deadline:
+            w.poll_once(timeout=1.0, force=True)
+        w.close()
+        assert _counts(store) == {**dict.fromkeys(TIERS, expect), "n": expect, "u": expect}
+        assert w.stats.replayed_rows_dropped == (sum(n[:3]) if finished else sum(n[:1]))
     finally:
         store.close()

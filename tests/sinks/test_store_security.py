@@ -33,7 +33,6 @@ from producers.sim.fabrics import panel1
 from producers.synthetic import synthetic_batch
 from schemas.arrow_pa import arrow_schema, table_from_columns
 from schemas.codec import encode
-from schemas.probe_rows.decompose import decompose
 from sinks.clickhouse import StoreError
 from sinks.query_endpoint import (
     Endpoint,
@@ -274,16 +273,15 @@ def test_each_attack_is_refused_with_a_clear_message_and_the_data_is_intact(writ
 
 
 def _feed(writer: Writer, stop: threading.Event, sent: list[int]) -> None:
-    """Publish enriched probe batches (200 rows each) every 0.1 s until ``stop``: the writer's input."""
+    """Publish agent uploads (200 rows each) every 0.1 s until ``stop``: the writer's input."""
     p = AgentProducer(writer.bootstrap)
-    topic = f"{writer.prefix}probes.enriched"
+    topic = f"{writer.prefix}probes.raw"
     peers = [f"H{i}-r0" for i in range(1, 9)]
     start_ns = time.time_ns() // 5_000_000_000 * 5_000_000_000  # recent: raw probes have a 14-day TTL
     k = 0
     while not stop.is_set():
         cols = synthetic_batch("H0", ["H0-r0"], peers, start_ns + k * 5_000_000_000, 200, seed=k, seq0=k * 200)
-        table = decompose(table_from_columns("probe.v1", cols), f"probes.raw/0/{k}")
-        p.publish(topic, encode(table), "probe_enriched.v1", key="H0")
+        p.publish(topic, encode(table_from_columns("probe.v1", cols)), "probe.v1", key="H0")
         sent.append(200)
         k += 1
         stop.wait(0.1)

@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from schemas.codec import CodecError, decode
 from schemas.probe_rows.baselines import SNAPSHOT_HEADER, BaselineSnapshots, snapshot_messages
-from streams.runtime.recent_mirror import RecentTopicMirror
+from schemas.recent_mirror import RecentTopicMirror
 
 
 def _baseline(flows: list[str], ns: float = 1000.0) -> pa.Table:

@@ -10,7 +10,7 @@ from confluent_kafka import Producer
 
 from producers.hostping.sim_source import bus_util_upload, sim_host
 from schemas.codec import headers_for
-from streams.runtime.recent_mirror import RecentTopicMirror
+from schemas.recent_mirror import RecentTopicMirror
 
 pytestmark = pytest.mark.kafka
 

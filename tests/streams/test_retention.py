@@ -8,15 +8,13 @@ import pyarrow as pa
 import pytest
 
 from schemas.arrow_pa import table_from_columns
-from schemas.codec import encode
 from schemas.probe_rows.decompose import decompose
 from schemas.probe_rows.retention import RetentionPolicy, over_baseline, retained, sampled
-from streams.runtime.probe_step import RawMessage, process_step
 
 from probe_rows import columns, probe_row
 
 
-def _rows():
+def retention_rows():
     t1 = 1_800_000_000 * 10**9
     rows = [probe_row(i, t1=t1 + i, t2=1_000, t3=100, t4=300, t5=1_000 + 5_000 + 200 + 10 * i, t6=t1 + i + 9_000,
                       agent="H1") for i in range(6)]
@@ -28,7 +26,7 @@ def _rows():
 
 
 def test_anomalies_keeps_timeouts_service_and_over_baseline_rows():
-    t = decompose(table_from_columns("probe.v1", columns(_rows())), "probes.raw/0/1")
+    t = decompose(table_from_columns("probe.v1", columns(retention_rows())), "probes.raw/0/1")
     rtt = t["network_rtt_ns"].to_pylist()  # 5000 + 10 i
     flow = [f"{p}|{a}|{b}|{s}" for p, a, b, s in zip(t["pinglist"].to_pylist(), t["prober_rnic"].to_pylist(),
                                                       t["responder_rnic"].to_pylist(), t["src_port"].to_pylist(),
@@ -60,10 +58,10 @@ def test_bad_policy_is_named():
         RetentionPolicy("anomalies", sample=2.0)
 
 
-def test_tiers_count_every_probe_under_anomalies():
-    payload = encode(table_from_columns("probe.v1", columns(_rows())))
-    out = process_step([RawMessage(payload, "probe.v1", "probes.raw", 0, 9)], None, 20 * 10**9,
-                       retention=RetentionPolicy("anomalies", sample=0.0))
-    mo = out.messages[0]
-    assert mo.stored["seq"].to_pylist() == [1, 2]
-    assert sum(mo.minute["probes"].to_pylist()) == 6 and sum(mo.minute["timeouts"].to_pylist()) == 1
+def test_the_policy_comes_from_the_environment_and_names_a_bad_variable():
+    p = RetentionPolicy.from_environ({"FABRICSCOPE_RAW_RETENTION": "anomalies", "FABRICSCOPE_RAW_SAMPLE": "0.05",
+                                      "FABRICSCOPE_RAW_SAMPLE_SEED": "3"})
+    assert p == RetentionPolicy("anomalies", 0.05, 3)
+    assert RetentionPolicy.from_environ({}) == RetentionPolicy()
+    with pytest.raises(ValueError, match="FABRICSCOPE_RAW_SAMPLE='lots' is not a number"):
+        RetentionPolicy.from_environ({"FABRICSCOPE_RAW_SAMPLE": "lots"})

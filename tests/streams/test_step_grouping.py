@@ -2,11 +2,11 @@
 
 The same simulated uploads (Panel 1 with a dead link and a lossy link, 60 s, two raw partitions) go
 through :func:`streams.runtime.probe_step.process_step` in different step groupings, the reducer as the
-Faust agent feeds it, and the store writer's block logic (:mod:`sinks.blocks`) into real chdb with
-different block cuts. One run also replays what a crashed worker had not committed (re-grouped, at new
-offsets; the worker skips what a step already carried to the reducer, and a zombie sends a step twice)
-and crashes the writer between a block's state row and its inserts. Verdicts, ``probes`` and
-every tier must come out identical, each probe counted once.
+Faust agent feeds it, and the store writer's block logic over the same raw messages (:mod:`sinks.blocks`,
+:mod:`sinks.raw_rows`) into real chdb with different block cuts. One run also replays what a crashed
+worker had not committed (re-grouped; the worker skips what a step already carried to the reducer, and a
+zombie sends a step twice) and crashes the writer between a block's state row and its inserts. Verdicts,
+``probes`` and every tier must come out identical, each probe counted once.
 """
 
 from __future__ import annotations
@@ -20,16 +20,9 @@ import pytest
 from producers.sim.fabrics import panel1
 from schemas.arrow_pa import table_from_columns
 from schemas.codec import encode
-from sinks.blocks import (
-    Entry,
-    PartitionState,
-    block_inserts,
-    form_block,
-    form_writer_block,
-    load_states,
-    writer_block_inserts,
-)
+from sinks.blocks import Entry, PartitionState, load_states, writer_block_inserts
 from sinks.clickhouse import ChdbStore, migrate
+from sinks.raw_rows import RawJudge, form_raw_block, raw_entry
 from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.reducer import WindowReducer
 from streams.pingmesh.step_message import encode_step
@@ -40,7 +33,8 @@ sim = pytest.importorskip("producers.sim")
 
 S = 1_000_000_000
 T0 = (time.time_ns() // (3600 * S) - 2) * 3600 * S  # recent: the tables' TTLs drop old rows at insert
-RAW, ENRICHED = "probes.raw", "probes.enriched"
+RAW = "probes.raw"
+JUDGE = RawJudge()
 TIERS = {
     "probes_1m": "minute, pinglist, prober_rnic, responder_rnic",
     "probes_1h_rnic": "hour, prober_rnic, responder_rnic",
@@ -93,36 +87,36 @@ def _reduce(red: WindowReducer, out: StepOutput, emitted: dict[int, int], verdic
 
 
 def _write(store: ChdbStore, log: dict[int, list[Entry]], rng: random.Random, crash: bool) -> int:
-    """The store writer's block logic over each enriched partition's log, random block cuts; with ``crash``,
+    """The store writer's block logic over each raw partition's log, random block cuts; with ``crash``,
     one block dies after its state row and first insert and the writer restarts from an earlier offset.
-    Returns the rows dropped as a worker's replay."""
+    Returns the rows a block left out as stored before."""
     dropped = 0
     for part, entries in sorted(log.items()):
         st, i, crashed = PartitionState(), 0, not crash
         while i < len(entries):
             n = rng.randint(1, 25)
-            block = form_block(entries[i:i + n], st.hwm)
-            stmts = block_inserts(ENRICHED, part, block, now_ns=i, tor_of=TOR_OF)
+            block = form_raw_block(RAW, {part: (entries[i:i + n], st.hwm)}, JUDGE)
+            stmts = writer_block_inserts(RAW, block, now_ns=i, tor_of=TOR_OF)
             if not crashed and i > 0:
                 for table, data, token in stmts[:2]:  # state row, then the tier: then kill -9
                     store.insert_arrow(table, data, dedup_token=token)
                 crashed = True
-                st = load_states(store, ENRICHED)[part]
+                st = load_states(store, RAW)[part]
                 i = max(0, i - rng.randint(0, 3))  # the committed offset may lag the recorded blocks
                 for e in entries[i:]:
                     st.accept(e, 0.0)
                     if (b := st.take_block(10**9, 10**9, 0.0)) is not None:  # the recorded block, re-formed
-                        redo = form_block(b, st.hwm)
-                        for table, data, token in block_inserts(ENRICHED, part, redo, now_ns=i + 1, tor_of=TOR_OF):
+                        redo = form_raw_block(RAW, {part: (b, st.hwm)}, JUDGE)
+                        for table, data, token in writer_block_inserts(RAW, redo, now_ns=i + 1, tor_of=TOR_OF):
                             store.insert_arrow(table, data, dedup_token=token)
-                        st.hwm = redo.hwm_after
+                        st.hwm = redo.parts[part].hwm_after
                         dropped += redo.dropped_rows
-                        i = redo.last + 1
+                        i = redo.parts[part].last + 1
                         break
                 continue
             for table, data, token in stmts:
                 store.insert_arrow(table, data, dedup_token=token)
-            st.hwm = block.hwm_after
+            st.hwm = block.parts[part].hwm_after
             dropped += block.dropped_rows
             i += n
     return dropped
@@ -133,25 +127,26 @@ def _write_across(store: ChdbStore, log: dict[int, list[Entry]], rng: random.Ran
     partition, one insert per table for all of them; with ``crash``, one block dies after its state rows and
     first insert, and the restarted writer re-forms it from the ranges every partition's state row records
     (as it re-reads them from Kafka), then goes on from each partition's committed offset. Returns the rows
-    dropped as a worker's replay."""
+    a block left out as stored before."""
     dropped, hwm, nxt, crashed = 0, {p: {} for p in log}, dict.fromkeys(log, 0), not crash
     while any(nxt[p] < len(log[p]) for p in log):
         parts = {p: (log[p][nxt[p]:nxt[p] + rng.randint(0, 25)], hwm[p]) for p in log}
         parts = {p: v for p, v in parts.items() if v[0]}
         if not parts:
             continue
-        block = form_writer_block(parts)
-        stmts = writer_block_inserts(ENRICHED, block, now_ns=sum(nxt.values()), tor_of=TOR_OF)
+        block = form_raw_block(RAW, parts, JUDGE)
+        stmts = writer_block_inserts(RAW, block, now_ns=sum(nxt.values()), tor_of=TOR_OF)
         if not crashed and len(parts) > 1:
             for table, data, token in stmts[:2]:  # state rows, then the first tier: then kill -9
                 store.insert_arrow(table, data, dedup_token=token)
             crashed = True
-            states = load_states(store, ENRICHED)
+            states = load_states(store, RAW)
             ranges = states[min(parts)].multi_redo
             assert ranges == block.ranges and all(states[p].multi_redo == ranges for p in parts)
-            redo = form_writer_block({p: (log[p][f:last + 1], states[p].hwm) for p, (f, last) in ranges.items()})
-            assert redo.token(ENRICHED) == block.token(ENRICHED)
-            for table, data, token in writer_block_inserts(ENRICHED, redo, now_ns=-1, tor_of=TOR_OF):
+            redo = form_raw_block(RAW, {p: (log[p][f:last + 1], states[p].hwm) for p, (f, last) in ranges.items()},
+                                  JUDGE)
+            assert redo.token(RAW) == block.token(RAW)
+            for table, data, token in writer_block_inserts(RAW, redo, now_ns=-1, tor_of=TOR_OF):
                 store.insert_arrow(table, data, dedup_token=token)
             block = redo
             hwm = {p: dict(states[p].redo_hwm_after) for p in log}
@@ -170,7 +165,8 @@ def _run(tmp_path, seed: int | None, replay: bool = False, across: bool = False)
     red.registry.update(REGISTRY)
     verdicts: list = []
     emitted: dict[int, int] = {}
-    log: dict[int, list[Entry]] = {0: [], 1: []}
+    log: dict[int, list[Entry]] = {p: [raw_entry(m.offset, m.payload, m.schema, "") for m in MSGS if m.partition == p]
+                                   for p in (0, 1)}  # what the store writer reads: the raw uploads themselves
     steps = _steps(None if seed is None else rng, MSGS)
     for j, step in enumerate(steps):
         batches = [step]
@@ -179,15 +175,11 @@ def _run(tmp_path, seed: int | None, replay: bool = False, across: bool = False)
         for b in batches:
             out = process_step(b, PATHS, WINDOW_NS, emitted=emitted)  # skips what a step already carried
             _reduce(red, out, emitted, verdicts, resend=replay and j == 0)
-            for mo in out.messages:
-                part = mo.source.partition % 2
-                for table, t in (("probes_1m", mo.minute), ("probes", mo.enriched)):
-                    log[part].append(Entry(len(log[part]), table, t))
     store = ChdbStore(tmp_path / f"ch-{seed}-{replay}-{across}")
     try:
         migrate(store)
         dropped = (_write_across if across else _write)(store, log, rng, crash=replay)
-        assert (dropped > 0) == replay, dropped  # the re-sent rows were there, and were dropped
+        assert dropped == 0, dropped  # the worker's replay never reaches the store
         tiers = {t: store.query_arrow(
             f"SELECT {k}, sum(probes) AS probes, sum(timeouts) AS timeouts, mapSort(sumMap(rtt_hist)) AS rtt, "
             f"mapSort(sumMap(responder_hist)) AS resp, mapSort(sumMap(prober_hist)) AS prob FROM {t} "

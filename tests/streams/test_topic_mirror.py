@@ -10,8 +10,8 @@ from confluent_kafka import Producer
 
 from schemas.arrow_pa import table_from_columns
 from schemas.codec import encode, headers_for
+from schemas.topic_mirror import TopicMirror
 from streams.pingmesh.path_index import PathIndex
-from streams.runtime.topic_mirror import TopicMirror
 
 pytestmark = pytest.mark.kafka
 

@@ -51,13 +51,12 @@ def _payload(agent: str, upload_ns: int, seqs: list[int]) -> bytes:
     return encode(table_from_columns("probe.v1", columns(picked)))
 
 
-def test_a_step_sends_the_store_rows_of_skipped_messages_but_not_their_partials():
+def test_a_step_decomposes_skipped_messages_but_leaves_them_out_of_its_partials():
     up = BASE_NS + 5_000_000_000
     msgs = [_msg(0, 10, _payload("H1", up, [0, 1, 2])), _msg(0, 11, _payload("H1", up + 1, [0, 1])),
             _msg(0, 12, _payload("H3", up + 2, [0, 2])), _msg(1, 4, _payload("H4", up + 3, [1]))]
     out = process_step(msgs, None, 20 * 10**9, emitted={0: 11})
-    assert [m.stored.num_rows for m in out.messages] == [3, 2, 2, 1]  # the store writer dedups these itself
-    assert [m.minute is not None for m in out.messages] == [True] * 4
+    assert [m.enriched.num_rows for m in out.messages] == [3, 2, 2, 1]  # dead letters would go again: one token
     assert out.ranges == {0: (12, 12), 1: (4, 4)}
     # every message's mark goes (a repeat moves no watermark; it shows the partition is alive)
     assert sorted((p, m.agent_id, m.upload_ns) for p, m in out.marks) == [(0, "H1", up + 1), (0, "H3", up + 2),

@@ -1,6 +1,6 @@
 """A side reader of only the recent part of a busy topic (the bus monitor's readings on hostmetrics.raw).
 
-:class:`streams.runtime.topic_mirror.TopicMirror` reads its topic from the beginning: right for small
+:class:`schemas.topic_mirror.TopicMirror` reads its topic from the beginning: right for small
 compacted topics (paths, registry, host topologies), wasteful for ``hostmetrics.raw``, which
 keeps 7 days of 1 s samples from every host while the host-link worker needs only the newest
 bus utilisation per link. :class:`RecentTopicMirror` starts each partition at the first
@@ -16,7 +16,7 @@ from collections.abc import Callable
 import pyarrow as pa
 from confluent_kafka import TopicPartition
 
-from streams.runtime.topic_mirror import TopicMirror
+from schemas.topic_mirror import TopicMirror
 
 log = logging.getLogger("fabricscope.mirror")
 

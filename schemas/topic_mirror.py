@@ -1,4 +1,4 @@
-"""A side reader that keeps a worker's copy of a small topic up to date (paths, registry, job metrics).
+"""A side reader that keeps a process's copy of a small topic up to date (paths, registry, job metrics).
 
 Faust spreads an agent's partitions over the workers, but every worker needs
 all traced paths (a probe's ACK path is traced by the responder's agent, in
