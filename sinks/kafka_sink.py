@@ -18,13 +18,15 @@ message's source identity as its deduplication token.
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupState, KafkaError, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from schemas import topics as T
 from schemas.codec import CodecError, decode, schema_key_from_headers
@@ -176,6 +178,8 @@ class StoreWriter:
             if retention.mode == "anomalies" else None
         self._before: dict[str, int] | None = None  # the marks of a writer of probes.enriched, read once
         self._registry: TopicMirror | None = None  # the registry's RNICs, as the workers read them
+        self._old_gone, self._old_checked_s, self._old_logged_s = False, float("-inf"), float("-inf")
+        self._admin: AdminClient | None = None
         self._rnics: set[str] = set()
         conf = {
             "bootstrap.servers": bootstrap,
@@ -189,8 +193,16 @@ class StoreWriter:
         conf.update(kafka_config or {})
         self._group = conf["group.id"]
         self._consumer = Consumer(conf)
-        self._consumer.subscribe([f"{prefix}{t}" for t in TABLE_OF], on_assign=self._assign, on_revoke=self._revoke,
-                                 on_lost=self._revoke)
+        self._raw_subscribed = self._old_writers_gone()
+        self._subscribe()
+
+    def _subscribe(self) -> None:
+        """Subscribe to every topic of :data:`TABLE_OF`; ``probes.raw`` only once no store writer of
+        ``probes.enriched`` is left in the group (:meth:`_old_writers_gone`)."""
+        raw = f"{self.prefix}{T.PROBES_RAW.name}"
+        topics = [f"{self.prefix}{t}" for t in TABLE_OF]
+        self._consumer.subscribe([t for t in topics if self._raw_subscribed or t != raw], on_assign=self._assign,
+                                 on_revoke=self._revoke, on_lost=self._revoke)
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
         """Drop what is held for these partitions: the consumer restarts them at the committed offset, and
@@ -217,6 +229,41 @@ class StoreWriter:
                 before = self._marks_before()
                 self._parts[key] = PartitionState(hwm={mark: before[mark]} if mark in before else {})
         return self._parts[key]
+
+    def _old_writers_gone(self) -> bool:
+        """Whether no member of this writer's consumer group reads ``probes.enriched`` (a store writer of the
+        layout before this one, which stores the same probes from the workers' copy). Until then this writer
+        does not subscribe to ``probes.raw``, so the two never store a probe twice; it then starts after the
+        old writers' marks (:meth:`_marks_before`). Asked of the group coordinator at most every 2 s, answered
+        only while the group is not rebalancing; once they are gone, never again."""
+        if self._old_gone:
+            return True
+        now = time.monotonic()
+        if now - self._old_checked_s < 2.0:
+            return False
+        self._old_checked_s = now
+        old = f"{self.prefix}{ENRICHED_BEFORE}"
+        if self._admin is None:
+            self._admin = AdminClient(self._conf)  # kept: a dropped client ends its requests (_DESTROY)
+        try:
+            # short: the first check runs as the writer starts, maybe with the broker away (SIGTERM must stop it)
+            desc = self._admin.describe_consumer_groups([self._group], request_timeout=2)[self._group].result(
+                timeout=3)
+        except (KafkaException, concurrent.futures.TimeoutError) as err:
+            log.warning("describing consumer group %s failed (%s); asking again", self._group, err)
+            return False
+        if desc.state not in (ConsumerGroupState.STABLE, ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD):
+            return False  # a rebalance: assignments are in flux
+        alive = sorted({m.client_id for m in desc.members
+                        if any(tp.topic == old for tp in (m.assignment.topic_partitions or []))})
+        if alive:
+            if now - self._old_logged_s >= 60.0:
+                self._old_logged_s = now
+                log.warning("store writer(s) %s still read %s: this writer reads %s once they stop",
+                            ", ".join(alive), old, f"{self.prefix}{T.PROBES_RAW.name}")
+            return False
+        self._old_gone = True
+        return True
 
     def _marks_before(self) -> dict[str, int]:
         """``probes|<raw topic>/<partition>`` -> the highest raw offset a store writer of ``probes.enriched`` (the
@@ -351,6 +398,9 @@ class StoreWriter:
         nothing more (0 from then on): the next start re-reads from the committed offsets."""
         if self._abandoned:
             return 0
+        if not self._raw_subscribed and self._old_writers_gone():
+            self._raw_subscribed = True
+            self._subscribe()
         msgs = self._consumer.consume(num_messages=1000, timeout=0 if self._wrote_block else timeout)
         self._wrote_block = False
         written = 0

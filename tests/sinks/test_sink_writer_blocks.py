@@ -9,6 +9,7 @@ after it: each probe is then counted once in ``probes`` and in every tier.
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pyarrow as pa
@@ -186,4 +187,45 @@ def test_the_writer_takes_over_after_what_a_writer_of_the_enriched_topic_stored(
         assert _counts(store) == {**dict.fromkeys(TIERS, expect), "n": expect, "u": expect}
         assert w.stats.replayed_rows_dropped == (sum(n[:3]) if finished else sum(n[:1]))
     finally:
+        store.close()
+
+
+def test_the_writer_holds_probes_back_while_a_writer_of_the_enriched_topic_runs(kafka_bootstrap, topic_prefix,
+                                                                                tmp_path):
+    """Side by side in one consumer group, an old writer (reading probes.enriched) and a new one: the new one
+    stores nothing while the old one holds its partitions, then every probe once after it stops."""
+    msgs, rows = _raw_messages(1)
+    _commit_old(kafka_bootstrap, topic_prefix, 0)  # the old topic exists, nothing stored from it
+    old = Consumer({"bootstrap.servers": kafka_bootstrap, "group.id": f"{topic_prefix}fabricscope-store",
+                    "client.id": "old-writer", "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000})
+    old.subscribe([f"{topic_prefix}probes.enriched"])
+    polling, stop = threading.Event(), threading.Event()
+
+    def keep_polling() -> None:
+        while not stop.is_set():
+            old.poll(0.2)
+            if old.assignment():
+                polling.set()
+        old.close()
+
+    th = threading.Thread(target=keep_polling, daemon=True)
+    th.start()
+    store = ChdbStore(tmp_path / "ch")
+    migrate(store)
+    try:
+        assert polling.wait(60), "the old writer never got its partition"
+        _send(kafka_bootstrap, f"{topic_prefix}probes.raw", msgs)
+        w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=0.5)
+        for _ in range(12):  # 6 s of polls and coordinator checks: nothing stored
+            w.poll_once(timeout=0.5, force=True)
+        assert _counts(store)["n"] == 0, "stored beside the old writer"
+        stop.set()
+        th.join(30)
+        deadline = time.time() + 90
+        while _counts(store)["n"] < sum(rows) and time.time() < deadline:
+            w.poll_once(timeout=0.5, force=True)
+        w.close()
+        assert _counts(store) == {**dict.fromkeys(TIERS, sum(rows)), "n": sum(rows), "u": sum(rows)}
+    finally:
+        stop.set()
         store.close()
