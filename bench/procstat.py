@@ -74,11 +74,15 @@ def listener_pid(port: int) -> int | None:
         if not proc.name.isdigit():
             continue
         try:
-            for fd in (proc / "fd").iterdir():
+            fds = list((proc / "fd").iterdir())
+        except OSError:  # the process ended, or is not ours to read
+            continue
+        for fd in fds:
+            try:  # one fd at a time: a busy broker closes files while they are read, and must still be found
                 if os.readlink(fd) in wanted:
                     return int(proc.name)
-        except OSError:
-            continue
+            except OSError:
+                continue
     return None
 
 
