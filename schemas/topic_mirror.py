@@ -159,3 +159,19 @@ class TopicMirror:
 
     def close(self) -> None:
         self._c.close()
+
+
+def registry_rnics_mirror(bootstrap: str, topic: str, rnics: set[str],
+                          kafka_config: dict[str, str] | None = None) -> TopicMirror:
+    """A mirror of the registry topic ``topic`` that adds every ``rnic`` it lists to ``rnics`` (the unknown-RNIC
+    rule, read the same way by the stream workers and the store writer). Nothing is read until
+    :meth:`TopicMirror.catch_up`.
+
+    Raises:
+        KafkaException: the topic's metadata could not be read (as :class:`TopicMirror`).
+    """
+    def add(t: pa.Table) -> None:
+        if "rnic" in t.column_names:
+            rnics.update(r for r in t["rnic"].to_pylist() if r)
+
+    return TopicMirror(bootstrap, topic, add, kafka_config)

@@ -31,7 +31,7 @@ from confluent_kafka.admin import AdminClient
 from schemas import topics as T
 from schemas.codec import CodecError, decode, schema_key_from_headers
 from schemas.probe_rows.retention import RetentionPolicy
-from schemas.topic_mirror import TopicMirror
+from schemas.topic_mirror import TopicMirror, registry_rnics_mirror
 from sinks import metrics as M
 from sinks.baseline_reader import BaselineReader
 from sinks.blocks import (
@@ -91,15 +91,12 @@ class SinkStats:
 def dedup_token(msg: Message, table: pa.Table) -> str:
     """The batch identity, stable across a worker's replay.
 
-    Probes carry their source batch id (raw topic/partition/offset); dead letters
-    carry the source message's coordinates, so a dead-letter record the worker
+    Dead letters carry the source message's coordinates, so a dead-letter record the worker
     emits again after a crash (at a new dead-letter offset) is still one insert. So a
     worker sends at most one dead-letter message per source message (all its bad rows
     in it): a second one for the same source would be taken for a replay.
     Anything else: this message's topic/partition/offset.
     """
-    if "batch_id" in table.column_names and table.num_rows:
-        return f"{msg.topic()}:{table['batch_id'][0].as_py()}"
     if {"source_topic", "source_partition", "source_offset"} <= set(table.column_names) and table.num_rows:
         r = table.slice(0, 1).select(["source_topic", "source_partition", "source_offset"]).to_pylist()[0]
         return f"{msg.topic()}:{r['source_topic']}/{r['source_partition']}/{r['source_offset']}"
@@ -275,12 +272,14 @@ class StoreWriter:
         topic = f"{self.prefix}{ENRICHED_BEFORE}"
         states = self._retry(lambda: load_states(self.store, topic), f"read {STATE_TABLE}", lambda: False) or {}
         out: dict[str, int] = {}
+        try:
+            done = {tp.partition: tp.offset for tp in
+                    self._consumer.committed([TopicPartition(topic, p) for p in states], timeout=10)}
+        except KafkaException:
+            done = {}
         for p, st in sorted(states.items()):
             last = max(r[1] for r in (st.multi_redo or {p: st.redo or (0, -1)}).values())
-            try:
-                committed = self._consumer.committed([TopicPartition(topic, p)], timeout=10)[0].offset
-            except KafkaException:
-                committed = -1
+            committed = done.get(p, -1)
             marks = st.redo_hwm_after if committed > last else st.hwm
             if committed <= last:
                 log.warning("the last block of %s partition %d (offsets up to %d) may be unfinished: its rows are "
@@ -500,7 +499,7 @@ class StoreWriter:
                                    errors=(KafkaException,))
                 if kept is not None:
                     baseline, generation = kept, judged["baseline"]
-        judge = RawJudge(frozenset(self._rnics) or None, self.retention, baseline, generation)
+        judge = RawJudge(self._rnics or None, self.retention, baseline, generation)
         block = form_raw_block(topic, parts, judge)
         if generation is not None:
             block.judged["baseline"] = generation
@@ -514,12 +513,9 @@ class StoreWriter:
             KafkaException: the topic could not be read at all (the caller retries).
         """
         if self._registry is None:
-            def add(t: pa.Table) -> None:
-                if "rnic" in t.column_names:
-                    self._rnics.update(r for r in t["rnic"].to_pylist() if r)
-
-            self._registry = TopicMirror(self._conf["bootstrap.servers"], f"{self.prefix}{T.REGISTRY.name}", add,
-                                         {k: v for k, v in self._conf.items() if k != "bootstrap.servers"})
+            self._registry = registry_rnics_mirror(self._conf["bootstrap.servers"], f"{self.prefix}{T.REGISTRY.name}",
+                                                   self._rnics,
+                                                   {k: v for k, v in self._conf.items() if k != "bootstrap.servers"})
         self._registry.catch_up()
         return True
 

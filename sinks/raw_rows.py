@@ -52,7 +52,7 @@ class RawJudge:
         generation: the snapshot ``baseline`` came from (recorded with the block), or None.
     """
 
-    known_rnics: frozenset[str] | None = None
+    known_rnics: set[str] | None = None
     retention: RetentionPolicy = RetentionPolicy()
     baseline: pa.Table | None = None
     generation: int | None = None
@@ -109,8 +109,7 @@ def form_raw_block(topic: str, parts: Mapping[int, tuple[list[Entry], dict[str, 
         blocks[p] = Block(entries[0].offset, entries[-1].offset, {}, dict(hwm), after, dropped)
     tables: dict[str, pa.Table] = {}
     if messages:
-        known = set(judge.known_rnics) if judge.known_rnics else None
-        rows = process_probe_step(messages, known, dead_letters=False)
+        rows = process_probe_step(messages, judge.known_rnics or None, dead_letters=False)
         if rows.enriched is not None:
             step = rows.enriched
             tables[MINUTE_TABLE] = minute_rows(step, rows.encoded, latency_buckets(step), by_batch=False)

@@ -64,7 +64,17 @@ def new_topic(kafka_bootstrap: str) -> Iterator:
         for f in admin.create_topics([NewTopic(name, partitions, 1)]).values():
             f.result()
         made.append(name)
-        return name
+        # created is not yet served: a client that asks before every partition has a leader is refused (a
+        # mirror's catch-up then applies nothing, by design), so the topic is handed out once it is served
+        deadline = time.monotonic() + 30
+        while True:
+            meta = admin.list_topics(name, timeout=10).topics.get(name)
+            if meta is not None and meta.error is None and len(meta.partitions) == partitions and all(
+                    pm.leader >= 0 and pm.error is None for pm in meta.partitions.values()):
+                return name
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"topic {name}: no leader for every partition within 30 s")
+            time.sleep(0.1)
 
     yield make
     if made:

@@ -42,7 +42,7 @@ from schemas.codec import encode, headers_for, schema_key_from_headers
 from schemas.deadletter import whole_message
 from schemas.probe_rows.baselines import snapshot_messages
 from schemas.probe_rows.retention import RetentionPolicy
-from schemas.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror
+from schemas.topic_mirror import PATHS_COALESCE_ROWS, TopicMirror, registry_rnics_mirror
 from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.reducer import StepFormatError, WindowReducer
 from streams.pingmesh.step_message import encode_step
@@ -238,11 +238,8 @@ class StreamApp:
     def _registry_rnics(self) -> TopicMirror:
         """Every RNIC the registry has listed (the unknown-RNIC rule; off while the registry is empty)."""
         if self._rnics_mirror is None:
-            def add(t: pa.Table) -> None:
-                if "rnic" in t.column_names:
-                    self._rnics.update(r for r in t["rnic"].to_pylist() if r)
-
-            self._rnics_mirror = TopicMirror(self.bootstrap, T.topic_name(T.REGISTRY, self.prefix), add, self.security)
+            self._rnics_mirror = registry_rnics_mirror(self.bootstrap, T.topic_name(T.REGISTRY, self.prefix),
+                                                       self._rnics, self.security)
         return self._rnics_mirror
 
     def _window_reducer(self) -> tuple[WindowReducer, list[TopicMirror]]:

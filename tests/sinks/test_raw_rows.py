@@ -69,7 +69,7 @@ def test_a_flow_baseline_keeps_the_row_over_it():
 def test_rows_the_worker_dead_letters_are_left_out():
     rows = _rows()
     rows[3]["responder_rnic"] = "Z9"  # not registered: the worker dead-letters it
-    judge = RawJudge(known_rnics=frozenset({"A1", "A2"}))
+    judge = RawJudge(known_rnics={"A1", "A2"})
     block = form_raw_block(TOPIC, {0: ([_entry(3, rows)], {})}, judge)
     assert 3 not in block.tables["probes"]["seq"].to_pylist()
     assert block.tables["probes"].num_rows == 5 and sum(block.tables["probes_1m"]["probes"].to_pylist()) == 5
