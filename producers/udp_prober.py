@@ -481,7 +481,12 @@ class UdpEngine:
     def _read_rx(self, ep: Endpoint) -> None:
         if _udpbatch is not None:
             try:
-                batch = _udpbatch.recv_rx(ep.sock.fileno(), ep.hardware)
+                if ep.responder:
+                    batch = _udpbatch.recv_rx(ep.sock.fileno(), ep.hardware)
+                else:  # a prober socket: its ACK1s and ACK2s are handled in C, the rest (trace replies) here
+                    finished, batch = _udpbatch.prober_rx(ep.sock.fileno(), ep.hardware, self.pending)
+                    for p in finished:
+                        self.inflight.finish(p)
             except OSError:  # a queued ICMP error surfaced as sk_err (now cleared); the error queue has it
                 return
             t_user = time.time_ns()
@@ -501,15 +506,20 @@ class UdpEngine:
         if f is None:
             return
         src = addr[0]
-        if src in self.allowed or src in self.reverse_peers:  # bounded by the registry
+        # what a source sent the responder's sockets, bounded by the registry: the budget of what they answer
+        if ep.responder and (src in self.allowed or src in self.reverse_peers):
             self.budget.received(src, len(data), time.monotonic())
         self._on_packet(ep, f, addr, t_rx, t_user)
 
     def _read_errqueue(self, ep: Endpoint) -> None:
         entries: list[tuple[int, int | None, int, int, int, str, bytes]] = []
+        kept = 0
         if _udpbatch is not None:
             with contextlib.suppress(OSError):
-                entries = _udpbatch.recv_err(ep.sock.fileno(), ep.hardware)
+                if ep.responder:
+                    entries = _udpbatch.recv_err(ep.sock.fileno(), ep.hardware)
+                else:  # a prober socket: the probes' TX timestamps are handled in C, the rest (ICMP) here
+                    kept, entries = _udpbatch.prober_err(ep.sock.fileno(), ep.hardware, self.pending, ep.sent)
         else:
             try:
                 data, anc, _flags, _addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF, kernel_ts.ERRQUEUE_FLAGS)
@@ -520,7 +530,7 @@ class UdpEngine:
                 if e is None:
                     return
                 entries = [e]
-        if not entries:
+        if not entries and not kept:
             # EPOLLERR with an empty error queue: a pending socket error; reading it clears it (else epoll
             # would report it again at once, for ever)
             ep.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)

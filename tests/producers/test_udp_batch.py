@@ -1,6 +1,7 @@
 """The compiled batch calls (``producers._udpbatch``) against the kernel: what they read equals what the
 pure-Python parsing reads, a refused datagram stops a ``sendmmsg`` at its place and the engine resends the
-rest, and only sends that ask for a TX timestamp queue one."""
+rest, only sends that ask for a TX timestamp queue one, and the prober's ACKs and TX stamps fill in its
+pending probes as the Python steps do."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import time
 import pytest
 
 from producers import kernel_ts, udp_prober
+from producers.probe_protocol import PendingProbe
 from producers.udp_prober import Endpoint
-from producers.udp_wire import PROBE, encode, fields
+from producers.udp_wire import ACK1, ACK2, PROBE, TRACE_REPLY, encode, fields
 
 from conftest import wait_for
 
@@ -121,3 +123,42 @@ def test_only_sends_with_an_owner_queue_a_tx_timestamp() -> None:
     finally:
         a.close()
         b.close()
+
+
+def test_the_prober_calls_fill_in_pending_probes_as_the_python_steps_do() -> None:
+    prober, responder, stranger = _sock(), _sock(), socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        stranger.bind(("127.0.0.2", 0))
+        dst = responder.getsockname()
+        entry = {"dst_ip": "127.0.0.1"}
+        ep = Endpoint(prober, "127.0.0.1", prober.getsockname()[1], 0, "A1", hardware=False)
+        pending = {seq: PendingProbe(entry, seq, 1_000, 2_000, False) for seq in (1, 2, 3)}
+        for seq in (1, 2):
+            assert ep.send(encode(PROBE, seq, 5, 6), dst, ("probe", seq))
+        ep.sent[999] = ("ack1", ("x",))  # an entry the C side leaves to the Python steps
+        kept, rest = wait_for(lambda: (lambda r: r if r[0] >= 2 else None)(
+            batch.prober_err(prober.fileno(), False, pending, ep.sent)), timeout=10, every=0.01, what="2 TX stamps")
+        assert (kept, rest) == (2, []) and list(ep.sent) == [999]
+        assert pending[1].t2 is not None and pending[2].t2 is not None and pending[3].t2 is None
+        t_before = time.time_ns()
+        here = prober.getsockname()
+        responder.sendto(encode(ACK1, 1, 5, 6), here)  # ACK1 first: seq 1 waits for its ACK2
+        responder.sendto(encode(ACK2, 2, 5, 6, 111, 222, True), here)  # ACK2 first: seq 2 waits for its ACK1
+        stranger.sendto(encode(ACK1, 3, 5, 6), here)  # from another address than the probe's: dropped
+        responder.sendto(encode(ACK2, 1, 5, 6, 333, 444), here)  # completes seq 1
+        responder.sendto(encode(TRACE_REPLY, 9, 0), here)  # not an ACK: left to the Python steps
+        got: list = []
+        wait_for(lambda: got.append(batch.prober_rx(prober.fileno(), False, pending)) or sum(
+            len(f) + len(o) for f, o in got) >= 2, timeout=10, every=0.01, what="the replies")
+        finished = [p for f, _ in got for p in f]
+        others = [o for _, os in got for o in os]
+        assert [p.seq for p in finished] == [1] and sorted(pending) == [2, 3]
+        p1 = finished[0]
+        assert (p1.t3, p1.t4, p1.responder_hw) == (333, 444, False)
+        assert t_before <= p1.t5 <= p1.t6 <= time.time_ns()  # kernel RX stamp, then the read's clock
+        assert (pending[2].t3, pending[2].t4, pending[2].responder_hw, pending[2].t5) == (111, 222, True, None)
+        assert pending[3].t5 is None  # the stranger's ACK1
+        assert [(fields(o[0])[0], o[1]) for o in others] == [(TRACE_REPLY, "127.0.0.1")]
+    finally:
+        for s in (prober, responder, stranger):
+            s.close()
