@@ -292,6 +292,10 @@ static unsigned long long be64(const unsigned char *p) {
     return v;
 }
 
+static unsigned be32(const unsigned char *p) {
+    return ((unsigned)p[0] << 24) | ((unsigned)p[1] << 16) | ((unsigned)p[2] << 8) | p[3];
+}
+
 static long long now_ns(void) {
     struct timespec t;
     clock_gettime(CLOCK_REALTIME, &t);
@@ -463,6 +467,584 @@ static PyObject *prober_err(PyObject *self, PyObject *args) {
     return Py_BuildValue("(iN)", kept, others);
 }
 
+
+/* ---- the responder's side: admission, the reply budget, ACK1, ACK2 and trace replies --------------- */
+
+#define RING 16 /* one-second buckets a source keeps: window_s must be below it */
+#define KIND_PROBE 1
+#define KIND_TRACE 4
+#define KIND_TRACE_REPLY 5
+#define PAYLOAD 50
+#define MAX_REVERSE_FLOWS 4096
+
+typedef struct {
+    double sec, in, out;
+} Bucket;
+
+typedef struct {
+    double tokens, last;   /* the token bucket (TokenBucket); last 0: never used */
+    Bucket ring[RING];     /* the reply budget's buckets (ReplyBudget), oldest at head */
+    int head, count;
+    double sum_in, sum_out;
+    int prev, next;        /* least recently seen first (-1: none) */
+    unsigned ip;           /* network order */
+} Source;
+
+/* What producers.probe_protocol's Admission (its token buckets) and ReplyBudget keep, per source address, in
+ * one table of at most max_sources (the least recently seen is forgotten first): the compiled responder's. */
+typedef struct {
+    PyObject_HEAD
+    double rate, factor, window;
+    int max_sources, n, cap, oldest, newest;
+    Source *src;
+    PyObject *index; /* int(ip) -> position in src */
+} Gate;
+
+static void lru_unlink(Gate *g, int i) {
+    Source *s = &g->src[i];
+    if (s->prev >= 0) g->src[s->prev].next = s->next; else g->oldest = s->next;
+    if (s->next >= 0) g->src[s->next].prev = s->prev; else g->newest = s->prev;
+    s->prev = s->next = -1;
+}
+
+static void lru_push(Gate *g, int i) {
+    Source *s = &g->src[i];
+    s->prev = g->newest;
+    s->next = -1;
+    if (g->newest >= 0) g->src[g->newest].next = i; else g->oldest = i;
+    g->newest = i;
+}
+
+/* The state of ip (network order), made when new, now the most recently seen; NULL with an exception. */
+static Source *gate_source(Gate *g, unsigned ip) {
+    PyObject *key = PyLong_FromUnsignedLong(ip);
+    if (key == NULL) return NULL;
+    PyObject *at = PyDict_GetItemWithError(g->index, key);
+    int i;
+    if (at != NULL) {
+        i = (int)PyLong_AsLong(at);
+        lru_unlink(g, i);
+    } else if (PyErr_Occurred()) {
+        Py_DECREF(key);
+        return NULL;
+    } else {
+        if (g->n < g->max_sources) {
+            if (g->n == g->cap) {
+                int cap = g->cap ? g->cap * 2 : 64;
+                if (cap > g->max_sources) cap = g->max_sources;
+                Source *grown = PyMem_Realloc(g->src, sizeof(Source) * (size_t)cap);
+                if (grown == NULL) {
+                    Py_DECREF(key);
+                    PyErr_NoMemory();
+                    return NULL;
+                }
+                g->src = grown;
+                g->cap = cap;
+            }
+            i = g->n++;
+        } else { /* full: the least recently seen source is forgotten */
+            i = g->oldest;
+            lru_unlink(g, i);
+            PyObject *old = PyLong_FromUnsignedLong(g->src[i].ip);
+            if (old == NULL || PyDict_DelItem(g->index, old) < 0) {
+                Py_XDECREF(old);
+                Py_DECREF(key);
+                return NULL;
+            }
+            Py_DECREF(old);
+        }
+        PyObject *pos = PyLong_FromLong(i);
+        if (pos == NULL || PyDict_SetItem(g->index, key, pos) < 0) {
+            Py_XDECREF(pos);
+            Py_DECREF(key);
+            return NULL;
+        }
+        Py_DECREF(pos);
+        memset(&g->src[i], 0, sizeof(Source));
+        g->src[i].ip = ip;
+    }
+    Py_DECREF(key);
+    lru_push(g, i);
+    return &g->src[i];
+}
+
+/* ReplyBudget._state: the buckets that left the window dropped, the bucket of second int(now) last. */
+static Bucket *budget_now(Gate *g, Source *s, double now) {
+    while (s->count && s->ring[s->head].sec <= now - g->window) {
+        s->sum_in -= s->ring[s->head].in;
+        s->sum_out -= s->ring[s->head].out;
+        s->head = (s->head + 1) % RING;
+        s->count--;
+    }
+    double sec = (double)(long long)now;
+    Bucket *last = s->count ? &s->ring[(s->head + s->count - 1) % RING] : NULL;
+    if (last == NULL || last->sec != sec) {
+        if (s->count == RING) { /* cannot happen while window < RING; keeps the ring whole if it did */
+            s->sum_in -= s->ring[s->head].in;
+            s->sum_out -= s->ring[s->head].out;
+            s->head = (s->head + 1) % RING;
+            s->count--;
+        }
+        last = &s->ring[(s->head + s->count) % RING];
+        last->sec = sec;
+        last->in = last->out = 0.0;
+        s->count++;
+    }
+    return last;
+}
+
+static int gate_received(Gate *g, unsigned ip, double n, double now) {
+    Source *s = gate_source(g, ip);
+    if (s == NULL) return -1;
+    budget_now(g, s, now)->in += n;
+    s->sum_in += n;
+    return 0;
+}
+
+/* 1: n more bytes to ip are within the budget (and counted as sent), 0: not, -1: an exception. */
+static int gate_allow(Gate *g, unsigned ip, double n, double now) {
+    Source *s = gate_source(g, ip);
+    if (s == NULL) return -1;
+    Bucket *b = budget_now(g, s, now);
+    if (s->sum_out + n > g->factor * s->sum_in) return 0;
+    b->out += n;
+    s->sum_out += n;
+    return 1;
+}
+
+/* TokenBucket.take with rate = burst = the gate's rate: 1 taken, 0 not, -1 an exception. */
+static int gate_take(Gate *g, unsigned ip, double now) {
+    Source *s = gate_source(g, ip);
+    if (s == NULL) return -1;
+    if (s->last != 0.0) {
+        double t = s->tokens + (now - s->last) * g->rate;
+        s->tokens = t < g->rate ? t : g->rate;
+    } else {
+        s->tokens = g->rate;
+    }
+    s->last = now;
+    if (s->tokens >= 1.0) {
+        s->tokens -= 1.0;
+        return 1;
+    }
+    return 0;
+}
+
+static int parse_ip(PyObject *o, unsigned *ip) {
+    const char *text = PyUnicode_AsUTF8(o);
+    if (text == NULL) return -1;
+    struct in_addr a;
+    if (inet_pton(AF_INET, text, &a) != 1) {
+        PyErr_Format(PyExc_ValueError, "%s is not an IPv4 address", text);
+        return -1;
+    }
+    *ip = a.s_addr;
+    return 0;
+}
+
+static PyObject *Gate_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"rate_limit", "factor", "window_s", "max_sources", NULL};
+    double rate, factor = 2.0, window = 10.0;
+    int max_sources = 65536;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "d|ddi", names, &rate, &factor, &window, &max_sources)) return NULL;
+    if (window <= 0 || window >= RING || max_sources < 1)
+        return PyErr_Format(PyExc_ValueError, "Gate: window_s must be in (0, %d) and max_sources >= 1", RING);
+    Gate *g = (Gate *)type->tp_alloc(type, 0);
+    if (g == NULL) return NULL;
+    g->rate = rate;
+    g->factor = factor;
+    g->window = window;
+    g->max_sources = max_sources;
+    g->oldest = g->newest = -1;
+    g->index = PyDict_New();
+    if (g->index == NULL) {
+        Py_DECREF(g);
+        return NULL;
+    }
+    return (PyObject *)g;
+}
+
+static void Gate_dealloc(Gate *g) {
+    Py_XDECREF(g->index);
+    PyMem_Free(g->src);
+    Py_TYPE(g)->tp_free((PyObject *)g);
+}
+
+static PyObject *Gate_received(Gate *g, PyObject *args) {
+    PyObject *src;
+    double n, now;
+    unsigned ip;
+    if (!PyArg_ParseTuple(args, "Udd", &src, &n, &now) || parse_ip(src, &ip) < 0) return NULL;
+    if (gate_received(g, ip, n, now) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Gate_allow(Gate *g, PyObject *args) {
+    PyObject *dst;
+    double n, now;
+    unsigned ip;
+    if (!PyArg_ParseTuple(args, "Udd", &dst, &n, &now) || parse_ip(dst, &ip) < 0) return NULL;
+    int r = gate_allow(g, ip, n, now);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static PyObject *Gate_take(Gate *g, PyObject *args) {
+    PyObject *src;
+    double now;
+    unsigned ip;
+    if (!PyArg_ParseTuple(args, "Ud", &src, &now) || parse_ip(src, &ip) < 0) return NULL;
+    int r = gate_take(g, ip, now);
+    return r < 0 ? NULL : PyBool_FromLong(r);
+}
+
+static Py_ssize_t Gate_len(Gate *g) { return g->n; }
+
+static PyMethodDef Gate_methods[] = {
+    {"received", (PyCFunction)Gate_received, METH_VARARGS,
+     "received(src, nbytes, now): nbytes came from src at now (monotonic s), as ReplyBudget.received"},
+    {"allow", (PyCFunction)Gate_allow, METH_VARARGS,
+     "allow(dst, nbytes, now) -> whether nbytes more to dst stay within the budget (then counted), as ReplyBudget.allow"},
+    {"take", (PyCFunction)Gate_take, METH_VARARGS,
+     "take(src, now) -> whether src's token bucket had a token (then taken), as TokenBucket.take"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods Gate_sequence = {.sq_length = (lenfunc)Gate_len};
+
+static PyTypeObject GateType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "producers._udpbatch.Gate",
+    .tp_basicsize = sizeof(Gate),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Gate(rate_limit, factor=2.0, window_s=10.0, max_sources=65536): the compiled responder's token "
+              "buckets and reply budget per source address (len: sources kept)",
+    .tp_new = Gate_new,
+    .tp_dealloc = (destructor)Gate_dealloc,
+    .tp_methods = Gate_methods,
+    .tp_as_sequence = &Gate_sequence,
+};
+
+static double mono_s(long long *ns) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    *ns = (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+    return (double)t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static void put_be(unsigned char *p, unsigned long long v, int bytes) {
+    for (int k = bytes - 1; k >= 0; k--, v >>= 8) p[k] = (unsigned char)(v & 0xFF);
+}
+
+/* A 50-byte payload of producers/udp_wire.py. */
+static void wire(unsigned char *out, int kind, unsigned long long seq, unsigned qpn, unsigned prober_qpn,
+                 long long t3, long long t4, int hardware) {
+    memset(out, 0, PAYLOAD);
+    out[0] = 'F';
+    out[1] = 'S';
+    out[2] = 1;
+    out[3] = (unsigned char)kind;
+    put_be(out + 4, seq, 8);
+    put_be(out + 12, qpn, 4);
+    put_be(out + 16, prober_qpn, 4);
+    put_be(out + 20, (unsigned long long)t3, 8);
+    put_be(out + 28, (unsigned long long)t4, 8);
+    out[36] = (unsigned char)(hardware != 0);
+}
+
+typedef struct {
+    unsigned char payload[PAYLOAD];
+    struct sockaddr_in to;
+    PyObject *ref; /* owned; NULL: no TX timestamp wanted */
+} Reply;
+
+typedef struct {
+    Reply r[BATCH];
+    int n;
+} Replies;
+
+static int count(PyObject *counters, const char *name) {
+    PyObject *v = PyDict_GetItemString(counters, name);
+    long long n = v ? PyLong_AsLongLong(v) : 0;
+    if (n == -1 && PyErr_Occurred()) return -1;
+    PyObject *o = PyLong_FromLongLong(n + 1);
+    if (o == NULL) return -1;
+    int r = PyDict_SetItemString(counters, name, o);
+    Py_DECREF(o);
+    return r;
+}
+
+/* Send the replies (one sendmmsg; a reply with a ref asks for its TX timestamp under key next_key + i and is
+ * remembered in ``sent``); returns the new next_key, and lists the replies the kernel refused, and those after
+ * them, in ``unsent`` as (payload, (ip, port), ref | None) for the engine's own send path. -1 with an exception. */
+static long long send_replies(int fd, Replies *q, PyObject *sent, long long next_key, int tx_flags, PyObject *unsent) {
+    struct mmsghdr msgs[BATCH];
+    struct iovec iov[BATCH];
+    char ctrl[BATCH][CMSG_SPACE(sizeof(int)) * 2];
+    memset(msgs, 0, sizeof(msgs));
+    memset(ctrl, 0, sizeof(ctrl));
+    for (int i = 0; i < q->n; i++) {
+        iov[i].iov_base = q->r[i].payload;
+        iov[i].iov_len = PAYLOAD;
+        struct msghdr *h = &msgs[i].msg_hdr;
+        h->msg_name = &q->r[i].to;
+        h->msg_namelen = sizeof(q->r[i].to);
+        h->msg_iov = &iov[i];
+        h->msg_iovlen = 1;
+        if (q->r[i].ref != NULL) {
+            int key = (int)(unsigned)((next_key + i) & 0xFFFFFFFFLL);
+            struct cmsghdr *c = (struct cmsghdr *)ctrl[i];
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_TS_OPT_ID_;
+            c->cmsg_len = CMSG_LEN(sizeof(int));
+            memcpy(CMSG_DATA(c), &key, sizeof(int));
+            c = (struct cmsghdr *)(ctrl[i] + CMSG_SPACE(sizeof(int)));
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SO_TIMESTAMPING;
+            c->cmsg_len = CMSG_LEN(sizeof(int));
+            memcpy(CMSG_DATA(c), &tx_flags, sizeof(int));
+            h->msg_control = ctrl[i];
+            h->msg_controllen = CMSG_SPACE(sizeof(int)) * 2;
+        }
+    }
+    int n = 0;
+    if (q->n) {
+        Py_BEGIN_ALLOW_THREADS
+        n = sendmmsg(fd, msgs, (unsigned)q->n, MSG_DONTWAIT);
+        Py_END_ALLOW_THREADS
+        if (n < 0) n = 0;
+    }
+    int failed = 0;
+    for (int i = 0; i < q->n; i++) {
+        Reply *r = &q->r[i];
+        if (!failed && i < n && r->ref != NULL) {
+            PyObject *key = PyLong_FromLongLong((next_key + i) & 0xFFFFFFFFLL);
+            if (key == NULL || PyDict_SetItem(sent, key, r->ref) < 0) failed = 1;
+            Py_XDECREF(key);
+        } else if (!failed && i >= n) {
+            char ip[INET_ADDRSTRLEN];
+            inet_ntop(AF_INET, &r->to.sin_addr, ip, sizeof(ip));
+            PyObject *item = Py_BuildValue("(y#(si)O)", (const char *)r->payload, (Py_ssize_t)PAYLOAD, ip,
+                                           (int)ntohs(r->to.sin_port), r->ref ? r->ref : Py_None);
+            if (item == NULL || PyList_Append(unsent, item) < 0) failed = 1;
+            Py_XDECREF(item);
+        }
+        Py_XDECREF(r->ref);
+        r->ref = NULL;
+    }
+    q->n = 0;
+    return failed ? -1 : next_key + n;
+}
+
+static Reply *reply_to(Replies *q, struct sockaddr_in *to) {
+    Reply *r = &q->r[q->n++];
+    r->to = *to;
+    r->ref = NULL;
+    return r;
+}
+
+/* Whether ``src`` (str) is in set ``s``: 1, 0, -1 with an exception. */
+static int in_set(PyObject *s, PyObject *src) { return PySet_Check(s) ? PySet_Contains(s, src) : 0; }
+
+/* The admission of a packet from src (UdpEngine's rule): registered, and within its token bucket. */
+static int admit(Gate *g, PyObject *allowed, PyObject *counters, PyObject *src, unsigned ip, double now) {
+    int r = in_set(allowed, src);
+    if (r <= 0) return r < 0 ? -1 : (count(counters, "dropped_unregistered") < 0 ? -1 : 0);
+    r = gate_take(g, ip, now);
+    if (r == 0) return count(counters, "dropped_rate") < 0 ? -1 : 0;
+    return r;
+}
+
+/* One PROBE or TRACE datagram d from ``from`` (src its address as str): the steps of UdpEngine._on_packet. */
+static int on_request(Gate *g, PyObject *a, const unsigned char *d, struct sockaddr_in *from, PyObject *src,
+                      long long t_rx, long long t_user, double now, long long now_ns, Replies *q) {
+    /* a: (qpn, allowed, reverse_peers, counters, reverse_seen, local_ip, local_port) */
+    PyObject *qpn_o = PyTuple_GET_ITEM(a, 0), *allowed = PyTuple_GET_ITEM(a, 1), *peers = PyTuple_GET_ITEM(a, 2);
+    PyObject *counters = PyTuple_GET_ITEM(a, 3), *seen = PyTuple_GET_ITEM(a, 4);
+    unsigned qpn = (unsigned)PyLong_AsUnsignedLong(qpn_o);
+    int kind = d[3];
+    unsigned long long seq = be64(d + 4);
+    unsigned pkt_qpn = be32(d + 12), prober_qpn = be32(d + 16);
+    int r = admit(g, allowed, counters, src, from->sin_addr.s_addr, now);
+    if (r <= 0) return r;
+    if (kind == KIND_PROBE) {
+        if (pkt_qpn != qpn) return count(counters, "dropped_stale_qpn");
+        r = gate_allow(g, from->sin_addr.s_addr, 2 * PAYLOAD, now); /* ACK1 and ACK2 */
+        if (r <= 0) return r < 0 ? -1 : count(counters, "dropped_budget");
+        long long t3 = t_rx >= 0 ? t_rx : t_user;
+        Reply *rep = reply_to(q, from);
+        wire(rep->payload, KIND_ACK1, seq, qpn, prober_qpn, 0, 0, 0);
+        rep->ref = Py_BuildValue("(s((Oi)KLI))", "ack1", src, (int)ntohs(from->sin_port), seq, t3, prober_qpn);
+        if (rep->ref == NULL || count(counters, "answered") < 0) return -1;
+        r = in_set(peers, src);
+        if (r <= 0) return r;
+        PyObject *flow = Py_BuildValue("(OOOi)", PyTuple_GET_ITEM(a, 5), PyTuple_GET_ITEM(a, 6), src,
+                                       (int)ntohs(from->sin_port));
+        if (flow == NULL) return -1;
+        r = PyDict_Contains(seen, flow);
+        if (r >= 0 && (r == 1 || PyDict_GET_SIZE(seen) < MAX_REVERSE_FLOWS)) {
+            PyObject *at = PyLong_FromLongLong(now_ns);
+            r = at == NULL ? -1 : PyDict_SetItem(seen, flow, at);
+            Py_XDECREF(at);
+        }
+        Py_DECREF(flow);
+        return r < 0 ? -1 : 0;
+    }
+    r = gate_allow(g, from->sin_addr.s_addr, PAYLOAD, now);
+    if (r <= 0) return r < 0 ? -1 : count(counters, "dropped_budget");
+    /* QPN 0: a trace reply tells nothing a sender without the responder's QPN should learn */
+    wire(reply_to(q, from)->payload, KIND_TRACE_REPLY, seq, 0, 0, 0, 0, 0);
+    return 0;
+}
+
+static PyObject *responder_rx(PyObject *self, PyObject *args) {
+    int fd, n, hardware, tx_flags;
+    long long next_key;
+    Gate *g;
+    PyObject *a, *sent, *early;
+    if (!PyArg_ParseTuple(args, "ipO!O!O!Li", &fd, &hardware, &GateType, &g, &PyTuple_Type, &a, &PyDict_Type,
+                          &sent, &next_key, &tx_flags))
+        return NULL;
+    if (PyTuple_GET_SIZE(a) != 7 || !PyDict_Check(PyTuple_GET_ITEM(a, 3)) || !PyDict_Check(PyTuple_GET_ITEM(a, 4)))
+        return PyErr_Format(PyExc_TypeError, "responder_rx: (qpn, allowed, reverse_peers, counters, reverse_seen, "
+                                             "local_ip, local_port) expected");
+    RecvBuffers *b = recv_start(fd, 0, &n, &early);
+    if (b == NULL) {
+        if (early == NULL) return NULL;
+        return Py_BuildValue("(LNN)", next_key, early, PyList_New(0));
+    }
+    long long t_user = now_ns(), mono_ns;
+    double now = mono_s(&mono_ns);
+    Replies *q = PyMem_Calloc(1, sizeof(Replies));
+    PyObject *others = PyList_New(0), *unsent = PyList_New(0);
+    int failed = q == NULL || others == NULL || unsent == NULL;
+    PyObject *allowed = PyTuple_GET_ITEM(a, 1), *peers = PyTuple_GET_ITEM(a, 2);
+    for (int i = 0; !failed && i < n; i++) {
+        const unsigned char *d = (const unsigned char *)b->data[i];
+        unsigned len = msg_len(b, i);
+        if (len < WIRE_HEAD || d[0] != 'F' || d[1] != 'S' || d[2] != 1 || d[3] < KIND_PROBE || d[3] > KIND_TRACE_REPLY)
+            continue; /* not ours: nothing to count or answer */
+        PyObject *src = ip_str(b->addrs[i].sin_addr);
+        if (src == NULL) {
+            failed = 1;
+            break;
+        }
+        int asks = d[3] == KIND_PROBE || d[3] == KIND_TRACE; /* what it brings in is what replies may send */
+        int known = asks ? in_set(allowed, src) : 0;
+        if (known == 0 && asks) known = in_set(peers, src);
+        if (known < 0 || (known && gate_received(g, b->addrs[i].sin_addr.s_addr, len, now) < 0)) {
+            failed = 1;
+        } else if (asks) {
+            failed = on_request(g, a, d, &b->addrs[i], src, timestamp_of(&b->msgs[i].msg_hdr, hardware), t_user,
+                                now, mono_ns, q) < 0;
+        } else { /* a reply (trace replies of the reverse traces): the engine's steps */
+            PyObject *item = rx_item(b, i, hardware);
+            failed = item == NULL || PyList_Append(others, item) < 0;
+            Py_XDECREF(item);
+        }
+        Py_DECREF(src);
+        if (!failed && q->n == BATCH) {
+            next_key = send_replies(fd, q, sent, next_key, tx_flags, unsent);
+            failed = next_key < 0;
+        }
+    }
+    PyMem_Free(b);
+    if (!failed) {
+        next_key = send_replies(fd, q, sent, next_key, tx_flags, unsent);
+        failed = next_key < 0;
+    } else if (q != NULL) {
+        for (int i = 0; i < q->n; i++) Py_XDECREF(q->r[i].ref);
+    }
+    PyMem_Free(q);
+    if (failed) {
+        Py_XDECREF(others);
+        Py_XDECREF(unsent);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    return Py_BuildValue("(LNN)", next_key, others, unsent);
+}
+
+static PyObject *responder_err(PyObject *self, PyObject *args) {
+    int fd, n, hardware;
+    unsigned qpn;
+    PyObject *sent, *early;
+    if (!PyArg_ParseTuple(args, "ipIO!", &fd, &hardware, &qpn, &PyDict_Type, &sent)) return NULL;
+    RecvBuffers *b = recv_start(fd, MSG_ERRQUEUE, &n, &early);
+    if (b == NULL) {
+        if (early == NULL) return NULL;
+        return Py_BuildValue("(iNN)", 0, early, PyList_New(0));
+    }
+    int kept = 0, failed = 0;
+    Replies *q = PyMem_Calloc(1, sizeof(Replies));
+    PyObject *others = PyList_New(0), *unsent = PyList_New(0);
+    failed = q == NULL || others == NULL || unsent == NULL;
+    for (int i = 0; !failed && i < n; i++) {
+        struct sock_extended_err ee;
+        struct cmsghdr *c = err_cmsg(b, i, &ee);
+        if (c == NULL) continue;
+        kept++;
+        long long ts = timestamp_of(&b->msgs[i].msg_hdr, hardware);
+        PyObject *ref = NULL;
+        if (ee.ee_origin == SO_EE_ORIGIN_TIMESTAMPING) {
+            PyObject *key = PyLong_FromUnsignedLong((unsigned)ee.ee_data);
+            ref = key ? PyDict_GetItemWithError(sent, key) : NULL;
+            Py_XINCREF(ref);
+            if (ref != NULL && PyDict_DelItem(sent, key) < 0) failed = 1;
+            Py_XDECREF(key);
+            if (PyErr_Occurred()) failed = 1;
+        }
+        /* ("ack1", ((ip, port), seq, t3, prober_qpn)): ACK2 carries t3 and ACK1's TX time t4 */
+        PyObject *ip_o, *data;
+        unsigned long long seq;
+        long long t3;
+        unsigned pqpn;
+        int port;
+        if (failed) {
+        } else if (ref != NULL && PyTuple_Check(ref) && PyTuple_GET_SIZE(ref) == 2 &&
+                   PyUnicode_Check(PyTuple_GET_ITEM(ref, 0)) &&
+                   PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(ref, 0), "ack1") == 0 &&
+                   (data = PyTuple_GET_ITEM(ref, 1)) != NULL &&
+                   PyArg_ParseTuple(data, "(Ui)KLI", &ip_o, &port, &seq, &t3, &pqpn)) {
+            if (ts >= 0) {
+                struct sockaddr_in to;
+                memset(&to, 0, sizeof(to));
+                to.sin_family = AF_INET;
+                to.sin_port = htons((unsigned short)port);
+                unsigned ip;
+                if (parse_ip(ip_o, &ip) < 0) {
+                    failed = 1;
+                } else {
+                    to.sin_addr.s_addr = ip;
+                    wire(reply_to(q, &to)->payload, KIND_ACK2, seq, qpn, pqpn, t3, ts, hardware);
+                }
+            }
+        } else if (ref != NULL) { /* not an ACK1's: the engine's steps decide */
+            PyErr_Clear();
+            PyObject *item = err_item(b, i, c, &ee, hardware);
+            failed = item == NULL || PyList_Append(others, item) < 0;
+            Py_XDECREF(item);
+            if (!failed) { /* put the key back for the engine's steps, which pop it */
+                PyObject *key = PyLong_FromUnsignedLong((unsigned)ee.ee_data);
+                failed = key == NULL || PyDict_SetItem(sent, key, ref) < 0;
+                Py_XDECREF(key);
+            }
+        } else if (ee.ee_origin != SO_EE_ORIGIN_TIMESTAMPING) { /* an ICMP error */
+            PyObject *item = err_item(b, i, c, &ee, hardware);
+            failed = item == NULL || PyList_Append(others, item) < 0;
+            Py_XDECREF(item);
+        }
+        Py_XDECREF(ref);
+        if (!failed && q->n == BATCH) failed = send_replies(fd, q, sent, 0, 0, unsent) < 0;
+    }
+    PyMem_Free(b);
+    if (!failed) failed = send_replies(fd, q, sent, 0, 0, unsent) < 0;
+    PyMem_Free(q);
+    if (failed) {
+        Py_XDECREF(others);
+        Py_XDECREF(unsent);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    return Py_BuildValue("(iNN)", kept, others, unsent);
+}
+
 static PyMethodDef methods[] = {
     {"recv_rx", recv_rx, METH_VARARGS, "recv_rx(fd, hardware) -> [(payload, ip, port, t_rx_ns | None)]"},
     {"recv_err", recv_err, METH_VARARGS,
@@ -473,6 +1055,12 @@ static PyMethodDef methods[] = {
      "prober_rx(fd, hardware, pending) -> (finished probes, [(payload, ip, port, t_rx_ns | None)] of the rest)"},
     {"prober_err", prober_err, METH_VARARGS,
      "prober_err(fd, hardware, pending, sent) -> (entries kept, [recv_err tuples] of the rest)"},
+    {"responder_rx", responder_rx, METH_VARARGS,
+     "responder_rx(fd, hardware, gate, (qpn, allowed, reverse_peers, counters, reverse_seen, local_ip, local_port), "
+     "sent, next_key, tx_flags) -> (next_key, [recv_rx tuples] of the replies, [(payload, addr, ref)] unsent)"},
+    {"responder_err", responder_err, METH_VARARGS,
+     "responder_err(fd, hardware, qpn, sent) -> (entries kept, [recv_err tuples] of the rest, "
+     "[(payload, addr, None)] unsent)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -487,8 +1075,9 @@ PyMODINIT_FUNC PyInit__udpbatch(void) {
                  {&s_t4, "t4"}, {&s_t5, "t5"}, {&s_t6, "t6"}, {&s_responder_hw, "responder_hw"}};
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
         if ((*names[k].name = PyUnicode_InternFromString(names[k].text)) == NULL) return NULL;
+    if (PyType_Ready(&GateType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && PyModule_AddIntConstant(m, "BATCH", BATCH) < 0) {
+    if (m && (PyModule_AddIntConstant(m, "BATCH", BATCH) < 0 || PyModule_AddObjectRef(m, "Gate", (PyObject *)&GateType) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -207,8 +207,8 @@ REPLY_WINDOW_S = 10.0
 class ReplyBudget:
     """What a responder may send to one address: at most ``factor`` x the bytes that address sent
     it over the trailing ``window_s`` seconds, checked at every send (no amplification, even from
-    a spoofed source). The udp engine counts what arrives on its responder sockets, where every
-    packet it answers arrives (the ACKs to its own probes add nothing to what it may answer).
+    a spoofed source). The udp engine counts the packets it answers (probes and traces): the replies
+    to its own probes and traces add nothing to what it may answer.
 
     Every packet the responder sends in answer to a packet (ACK1, ACK2, trace replies) is charged
     to the address it goes to; the agent's own probes and traces (forward, and reverse toward peers

@@ -60,6 +60,7 @@ MAX_REVERSE_FLOWS = 4096  # reverse-trace candidates kept between rounds (state 
 REVERSE_FLOWS_PER_PEER = 8  # reverse traces per peer address and round
 MAX_ROUNDS = 16  # read rounds per poll: packets that keep coming (a busy peer) cannot hold back the sends
 _EPOLLIN, _EPOLLERR = select.EPOLLIN, select.EPOLLERR
+_ANSWERED = (PROBE, TRACE)  # the packets a reply answers: what they bring in is what replies may send out
 _TTL_CMSG = {ttl: (socket.SOL_IP, kernel_ts.IP_TTL, struct.pack("=i", ttl)) for ttl in range(1, 256)}
 _KEY = struct.Struct("=I")
 _TX_FLAGS = {hw: kernel_ts.tx_flags(hw) for hw in (False, True)}
@@ -252,7 +253,8 @@ class UdpEngine:
                          "dropped_budget": 0}
         self.admission = Admission(set(allowed_sources), rate_limit, self.counters)
         self.allowed = self.admission.allowed
-        self.budget = ReplyBudget()
+        # with the compiled calls the responder's token buckets and budget are the C gate's (the same rules)
+        self.budget: ReplyBudget | Any = ReplyBudget() if _udpbatch is None else _udpbatch.Gate(rate_limit)
         if responder:
             for r in self.rnics.values():
                 self.endpoint(r.name, self.dst_port, 0, responder=True)
@@ -478,7 +480,28 @@ class UdpEngine:
             self._busy.append(ep)
         ep.queue(payload, addr, ref)
 
+    def _compiled_responder(self, ep: Endpoint) -> bool:
+        # its ACK1s are keyed by SCM_TS_OPT_ID; a kernel without it gets the Python steps (Endpoint.send learns it)
+        return ep.responder and _udpbatch is not None and Endpoint.explicit_keys and not isinstance(
+            self.budget, ReplyBudget)
+
     def _read_rx(self, ep: Endpoint) -> None:
+        if self._compiled_responder(ep):
+            # admission, budget, ACK1 and trace replies in C; what it could not send goes out by the engine's flush
+            try:
+                ep.next_key, batch, unsent = _udpbatch.responder_rx(
+                    ep.sock.fileno(), ep.hardware, self.budget,
+                    (self.qpns[ep.rnic], self.allowed, self.reverse_peers, self.counters, self.reverse_seen, ep.ip,
+                     ep.port), ep.sent, ep.next_key, _TX_FLAGS[ep.hardware])
+            except OSError:  # as below
+                return
+            ep._trim()
+            for payload, addr, ref in unsent:
+                self._reply(ep, payload, addr, ref)
+            t_user = time.time_ns()
+            for data, ip, port, t_rx in batch:  # replies (the reverse traces'): they add nothing to the budget
+                self._on_packet(ep, fields(data), (ip, port), t_rx, t_user)
+            return
         if _udpbatch is not None:
             try:
                 if ep.responder:
@@ -506,15 +529,21 @@ class UdpEngine:
         if f is None:
             return
         src = addr[0]
-        # what a source sent the responder's sockets, bounded by the registry: the budget of what they answer
-        if ep.responder and (src in self.allowed or src in self.reverse_peers):
+        # what a source asked (probes, traces), bounded by the registry: the budget of what is answered
+        if f[0] in _ANSWERED and (src in self.allowed or src in self.reverse_peers):
             self.budget.received(src, len(data), time.monotonic())
         self._on_packet(ep, f, addr, t_rx, t_user)
 
     def _read_errqueue(self, ep: Endpoint) -> None:
         entries: list[tuple[int, int | None, int, int, int, str, bytes]] = []
         kept = 0
-        if _udpbatch is not None:
+        if self._compiled_responder(ep):
+            with contextlib.suppress(OSError):  # ACK2 for each ACK1's TX timestamp, sent in C
+                kept, entries, unsent = _udpbatch.responder_err(ep.sock.fileno(), ep.hardware, self.qpns[ep.rnic],
+                                                                ep.sent)
+                for payload, addr, ref in unsent:
+                    self._reply(ep, payload, addr, ref)
+        elif _udpbatch is not None:
             with contextlib.suppress(OSError):
                 if ep.responder:
                     entries = _udpbatch.recv_err(ep.sock.fileno(), ep.hardware)

@@ -12,7 +12,7 @@ import pytest
 from infra.lab import nft
 from infra.lab.layout import LabSpec, plan
 from infra.lab.netns import LabError
-from producers import kernel_ts
+from producers import kernel_ts, udp_prober
 from producers.probe_protocol import InFlight, PendingProbe, ReplyBudget, TokenBucket
 from producers.udp_agent import Agent
 from producers.udp_prober import MAX_HOPS, REVERSE_FLOWS_PER_PEER, LocalRnic, UdpEngine
@@ -172,8 +172,17 @@ def test_loopback_offers_software_timestamps_only() -> None:
     assert kernel_ts.ts_capabilities("no-such-if0") == 0
 
 
-def test_reply_budget_allows_twice_the_bytes_in_over_the_trailing_window() -> None:
-    b = ReplyBudget(factor=2.0, window_s=10.0)
+COMPILED = udp_prober._udpbatch  # as built (the socket_calls fixture hides it from the engine in its python runs)
+
+
+def _budgets() -> list:
+    """The reply budget's two implementations: Python's, and the compiled responder's gate where it is built."""
+    return [ReplyBudget] + ([COMPILED.Gate] if COMPILED is not None else [])
+
+
+@pytest.mark.parametrize("make", _budgets(), ids=lambda m: m.__name__)
+def test_reply_budget_allows_twice_the_bytes_in_over_the_trailing_window(make) -> None:  # noqa: ANN001
+    b = make(500.0, factor=2.0, window_s=10.0) if make is not ReplyBudget else make(factor=2.0, window_s=10.0)
     assert not b.allow("10.0.0.9", 1, 100.0)  # nothing received: nothing may go out
     b.received("10.0.0.9", 50, 100.0)
     assert b.allow("10.0.0.9", 50, 100.2) and b.allow("10.0.0.9", 50, 100.4)  # ACK1 + ACK2
@@ -184,10 +193,21 @@ def test_reply_budget_allows_twice_the_bytes_in_over_the_trailing_window() -> No
     assert not b.allow("10.0.0.9", 1, 110.5)
     b.received("10.0.0.9", 50, 111.0)
     assert b.allow("10.0.0.9", 100, 111.0) and not b.allow("10.0.0.9", 1, 111.0)
-    small = ReplyBudget(max_sources=2)
+    small = make(500.0, max_sources=2) if make is not ReplyBudget else make(max_sources=2)
     for i in range(5):
         small.received(f"10.0.0.{i}", 50, 1.0)
-    assert len(small._per) == 2  # bounded state
+    assert len(small._per if make is ReplyBudget else small) == 2  # bounded state
+    assert not small.allow("10.0.0.0", 1, 1.0) and small.allow("10.0.0.4", 100, 1.0)  # the oldest forgotten
+
+
+@pytest.mark.skipif(COMPILED is None, reason="producers._udpbatch is not built (no C compiler)")
+def test_the_compiled_gate_takes_tokens_as_the_token_bucket_does() -> None:
+    g, b = COMPILED.Gate(10.0), TokenBucket(rate=10, burst=10)
+    for now in (100.0, 100.0, 100.25, 100.25, 100.25, 101.0):
+        assert [g.take("10.0.0.9", now) for _ in range(11)] == [b.take(now) for _ in range(11)]
+    assert not g.take("10.0.0.9", 101.0) and g.take("10.0.0.8", 101.0)  # each source has a bucket of its own
+    with pytest.raises(ValueError, match="not an IPv4 address"):
+        g.take("no-such-host", 1.0)
 
 
 def _attack(engine: UdpEngine, port: int, sockets: list[socket.socket], kind: int, qpn: int) -> tuple[int, int]:
