@@ -18,6 +18,10 @@
  * Both receive calls return [] when nothing is queued (EAGAIN) and raise OSError for any other error
  * (a pending socket error, sk_err, surfaces this way on the receive path, as with recvmsg).
  *
+ * send_probes([(fd, payload, ip, port, key, tx_flags, probe), ...]) -> int
+ *     The probes due now, each on its own socket with its TX timestamp keyed ``key``; each probe's t1 is read
+ *     just before its send. Stops at the first the kernel refuses, as send_many.
+ *
  * The prober's side, on a prober socket (one per 5-tuple), against the engine's own state (its ``pending``
  * dict seq -> PendingProbe, and the endpoint's ``sent`` dict of TX timestamp keys), with the same outcome as
  * UdpEngine._on_packet and _on_tx_timestamp (producers/udp_prober.py), and the same errors as the calls above:
@@ -284,7 +288,7 @@ static PyObject *send_many(PyObject *self, PyObject *args) {
 #define KIND_ACK1 2
 #define KIND_ACK2 3
 
-static PyObject *s_entry, *s_dst_ip, *s_probe, *s_t2, *s_t3, *s_t4, *s_t5, *s_t6, *s_responder_hw;
+static PyObject *s_entry, *s_dst_ip, *s_probe, *s_t1, *s_t2, *s_t3, *s_t4, *s_t5, *s_t6, *s_responder_hw;
 
 static unsigned long long be64(const unsigned char *p) {
     unsigned long long v = 0;
@@ -1045,12 +1049,64 @@ static PyObject *responder_err(PyObject *self, PyObject *args) {
     return Py_BuildValue("(iNN)", kept, others, unsent);
 }
 
+
+/* send_probes([(fd, payload, ip, port, key, tx_flags, probe), ...]) -> how many were sent, in order: one sendmsg
+ * each (every probe has a socket, its 5-tuple, of its own), each asking for its TX timestamp under ``key``; the
+ * probe's t1 is the realtime clock read just before its send. Stops at the first the kernel refuses (the caller
+ * sends that one alone, to retry once and learn why). */
+static PyObject *send_probes(PyObject *self, PyObject *args) {
+    PyObject *items;
+    if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return NULL;
+    Py_ssize_t total = PyList_GET_SIZE(items), done = 0;
+    for (; done < total; done++) {
+        const char *payload, *ip;
+        Py_ssize_t plen;
+        int fd, port, tx_flags;
+        long long key;
+        PyObject *probe;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(items, done), "iy#siLiO", &fd, &payload, &plen, &ip, &port, &key,
+                              &tx_flags, &probe))
+            return NULL;
+        struct sockaddr_in to;
+        memset(&to, 0, sizeof(to));
+        to.sin_family = AF_INET;
+        to.sin_port = htons((unsigned short)port);
+        if (inet_pton(AF_INET, ip, &to.sin_addr) != 1)
+            return PyErr_Format(PyExc_ValueError, "send_probes: %s is not an IPv4 address", ip);
+        struct iovec iov = {(void *)payload, (size_t)plen};
+        char ctrl[CMSG_SPACE(sizeof(int)) * 2];
+        memset(ctrl, 0, sizeof(ctrl));
+        int k = (int)(unsigned)key;
+        struct cmsghdr *c = (struct cmsghdr *)ctrl;
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_TS_OPT_ID_;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &k, sizeof(int));
+        c = (struct cmsghdr *)(ctrl + CMSG_SPACE(sizeof(int)));
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SO_TIMESTAMPING;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &tx_flags, sizeof(int));
+        struct msghdr h = {&to, sizeof(to), &iov, 1, ctrl, sizeof(ctrl), 0};
+        long long t1 = now_ns();
+        ssize_t sent;
+        Py_BEGIN_ALLOW_THREADS
+        sent = sendmsg(fd, &h, MSG_DONTWAIT);
+        Py_END_ALLOW_THREADS
+        if (sent < 0) break;
+        if (set_ns(probe, s_t1, t1) < 0) return NULL;
+    }
+    return PyLong_FromSsize_t(done);
+}
+
 static PyMethodDef methods[] = {
     {"recv_rx", recv_rx, METH_VARARGS, "recv_rx(fd, hardware) -> [(payload, ip, port, t_rx_ns | None)]"},
     {"recv_err", recv_err, METH_VARARGS,
      "recv_err(fd, hardware) -> [(origin, ts_ns | None, key, icmp_type, icmp_code, offender, payload)]"},
     {"send_many", send_many, METH_VARARGS,
      "send_many(fd, [(payload, ip, port, ttl, key, tx_flags)]) -> how many were sent, in order"},
+    {"send_probes", send_probes, METH_VARARGS,
+     "send_probes([(fd, payload, ip, port, key, tx_flags, probe)]) -> how many were sent, in order (each probe's t1 set)"},
     {"prober_rx", prober_rx, METH_VARARGS,
      "prober_rx(fd, hardware, pending) -> (finished probes, [(payload, ip, port, t_rx_ns | None)] of the rest)"},
     {"prober_err", prober_err, METH_VARARGS,
@@ -1071,7 +1127,7 @@ PyMODINIT_FUNC PyInit__udpbatch(void) {
     struct {
         PyObject **name;
         const char *text;
-    } names[] = {{&s_entry, "entry"}, {&s_dst_ip, "dst_ip"}, {&s_probe, "probe"}, {&s_t2, "t2"}, {&s_t3, "t3"},
+    } names[] = {{&s_entry, "entry"}, {&s_dst_ip, "dst_ip"}, {&s_probe, "probe"}, {&s_t1, "t1"}, {&s_t2, "t2"}, {&s_t3, "t3"},
                  {&s_t4, "t4"}, {&s_t5, "t5"}, {&s_t6, "t6"}, {&s_responder_hw, "responder_hw"}};
     for (size_t k = 0; k < sizeof(names) / sizeof(names[0]); k++)
         if ((*names[k].name = PyUnicode_InternFromString(names[k].text)) == NULL) return NULL;

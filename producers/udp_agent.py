@@ -319,10 +319,16 @@ class Agent:
         traced for ``trace_interval_s``."""
         trace_ns = float(self.cfg.get("trace_interval_s", TRACE_INTERVAL_S)) * 1e9
         horizon = now + ahead_ns
+        batch = []
         while self._schedule and self._schedule[0][0] <= horizon:
             due, i = heapq.heappop(self._schedule)
             e = self.entries[i]
-            self.engine.send_probe(e)
+            batch.append(e)
+            nxt = due + e["_interval_ns"]
+            heapq.heappush(self._schedule, (nxt if nxt > now else now + e["_interval_ns"], i))
+        if batch:
+            self.engine.send_probes(batch)
+        for e in batch:
             if self.tracing and e.get("src_port"):
                 key = (
                     self.engine.rnics[e["prober_rnic"]].ip,
@@ -332,8 +338,6 @@ class Agent:
                 )
                 if now - self._traced.get(key, -(2**62)) > trace_ns:
                     self._trace_entry(e)
-            nxt = due + e["_interval_ns"]
-            heapq.heappush(self._schedule, (nxt if nxt > now else now + e["_interval_ns"], i))
 
     def upload(self) -> None:
         """Upload the probe rows (always: the heartbeat) and path rows gathered since the last upload."""

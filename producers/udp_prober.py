@@ -325,26 +325,59 @@ class UdpEngine:
         The entry needs ``prober_rnic``, ``dst_ip``, ``qpn`` and may set ``src_port``
         (0: ephemeral), ``dst_port`` and ``traffic_class``.
         """
-        # An entry with a fixed source port resolves to the same socket, row fields and QPNs every time: kept
-        # (by the entry's identity, while its QPN is unchanged), so a probe copies no dict and opens nothing.
-        qpn = int(entry.get("qpn") or 0)
-        hit = self._resolved.get(id(entry))
-        if hit is None or hit[0] is not entry or hit[1] != qpn or hit[2].sock.fileno() < 0:
-            ep = self.endpoint(entry["prober_rnic"], int(entry.get("src_port") or 0),
-                               int(entry.get("traffic_class") or 0))
-            dst = (entry["dst_ip"], int(entry.get("dst_port") or self.dst_port))
-            row = dict(entry, src_ip=ep.ip, src_port=ep.port, dst_port=dst[1])
-            hit = (entry, qpn, ep, dst, self.qpns[ep.rnic], row)
-            if entry.get("src_port"):  # an ephemeral source is a new socket (a new 5-tuple) for each probe
-                if len(self._resolved) > 65_536:
-                    self._resolved.clear()
-                self._resolved[id(entry)] = hit
-        _, _, ep, dst, own_qpn, row = hit
-        self._seq = seq = (self._seq + 1) & 0xFFFF_FFFF_FFFF_FFFF
-        t1 = time.time_ns()
-        self.inflight.add(PendingProbe(row, seq, t1, time.monotonic_ns() + TIMEOUT_NS, ep.hardware))
-        ep.send(encode(PROBE, seq, qpn, own_qpn), dst, ("probe", seq))
-        return seq
+        return self.send_probes([entry])[0]
+
+    def send_probes(self, entries: list[dict[str, Any]]) -> list[int]:
+        """Send one probe for each pinglist entry (as :meth:`send_probe`), in order; returns their seqs.
+
+        With :mod:`producers._udpbatch` they leave in one call (a ``sendmsg`` each: every 5-tuple is a socket),
+        each probe's t1 read just before its send; a probe the kernel refuses is sent again alone (retried once,
+        its error learned), and the rest after it.
+        """
+        seqs, items, owners = [], [], []
+        compiled = _udpbatch is not None and Endpoint.explicit_keys
+        for entry in entries:
+            # An entry with a fixed source port resolves to the same socket, row fields and QPNs every time: kept
+            # (by the entry's identity, while its QPN is unchanged), so a probe copies no dict and opens nothing.
+            qpn = int(entry.get("qpn") or 0)
+            hit = self._resolved.get(id(entry))
+            if hit is None or hit[0] is not entry or hit[1] != qpn or hit[2].sock.fileno() < 0:
+                ep = self.endpoint(entry["prober_rnic"], int(entry.get("src_port") or 0),
+                                   int(entry.get("traffic_class") or 0))
+                dst = (entry["dst_ip"], int(entry.get("dst_port") or self.dst_port))
+                row = dict(entry, src_ip=ep.ip, src_port=ep.port, dst_port=dst[1])
+                hit = (entry, qpn, ep, dst, self.qpns[ep.rnic], row)
+                if entry.get("src_port"):  # an ephemeral source is a new socket (a new 5-tuple) for each probe
+                    if len(self._resolved) > 65_536:
+                        self._resolved.clear()
+                    self._resolved[id(entry)] = hit
+            _, _, ep, dst, own_qpn, row = hit
+            self._seq = seq = (self._seq + 1) & 0xFFFF_FFFF_FFFF_FFFF
+            seqs.append(seq)
+            p = PendingProbe(row, seq, 0, time.monotonic_ns() + TIMEOUT_NS, ep.hardware)
+            self.inflight.add(p)
+            payload = encode(PROBE, seq, qpn, own_qpn)
+            if compiled:
+                key = ep.next_key & 0xFFFF_FFFF
+                ep.next_key += 1
+                items.append((ep.sock.fileno(), payload, dst[0], dst[1], key, _TX_FLAGS[ep.hardware], p))
+                owners.append((ep, key, seq, payload, dst))
+            else:
+                p.t1 = time.time_ns()
+                ep.send(payload, dst, ("probe", seq))
+        start = 0
+        while start < len(items):
+            n = _udpbatch.send_probes(items[start:] if start else items)
+            for ep, key, seq, _, _ in owners[start:start + n]:
+                ep.sent[key] = ("probe", seq)
+                ep._trim()
+            start += n
+            if start < len(items):  # refused: alone, to retry once and learn why (send keeps its own keys)
+                ep, _, seq, payload, dst = owners[start]
+                items[start][-1].t1 = time.time_ns()
+                ep.send(payload, dst, ("probe", seq))
+                start += 1
+        return seqs
 
     def expire(self, now_mono: int | None = None) -> int:
         """Finish probes past their deadline (timeouts, or ok without ACK2); returns how many."""

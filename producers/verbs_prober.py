@@ -387,6 +387,10 @@ class VerbsEngine:
         self.devices[entry["prober_rnic"]].post(s)
         return int(s.ref[1])
 
+    def send_probes(self, entries: list[dict[str, Any]]) -> list[int]:
+        """Post one probe of each entry, in order (:meth:`send_probe`); returns their seqs."""
+        return [self.send_probe(e) for e in entries]
+
     def poll(self, timeout_s: float) -> None:
         """Drain every CQ; sleep up to 1 ms when nothing completed; expire deadlines."""
         n = sum(dev.poll(self.protos[name]) for name, dev in self.devices.items())

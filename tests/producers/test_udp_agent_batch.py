@@ -4,6 +4,7 @@ the poll, and one process (role ``both``) traces the ACK paths it answers as a r
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import time
 
@@ -13,6 +14,7 @@ import pytest
 from producers.probe_protocol import TIMEOUT_NS, PendingProbe, probe_columns, probe_row
 from producers.udp_agent import Agent
 from producers.udp_prober import LocalRnic, UdpEngine
+from producers.udp_wire import fields
 
 from conftest import free_port, wait_for
 
@@ -108,3 +110,38 @@ def test_one_process_prober_and_responder_traces_the_ack_paths_it_answers() -> N
     r = reverse[0]
     assert (r["src_port"], r["dst_port"]) == (port, src_port)  # the ACK's 5-tuple: responder port -> prober's
     assert r["hops"] == "A1,127.0.0.1" and r["complete"]  # loopback: the prober's socket answers at TTL 1
+
+
+def test_probes_sent_together_keep_their_order_and_each_its_own_send_time() -> None:
+    """Over both socket paths: probes of one batch leave in order, each t1 read at its own send (t1 <= t2 on the
+    one clock), and a probe the kernel refuses (a broadcast address without SO_BROADCAST) stays pending to time
+    out while the probes after it still leave."""
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    rx.setblocking(False)
+    engine = UdpEngine("H1", "H1", [LocalRnic("A1", "127.0.0.1")], responder=False)
+    try:
+        entries = [{"prober_rnic": "A1", "dst_ip": ip, "dst_port": rx.getsockname()[1], "src_port": _port(),
+                    "qpn": 9} for ip in ("127.0.0.1", "127.0.0.1", "255.255.255.255", "127.0.0.1")]
+        t0 = time.time_ns()
+        seqs = engine.send_probes(entries)
+        assert seqs == sorted(seqs) and len(set(seqs)) == 4 and sorted(engine.pending) == seqs
+        got: list[bytes] = []
+
+        def arrived() -> bool:
+            with contextlib.suppress(BlockingIOError):
+                while True:
+                    got.append(rx.recv(256))
+            return len(got) >= 3
+
+        wait_for(arrived, timeout=10, every=0.01, what="the three probes that could leave")
+        assert [fields(d)[1] for d in got] == [seqs[0], seqs[1], seqs[3]]
+        wait_for(lambda: engine.poll(0.01) or all(engine.pending[s].t2 for s in (seqs[0], seqs[1], seqs[3])),
+                 timeout=10, every=0.0, what="the TX timestamps")
+        sent = [engine.pending[s] for s in seqs]
+        assert all(t0 <= p.t1 for p in sent) and [p.t1 for p in sent] == sorted(p.t1 for p in sent)
+        assert all(p.t1 <= p.t2 for p in sent if p.t2 is not None) and sent[2].t2 is None
+        assert engine.expire(time.monotonic_ns() + TIMEOUT_NS) == 4  # no answers: all four time out
+    finally:
+        engine.close()
+        rx.close()
