@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from producers import udp_prober
-from producers.probe_protocol import PendingProbe, probe_columns
+from producers.probe_protocol import FinishedProbes, PendingProbe
 from producers.udp_prober import DEFAULT_DST_PORT, LocalRnic, UdpEngine
 from schemas.arrow_nano import encode_columns
 from schemas.records import PATH_V1, PROBE_V1, REGISTRY_V1
@@ -141,7 +141,7 @@ class Agent:
         self.sink = sink
         self.flush = flush or (lambda: None)
         self.probe_rows: list[dict[str, Any]] = []  # rows of the verbs engine
-        self._finished: list[PendingProbe] = []  # probes of the udp engine: columns are built at upload
+        self._finished = FinishedProbes()  # probes of the udp engine, compact until the upload builds columns
         self.path_rows: list[dict[str, Any]] = []
         self.backend = config.get("backend", "udp")
         if self.backend not in ("udp", "verbs"):
@@ -296,7 +296,7 @@ class Agent:
                 self._trace_entry(row)  # a rehash can move a failing tuple: trace it again
 
     def _on_finished(self, p: PendingProbe) -> None:
-        self._finished.append(p)
+        self._finished.add(p)
         if self.tracing and (p.t5 is None or p.t3 is None or p.t4 is None):  # a timeout (see probe_columns)
             e = p.entry
             key = (e["src_ip"], e["src_port"], e["dst_ip"], e["dst_port"])
@@ -346,11 +346,11 @@ class Agent:
         marks = [("agent_id", self.agent_id.encode()), ("upload_ns", str(now).encode()), ("host", self.host.encode())]
         if self.role != "responder":
             rows, self.probe_rows = self.probe_rows, []
-            done, self._finished = self._finished, []
-            cols = probe_columns(self.agent_id, self.host, done)
+            done, self._finished = self._finished, FinishedProbes()
+            cols = done.columns(self.agent_id, self.host)
             if rows:
                 more = columns(rows, PROBE_V1.names)
-                cols = {n: cols.get(n, []) + more[n] for n in PROBE_V1.names}
+                cols = {n: list(cols.get(n, [])) + more[n] for n in PROBE_V1.names}
             cols["upload_ns"] = [now] * (len(done) + len(rows))
             cols = {n: cols[n] for n in PROBE_V1.names}
             self.sink(PROBE_V1.key, encode_columns(PROBE_V1.key, cols), self.agent_id, marks)

@@ -8,6 +8,7 @@ batch; the workers read it back with pyarrow (:func:`schemas.codec.decode`).
 from __future__ import annotations
 
 import io
+from array import array
 from collections.abc import Sequence
 
 import nanoarrow as na
@@ -46,7 +47,8 @@ def encode_columns(key: str, columns: dict[str, Sequence[object]]) -> bytes:
 
     Args:
         key: schema key, e.g. ``"probe.v1"``.
-        columns: one sequence per field, all of the same length; ``None`` for nulls.
+        columns: one sequence per field, all of the same length; ``None`` for nulls. An ``array.array`` of the
+            field's width (no nulls) is read as a buffer, without a Python int per value.
 
     Raises:
         KeyError: a field is missing.
@@ -63,9 +65,12 @@ def encode_columns(key: str, columns: dict[str, Sequence[object]]) -> bytes:
     children = []
     for f in rec.fields:
         values = columns[f.name]
-        if not f.nullable and any(v is None for v in values):
+        if isinstance(values, array):  # machine integers: no nulls, no Python objects to visit
+            children.append(na.c_array(values, _TYPES[f.type]()))
+            continue
+        if not f.nullable and None in values:
             raise ValueError(f"{key}: field {f.name!r} is not nullable but has a null")
-        children.append(na.c_array(list(values), _TYPES[f.type]()))
+        children.append(na.c_array(values if isinstance(values, list) else list(values), _TYPES[f.type]()))
     batch = na.c_array_from_buffers(nano_schema(key), n_rows, [None], children=children)
     out = io.BytesIO()
     with na_ipc.StreamWriter.from_writable(out) as writer:
