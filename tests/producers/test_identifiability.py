@@ -333,3 +333,17 @@ def test_a_bounced_probe_climbs_through_a_tor_whose_uplink_is_not_named_faulty()
     reg = ctl.Registry.from_inventory(inv, seed=1)
     es = bounce_entries(inv, reg, CORE_PAIRS[1], per_link=2, avoid_links=frozenset({"T1->P0S1"}))
     assert [e["bounce_path"] for e in es] == ["T2,P0S1,X2", "T2,P0S1,X2", "T6,P1S1,X2", "T6,P1S1,X2"]
+
+
+def test_a_bounced_group_shares_the_groups_rate():
+    """A core pair is bounced at the group's 320 probes/s shared by its two links: 160/s per link, 20/s for
+    each of its eight 5-tuples (R-Pingmesh's 10/s per link gave a 0.8 % lossy core link two or three
+    failures a window, too few to set it apart: seed 30467, scenario 178)."""
+    inv = THREE_TIER(1)
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1)
+    added = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 0}], now_ns=0)
+    assert loop.log[-1]["how"] == "bounce" and len(added) == 16
+    assert {e["rate_pps"] for e in added} == {20.0}
+    # the bare function keeps R-Pingmesh's 10/s per link
+    assert {e["rate_pps"] for e in bounce_entries(inv, reg, CORE_PAIRS[1])} == {1.25}
