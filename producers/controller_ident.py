@@ -374,8 +374,10 @@ def make_identifiable(inv: Inventory, reg: ctl.Registry, entries: list[dict], pa
 def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths_of: PathsOf, *,
                   seed: int, max_tuples: int = 4, per_member: int = 1, tries: int = 64,
                   rates: dict[str, float] | None = None, pinglist: str = "inter_tor",
-                  avoid: frozenset[str] = frozenset()) -> list[dict]:
-    """At most ``max_tuples`` 5-tuples whose paths split ``group`` (cross some of its links, not all).
+                  avoid: frozenset[str] = frozenset(), avoid_links: frozenset[str] = frozenset()) -> list[dict]:
+    """At most ``max_tuples`` 5-tuples whose paths split ``group`` (cross some of its links, not all), none
+    crossing a link of ``avoid_links`` (the closed loop's links named faulty: a tuple through one fails
+    there, and the vote gives its failures to that link, so it splits nothing).
 
     The closed loop's probes for an ``undetermined`` verdict over ``group``: after them, a fault on one
     link of the group fails probes that the others' do not. Chosen greedily until every link of the
@@ -395,6 +397,7 @@ def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths
     members = sorted(group)
     rng = random.Random(f"split/{seed}/{'|'.join(members)}")
     cands = _candidates(inv, reg, members, rng, tries, _below(inv), rates or {}, pinglist, avoid)
+    cands = _clear_of(cands, paths_of, avoid_links - set(members))
     sets = [s & set(members) for s in (paths_of(cands) if cands else [])]
     ref = _Refiner(members, dict.fromkeys(members, 0))
     out: list[dict] = []
@@ -430,11 +433,19 @@ def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths
     return out
 
 
+def _clear_of(cands: list[dict], paths_of: PathsOf, links: frozenset[str] | set[str]) -> list[dict]:
+    """The candidates whose paths cross no link of ``links``."""
+    if not cands or not links:
+        return cands
+    return [e for e, s in zip(cands, paths_of(cands), strict=True) if not s & links]
+
+
 def crossing_entries(inv: Inventory, reg: ctl.Registry, link: str, paths_of: PathsOf, *, seed: int,
                      avoid: frozenset[str], max_tuples: int = 8, tries: int = 64,
-                     rates: dict[str, float] | None = None, pinglist: str = "inter_tor") -> list[dict]:
+                     rates: dict[str, float] | None = None, pinglist: str = "inter_tor",
+                     avoid_links: frozenset[str] = frozenset()) -> list[dict]:
     """At most ``max_tuples`` 5-tuples whose paths cross the switch ``link``, none with an end at an RNIC
-    of ``avoid``.
+    of ``avoid`` nor crossing a link of ``avoid_links`` (links named faulty, as for :func:`split_entries`).
 
     The closed loop's probes for a tie between one switch link and the access links of ``avoid``'s RNICs
     (the failing tuples all had such an RNIC at one end, so their paths crossed both): these cross the
@@ -448,5 +459,6 @@ def crossing_entries(inv: Inventory, reg: ctl.Registry, link: str, paths_of: Pat
         raise ValueError(f"crossing_entries: {link!r} is not a switch link of {inv.name}")
     rng = random.Random(f"cross/{seed}/{link}")
     cands = _candidates(inv, reg, [link], rng, tries, _below(inv), rates or {}, pinglist, avoid)
+    cands = _clear_of(cands, paths_of, avoid_links - {link})
     sets = paths_of(cands) if cands else []
     return [e for e, s in zip(cands, sets, strict=True) if link in s][:max_tuples]

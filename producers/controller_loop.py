@@ -35,8 +35,9 @@ from schemas.inventory import Inventory
 
 WINDOW_NS = 20_000_000_000
 BOUNCE_PPS = 10.0
-"""Rate of one bounced probe (probes/s): 200 crossings of its link per 20 s window, the rate
-R-Pingmesh asks of every link above the ToR (§4: more than 10 probes/s each way)."""
+"""Least rate of one link's bounced probes (probes/s): 200 crossings of its link per 20 s window, the rate
+R-Pingmesh asks of every link above the ToR (§4: more than 10 probes/s each way). :class:`SplitLoop` bounces
+at the group's rate shared by its members (``group_pps / members``) when that is more."""
 
 
 GROUP_PPS = 320.0
@@ -53,7 +54,7 @@ f = 0.4, 17 % at f = 0.2."""
 
 def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, pps: float = BOUNCE_PPS,
                    seed: int = 0, per_link: int = BOUNCE_TUPLES, generation: int = 0,
-                   avoid: frozenset[str] = frozenset()) -> list[dict]:
+                   avoid: frozenset[str] = frozenset(), avoid_links: frozenset[str] = frozenset()) -> list[dict]:
     """``per_link`` bounced probes per link ``a->b`` of ``group``: from an RNIC under ``a`` up to ``b`` and
     back, each at ``pps / per_link`` probes/s (the link sees ``pps`` bounced probes/s in all).
 
@@ -62,7 +63,8 @@ def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, p
     ``"T1,P0S1,X2"``; its forward path crosses exactly the links of that climb (both ways). Flow labels
     are drawn from ``(seed, generation, link, j)``: a new ``generation`` gives new source ports (the
     loop's answer when a group stays undetermined with its probes in force). RNICs of ``avoid`` (judged down
-    or busy) bounce nothing while their ToR has others.
+    or busy) bounce nothing while their ToR has others; a climb keeps off the links of ``avoid_links`` (named
+    faulty: a bounce through one fails there and says nothing of the member) while another ToR is below.
 
     Raises:
         ValueError: a link is not a switch link of ``inv``, or no ToR with RNICs is under its lower end.
@@ -80,6 +82,7 @@ def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, p
         while climb[0] not in inv.tors:  # down to a ToR with RNICs, first in name order
             below = sorted(x for x in up.get(climb[0], []) if x in inv.tors and inv.rnics_under_tor(x)) or \
                 sorted(up.get(climb[0], []))
+            below = [x for x in below if f"{x}->{climb[0]}" not in avoid_links] or below
             if not below:
                 raise ValueError(f"bounce_entries: no ToR under {lower} to bounce {lk} from")
             climb.insert(0, below[(seed + k) % len(below)])
@@ -138,6 +141,8 @@ class SplitLoop:
     log: list[dict] = field(default_factory=list)
     down_until: dict[str, int] = field(default_factory=dict)
     """RNIC → until when new entries keep off it (:meth:`on_down`)."""
+    named_until: dict[str, int] = field(default_factory=dict)
+    """Link named faulty → until when new entries keep off it (:meth:`on_named`)."""
     _structural: set[frozenset[str]] | None = None
     _links: set[str] = field(default_factory=set)
 
@@ -205,20 +210,29 @@ class SplitLoop:
         assert parts is not None  # on_requests refuses the others
         switch, avoid = parts
         avoid |= self._down(now_ns)
+        # a tuple through a link named faulty fails there, and the vote gives its failures to that link: on
+        # Panel 1 the tuples that split A->S2|C->S2 all cross B->S2, and with B->S2 dead they split nothing;
+        # bounced probes (below) then do
+        named = self._named(now_ns) - set(switch)
         seed = self.seed + 7919 * generation
         tries = max(64, 4 * self.max_tuples)
         if len(switch) == 1:  # one switch link tied with access links: tuples through it from other RNICs
             entries = crossing_entries(self.inv, self.reg, switch[0], self.paths_of, seed=seed, avoid=avoid,
-                                       max_tuples=self.max_tuples, tries=tries)
+                                       max_tuples=self.max_tuples, tries=tries, avoid_links=named)
             return self._share(entries), "split" if entries else "none"
         entries = split_entries(self.inv, self.reg, switch, self.paths_of, seed=seed, tries=tries,
-                                max_tuples=self.max_tuples, per_member=self.per_member, avoid=avoid)
+                                max_tuples=self.max_tuples, per_member=self.per_member, avoid=avoid,
+                                avoid_links=named)
         if entries:
             return self._share(entries), "split"
         if self.bounce:  # structural, or no live RNIC pair splits it now (the far ToRs' hosts are down)
             try:
+                # the group's rate shared by its members, as for its 5-tuples: 200 bounced probes a window
+                # (R-Pingmesh's 10/s) gave a link lossy at 0.8 % two or three failures, too few to set it
+                # apart from its pair (seed 30467, scenario 178); 3,200 at 160/s give sixteen times as many
                 return bounce_entries(self.inv, self.reg, switch, seed=self.seed, generation=generation,
-                                      avoid=avoid), "bounce"
+                                      avoid=avoid, avoid_links=named,
+                                      pps=max(BOUNCE_PPS, self.group_pps / len(switch))), "bounce"
             except ValueError:  # no RNIC to bounce from under a member's lower end
                 return [], "none"
         return [], "none"
@@ -231,8 +245,11 @@ class SplitLoop:
         return [{**e, "rate_pps": min(float(e["rate_pps"]), each)} for e in entries]
 
     def on_named(self, links: Iterable[str], now_ns: int) -> None:
-        """A window named these links: keep probing the groups that hold one (the fault is still there)."""
+        """A window named these links: keep probing the groups that hold one (the fault is still there); new
+        entries keep off them for ``lifetime_ns`` (a probe through a faulty link splits nothing else)."""
         named = set(links)
+        for lk in named:
+            self.named_until[lk] = max(self.named_until.get(lk, 0), now_ns + self.lifetime_ns)
         for a in self.active.values():
             if named & set(a.group):
                 a.until_ns = max(a.until_ns, now_ns + self.lifetime_ns)
@@ -251,9 +268,15 @@ class SplitLoop:
         """The RNICs judged down within ``lifetime_ns`` before ``now_ns``."""
         return frozenset(r for r, until in self.down_until.items() if until > now_ns)
 
+    def _named(self, now_ns: int) -> frozenset[str]:
+        """The links named faulty within ``lifetime_ns`` before ``now_ns``."""
+        return frozenset(lk for lk, until in self.named_until.items() if until > now_ns)
+
     def _expire(self, now_ns: int) -> None:
         for g in [g for g, a in self.active.items() if a.until_ns <= now_ns]:
             del self.active[g]
+        for lk in [lk for lk, until in self.named_until.items() if until <= now_ns]:
+            del self.named_until[lk]
         for r in [r for r, until in self.down_until.items() if until <= now_ns]:
             del self.down_until[r]
 

@@ -297,3 +297,53 @@ def test_the_loop_bounces_when_no_live_rnic_pair_can_split_a_group():
     loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1)
     loop.on_requests([{"links": ["A->S4", "C->S4"], "window_start_ns": 0}], now_ns=0)
     assert loop.log[-1]["how"] == "split"
+
+
+def test_the_loop_keeps_new_probes_off_links_named_faulty():
+    """Panel 1, B-S2 dead and named, A-S2 lossy (simulator seed 9231, scenario 285): the window ends tied over
+    A->S2|C->S2 (the A-C tuples through S2 cross both). A tuple that crosses one of the two without the other
+    goes between B and A or C through S2, so it crosses B-S2 too: it fails there, the vote gives it to B-S2,
+    and the group stayed tied three windows. With B->S2 named no such tuple is drawn; the group is bounced,
+    eight probes from A up to S2 and eight from C."""
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    paths_of = entry_links(Topology(inv, 1))
+    blind = SplitLoop(inv, reg, paths_of, seed=1)
+    first = blind.on_requests([{"links": ["A->S2", "C->S2"], "window_start_ns": 0}], now_ns=0)
+    assert blind.log[-1]["how"] == "split" and first
+    crossed = [s & {"A->S2", "C->S2"} for s in paths_of(first)]
+    splitting = [s for s, c in zip(paths_of(first), crossed, strict=True) if len(c) == 1]
+    assert len(splitting) == 32 and all("B->S2" in s for s in splitting)  # 16 per member, each through B-S2
+    loop = SplitLoop(inv, reg, paths_of, seed=1, lifetime_ns=40)
+    loop.on_named(named_links([_verdict("switch", "B->S2")]), now_ns=0)
+    added = loop.on_requests([{"links": ["A->S2", "C->S2"], "window_start_ns": 0}], now_ns=0)
+    assert loop.log[-1]["how"] == "bounce"
+    assert sorted(e["bounce_path"] for e in added) == ["A,S2"] * 8 + ["C,S2"] * 8
+    assert split_entries(inv, reg, ["A->S2", "C->S2"], paths_of, seed=1, avoid_links=frozenset({"B->S2"})) == []
+    # 40 ns later the naming has lapsed: a new group is split by tuples through B-S2 again
+    again = loop.on_requests([{"links": ["A->S2", "B->S2"], "window_start_ns": 0}], now_ns=40)
+    assert loop.log[-1]["how"] == "split" and again
+
+
+def test_a_bounced_probe_climbs_through_a_tor_whose_uplink_is_not_named_faulty():
+    """3-tier, T1-P0S1 dead and named, a tie over the core pair P0S1->X2|P1S1->X2 (the shape of simulator
+    seed 786, scenario 223): the bounce for P0S1->X2 climbs from T1 by default, through the dead uplink, where
+    it fails and says nothing of the core link; it climbs from the next ToR under P0S1 instead."""
+    inv = THREE_TIER(1)
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    es = bounce_entries(inv, reg, CORE_PAIRS[1], per_link=2, avoid_links=frozenset({"T1->P0S1"}))
+    assert [e["bounce_path"] for e in es] == ["T2,P0S1,X2", "T2,P0S1,X2", "T6,P1S1,X2", "T6,P1S1,X2"]
+
+
+def test_a_bounced_group_shares_the_groups_rate():
+    """A core pair is bounced at the group's 320 probes/s shared by its two links: 160/s per link, 20/s for
+    each of its eight 5-tuples (R-Pingmesh's 10/s per link gave a 0.8 % lossy core link two or three
+    failures a window, too few to set it apart: seed 30467, scenario 178)."""
+    inv = THREE_TIER(1)
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1)
+    added = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 0}], now_ns=0)
+    assert loop.log[-1]["how"] == "bounce" and len(added) == 16
+    assert {e["rate_pps"] for e in added} == {20.0}
+    # the bare function keeps R-Pingmesh's 10/s per link
+    assert {e["rate_pps"] for e in bounce_entries(inv, reg, CORE_PAIRS[1])} == {1.25}
