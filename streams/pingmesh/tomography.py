@@ -34,6 +34,7 @@ The same routine votes for latency anomalies (:mod:`streams.pingmesh.latency`) w
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -99,6 +100,8 @@ class Suspect:
         ratio: ``failed / crossing``.
         confidence: calibrated probability that the link is faulty.
         tied_with: links that explain the same failures as well, or nearly as well (``near_tie``).
+        few_tuples: the tie is over every link on the paths of a few failing 5-tuples (``few_tuples``),
+            not over links whose failures and scores alone are alike.
     """
 
     link: str
@@ -109,6 +112,7 @@ class Suspect:
     ratio: float
     confidence: float
     tied_with: tuple[str, ...] = ()
+    few_tuples: bool = False
 
 
 @dataclass(frozen=True)
@@ -173,14 +177,15 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             ok &= log_p < log_alpha
         return votes, ratio, ok, log_p
 
-    def cover(first: int | None) -> tuple[list[Suspect], np.ndarray]:
-        """The greedy cover; ``first``: the link to name first (the parsimony rerun below). Fills
-        ``explained_by``: the failing groups each suspect explained, in order."""
+    def cover(first: int | None, banned: np.ndarray | None = None) -> tuple[list[Suspect], np.ndarray]:
+        """The greedy cover; ``first``: the link to name first (the parsimony rerun below); ``banned``:
+        links it may neither name nor tie (the swap rerun below). Fills ``explained_by``: the failing
+        groups each suspect explained, in order."""
         cross = cross0.copy()
         left = left0.copy()
         out: list[Suspect] = []
         explained_by.clear()
-        taken = np.zeros(len(links), dtype=bool)
+        taken = np.zeros(len(links), dtype=bool) if banned is None else banned.copy()
         while True:
             votes, ratio, ok, log_p = passing(left, cross, taken)
             if not ok.any():
@@ -240,7 +245,8 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             if ties:
                 conf = conf / (1 + len(ties))
             out.append(Suspect(str(links[i]), access.get(links[i]), int(votes[i]), int(failed_all[i]),
-                               int(probed[i]), float(failed_all[i] / max(probed[i], 1)), conf, ties))
+                               int(probed[i]), float(failed_all[i] / max(probed[i], 1)), conf, ties,
+                               few and bool(ties)))
             taken[i] = True
             for t in ties:
                 taken[np.searchsorted(links, t)] = True
@@ -271,7 +277,90 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             out2, left2 = cover(k)
             if len(out2) < len(out) and left2.sum() <= left.sum():
                 out, left = out2, left2
+    if probes is not None:
+        out, left = _swap_claim_for_tie(out, left, left0, links, l_idx, rows, cover, cfg.min_votes, stray_max)
     return CoverResult(out, int(left.sum()), untraced, total)
+
+
+def _tied_links(out: list[Suspect]) -> int:
+    """Links in the suspects that end ``undetermined`` as a tie (several links named together)."""
+    return sum(1 + len(s.tied_with) for s in out if s.tied_with)
+
+
+def _swap_claim_for_tie(out: list[Suspect], left: np.ndarray, left0: np.ndarray, links: np.ndarray,
+                        l_idx: np.ndarray, rows: np.ndarray,
+                        cover: Callable[[int | None, np.ndarray | None], tuple[list[Suspect], np.ndarray]],
+                        min_votes: int, stray_max: float) -> tuple[list[Suspect], np.ndarray]:
+    """Parsimony by swap: a claim beside ties over a few tuples' paths is replaced when the cover run
+    again without the claimed link names no more suspects and no more tied links, ties fewer links or
+    explains more heavy failing groups (``min_votes`` or more failures), keeps every other claim, leaves
+    no heavy group less explained and no more single failures unexplained than background loss gives
+    (``stray_max``), and each link it newly claims fails a tuple of its own
+    (:func:`_new_claims_stand_alone`).
+
+    Two faulty links fail the tuples whose forward path crosses one and whose ACK path crosses the
+    other, and a third link that many of those tuples cross (the first ToR's uplink to the spine both
+    faults' tuples go up through) gathers both faults' failures on few crossings: it outscores either
+    fault's link and is claimed first. What it leaves of the two faults, a tuple of each, ends as ties
+    over those tuples' paths window after window, the claim is wrong and neither fault is named (seed
+    9231, scenario 82: ``A->S1`` claimed for partial losses at ``A->S4`` and ``C->S1``). The same
+    failures explained by no more links, with each new claim failing a tuple that nothing else
+    explains, is what the probes single out; a tie left over in the new cover goes to the loop as
+    before, now without the healthy link's claim beside it.
+
+    Args:
+        out, left: the cover's suspects and the failures it left per failing group.
+        left0: failures per failing group before the cover; links: link names (sorted).
+        l_idx, rows: the link and the failing group of each (group, link) pair.
+        cover: the cover, given (``first``, ``banned``).
+        min_votes: failures that make a failing group heavy; stray_max: single failures background gives.
+    """
+    # only ties over a few tuples' paths: a tie of links alike in failures and score (two faults at one
+    # spine of Panel 1, a third link of that spine tied with one) is the evidence's own ambiguity, and
+    # banning the claim beside it gave the third link a wrong claim (seed 9231, scenarios 40 and 75)
+    if len(out) < 2 or not any(s.tied_with for s in out) or any(s.tied_with and not s.few_tuples for s in out):
+        return out, left
+    heavy = left0 >= min_votes
+    claims = [s for s in out if not s.tied_with]
+    for s in claims:
+        # a dead link is a fault in its own right; an access link's claim is the RNIC rule's to make
+        if s.ratio >= DEAD_RATIO or s.access_rnic is not None:
+            continue
+        banned = np.zeros(len(links), dtype=bool)
+        banned[np.searchsorted(links, s.link)] = True
+        out2, left2 = cover(None, banned)
+        fewer = _tied_links(out2) < _tied_links(out) or left2[heavy].sum() < left[heavy].sum()
+        if (len(out2) <= len(out) and _tied_links(out2) <= _tied_links(out) and fewer
+                and {c.link for c in claims if c is not s} <= {t.link for t in out2}
+                and not (left2[heavy] > left[heavy]).any()
+                and left2[~heavy].sum() <= left[~heavy].sum() + stray_max
+                and _new_claims_stand_alone(out2, {c.link for c in claims}, s.link, links, l_idx, rows, heavy)):
+            return out2, left2
+    return out, left
+
+
+def _new_claims_stand_alone(out2: list[Suspect], claimed: set[str], banned: str, links: np.ndarray,
+                            l_idx: np.ndarray, rows: np.ndarray, heavy: np.ndarray) -> bool:
+    """Whether each link the swap would newly claim fails a heavy group (a failing 5-tuple) that neither
+    the banned claim nor any other suspect of the new cover crosses: failures it alone explains.
+
+    Banning a right claim spreads its failures over the links its tuples also cross; a healthy one
+    among them then explains nothing of its own (a flapping ``A->S3`` banned, its tuples to B and C went
+    to ``B->S3`` and ``C->S3``, and ``B->S3`` had no failing tuple that avoided both), whereas each of two
+    real faults has tuples that cross neither the other nor the link that outscored them.
+    """
+    on = {str(lk): set(rows[l_idx == i].tolist()) for i, lk in enumerate(links)}
+    for t in out2:
+        if t.tied_with or t.link in claimed:
+            continue
+        others = set(on[banned])
+        for u in out2:
+            if u is not t:
+                for lk in (u.link, *u.tied_with):
+                    others |= on[lk]
+        if not any(heavy[r] for r in on[t.link] - others):
+            return False
+    return True
 
 
 def _one_link_for_ties(out: list[Suspect], explained_by: list[frozenset[int]], left0: np.ndarray,

@@ -273,3 +273,51 @@ def test_a_trace_that_stops_right_after_its_rnic_stops_on_that_rnics_access_link
     pairs = sorted((lk, acc or "") for lk, acc in zip(codes.names.take(pa.array(codes.link)).to_pylist(),
                                                       codes.access.to_pylist(), strict=True))
     assert pairs == sorted((r["link"], r["access_rnic"] or "") for r in t)
+
+
+def _two_faults_under_one_uplink(extra: list[tuple[str, str, int]] | None = None) -> tuple[pa.Table, pa.Table]:
+    """A Panel-1-like fabric (ToRs A, C, F; spines S1-S4) with partial 5-tuple losses at A-S4 and C-S1
+    (the shape of simulator seed 9231, scenario 82). Four failing tuples go up A-S1: r1 (A-S1, C-S1 and
+    A-S4: up through S1, its ACK back through S4), r2 (C-S1), r3 and r4 (A-S4, their ACKs through F-S4);
+    r5 (A-S4) goes up S3 and back through S4, r6 (C-S1) from F through S1 both ways. 40 failures each."""
+    rows = [("a1,A,S1,C,c1", "c1,C,S4,A,a1", 40), ("a2,A,S1,C,c2", "c2,C,S1,A,a2", 40),
+            ("a3,A,S1,F,f1", "f1,F,S4,A,a3", 40), ("a4,A,S1,F,f2", "f2,F,S4,A,a4", 40),
+            ("a5,A,S3,F,f3", "f3,F,S4,A,a5", 40), ("f4,F,S1,C,c3", "c3,C,S1,F,f4", 40), *(extra or [])]
+    f = _failing(rows)
+    lk = explode_links(pa.array([*f["fwd_hops"].to_pylist(), *f["rev_hops"].to_pylist()]))["link"].to_pylist()
+    cross = dict.fromkeys(lk, 1000)  # access links
+    cross.update({"A->S1": 800, "A->S2": 3000, "A->S3": 3000, "A->S4": 2000, "C->S1": 1500, "C->S2": 3000,
+                  "C->S4": 3000, "F->S1": 3000, "F->S3": 3000, "F->S4": 2000})
+    return f, _crossing(cross)
+
+
+def test_a_claim_whose_failures_two_faults_explain_is_swapped_for_them():
+    """A-S1 carries 160 failures (r1-r4) on 800 crossings: 160² / 800 = 32, over A-S4's 160² / 2000 =
+    12.8, so the first cover claims A-S1, and r5 and r6 are left one tuple each: two ties over their
+    paths' links (few-tuple ties). A-S4 and C-S1, the two faults, are never named. Without A-S1: A-S4 (r1,
+    r3-r5: 12.8, over C-S1's 120² / 1500 = 9.6 and F-S4's 7.2), then C-S1 (r2 and r6: 80² / (1500 - 40)
+    = 4.4, over an access link's 40² / 1000 = 1.6; no other link carries both tuples, so no tie). Two
+    suspects for three, no tie, every failure explained, and each new claim fails a tuple that no other
+    suspect nor A-S1 crosses (r5, r6): that cover is kept, and the claim of A-S1 (a healthy link) is gone."""
+    f, cross = _two_faults_under_one_uplink()
+    r = greedy_cover(f, cross, probes=20_000, background=1e-3)
+    assert [(s.link, s.votes, s.failed, s.crossing, s.tied_with) for s in r.suspects] == [
+        ("A->S4", 160, 160, 2000, ()), ("C->S1", 80, 120, 1500, ())]
+    assert r.unexplained == 0
+
+
+def test_a_claim_that_no_two_other_links_explain_stays_beside_its_tie():
+    """A-S1 itself fails r2, r3 and r6 (120² / 800 = 18, claimed first); r3's ACK comes back through
+    F-S2, so no link but A-S1 carries both r3 and C-S1's r2 and r6; r5 fails on its own path, a tie of its
+    six links (led by the access link a5->A: 40² / 1000). Without A-S1: C-S1 (r2, r6: 80² / 1500 = 4.3),
+    then r3 and r5 each a tie over their own paths: three suspects for the first cover's two, so the
+    claim of A-S1 stays."""
+    f = _failing([("a2,A,S1,C,c2", "c2,C,S1,A,a2", 40), ("a3,A,S1,F,f1", "f1,F,S2,A,a3", 40),
+                  ("a5,A,S3,F,f3", "f3,F,S4,A,a5", 40), ("a6,A,S2,C,c3", "c3,C,S1,A,a6", 40)])
+    lk = explode_links(pa.array([*f["fwd_hops"].to_pylist(), *f["rev_hops"].to_pylist()]))["link"].to_pylist()
+    cross = dict.fromkeys(lk, 1000)
+    cross.update({"A->S1": 800, "A->S2": 3000, "A->S3": 3000, "A->S4": 2000, "C->S1": 1500, "C->S2": 3000,
+                  "F->S1": 3000, "F->S2": 3000, "F->S3": 3000, "F->S4": 2000})
+    r = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-3)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [
+        ("A->S1", 120, ()), ("a5->A", 40, ("A->S3", "A->S4", "F->S3", "F->S4", "f3->F"))]
