@@ -779,10 +779,27 @@ static int count(PyObject *counters, const char *name) {
 /* Send the replies (one sendmmsg; a reply with a ref asks for its TX timestamp under key next_key + i and is
  * remembered in ``sent``); returns the new next_key, and lists the replies the kernel refused, and those after
  * them, in ``unsent`` as (payload, (ip, port), ref | None) for the engine's own send path. -1 with an exception. */
+#define TS_CTRL (CMSG_SPACE(sizeof(int)) * 2)
+
+/* The control messages of a send that wants its TX timestamp under ``key`` (SCM_TS_OPT_ID, SO_TIMESTAMPING with
+ * tx_flags) into ctrl (TS_CTRL bytes, zeroed). */
+static void ts_cmsgs(char *ctrl, int key, int tx_flags) {
+    struct {
+        int type, value;
+    } opts[2] = {{SCM_TS_OPT_ID_, key}, {SO_TIMESTAMPING, tx_flags}};
+    for (int k = 0; k < 2; k++) {
+        struct cmsghdr *c = (struct cmsghdr *)(ctrl + k * CMSG_SPACE(sizeof(int)));
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = opts[k].type;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(c), &opts[k].value, sizeof(int));
+    }
+}
+
 static long long send_replies(int fd, Replies *q, PyObject *sent, long long next_key, int tx_flags, PyObject *unsent) {
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH];
-    char ctrl[BATCH][CMSG_SPACE(sizeof(int)) * 2];
+    char ctrl[BATCH][TS_CTRL];
     memset(msgs, 0, sizeof(msgs));
     memset(ctrl, 0, sizeof(ctrl));
     for (int i = 0; i < q->n; i++) {
@@ -794,19 +811,9 @@ static long long send_replies(int fd, Replies *q, PyObject *sent, long long next
         h->msg_iov = &iov[i];
         h->msg_iovlen = 1;
         if (q->r[i].ref != NULL) {
-            int key = (int)(unsigned)((next_key + i) & 0xFFFFFFFFLL);
-            struct cmsghdr *c = (struct cmsghdr *)ctrl[i];
-            c->cmsg_level = SOL_SOCKET;
-            c->cmsg_type = SCM_TS_OPT_ID_;
-            c->cmsg_len = CMSG_LEN(sizeof(int));
-            memcpy(CMSG_DATA(c), &key, sizeof(int));
-            c = (struct cmsghdr *)(ctrl[i] + CMSG_SPACE(sizeof(int)));
-            c->cmsg_level = SOL_SOCKET;
-            c->cmsg_type = SO_TIMESTAMPING;
-            c->cmsg_len = CMSG_LEN(sizeof(int));
-            memcpy(CMSG_DATA(c), &tx_flags, sizeof(int));
+            ts_cmsgs(ctrl[i], (int)(unsigned)((next_key + i) & 0xFFFFFFFFLL), tx_flags);
             h->msg_control = ctrl[i];
-            h->msg_controllen = CMSG_SPACE(sizeof(int)) * 2;
+            h->msg_controllen = TS_CTRL;
         }
     }
     int n = 0;
@@ -1001,8 +1008,7 @@ static PyObject *responder_err(PyObject *self, PyObject *args) {
         long long t3;
         unsigned pqpn;
         int port;
-        if (failed) {
-        } else if (ref != NULL && PyTuple_Check(ref) && PyTuple_GET_SIZE(ref) == 2 &&
+        if (!failed && ref != NULL && PyTuple_Check(ref) && PyTuple_GET_SIZE(ref) == 2 &&
                    PyUnicode_Check(PyTuple_GET_ITEM(ref, 0)) &&
                    PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(ref, 0), "ack1") == 0 &&
                    (data = PyTuple_GET_ITEM(ref, 1)) != NULL &&
@@ -1020,7 +1026,7 @@ static PyObject *responder_err(PyObject *self, PyObject *args) {
                     wire(reply_to(q, &to)->payload, KIND_ACK2, seq, qpn, pqpn, t3, ts, hardware);
                 }
             }
-        } else if (ref != NULL) { /* not an ACK1's: the engine's steps decide */
+        } else if (!failed && ref != NULL) { /* not an ACK1's: the engine's steps decide */
             PyErr_Clear();
             PyObject *item = err_item(b, i, c, &ee, hardware);
             failed = item == NULL || PyList_Append(others, item) < 0;
@@ -1030,7 +1036,7 @@ static PyObject *responder_err(PyObject *self, PyObject *args) {
                 failed = key == NULL || PyDict_SetItem(sent, key, ref) < 0;
                 Py_XDECREF(key);
             }
-        } else if (ee.ee_origin != SO_EE_ORIGIN_TIMESTAMPING) { /* an ICMP error */
+        } else if (!failed && ee.ee_origin != SO_EE_ORIGIN_TIMESTAMPING) { /* an ICMP error */
             PyObject *item = err_item(b, i, c, &ee, hardware);
             failed = item == NULL || PyList_Append(others, item) < 0;
             Py_XDECREF(item);
@@ -1074,19 +1080,9 @@ static PyObject *send_probes(PyObject *self, PyObject *args) {
         if (inet_pton(AF_INET, ip, &to.sin_addr) != 1)
             return PyErr_Format(PyExc_ValueError, "send_probes: %s is not an IPv4 address", ip);
         struct iovec iov = {(void *)payload, (size_t)plen};
-        char ctrl[CMSG_SPACE(sizeof(int)) * 2];
+        char ctrl[TS_CTRL];
         memset(ctrl, 0, sizeof(ctrl));
-        int k = (int)(unsigned)key;
-        struct cmsghdr *c = (struct cmsghdr *)ctrl;
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_TS_OPT_ID_;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &k, sizeof(int));
-        c = (struct cmsghdr *)(ctrl + CMSG_SPACE(sizeof(int)));
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SO_TIMESTAMPING;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        memcpy(CMSG_DATA(c), &tx_flags, sizeof(int));
+        ts_cmsgs(ctrl, (int)(unsigned)key, tx_flags);
         struct msghdr h = {&to, sizeof(to), &iov, 1, ctrl, sizeof(ctrl), 0};
         long long t1 = now_ns();
         ssize_t sent;
