@@ -776,9 +776,6 @@ static int count(PyObject *counters, const char *name) {
     return r;
 }
 
-/* Send the replies (one sendmmsg; a reply with a ref asks for its TX timestamp under key next_key + i and is
- * remembered in ``sent``); returns the new next_key, and lists the replies the kernel refused, and those after
- * them, in ``unsent`` as (payload, (ip, port), ref | None) for the engine's own send path. -1 with an exception. */
 #define TS_CTRL (CMSG_SPACE(sizeof(int)) * 2)
 
 /* The control messages of a send that wants its TX timestamp under ``key`` (SCM_TS_OPT_ID, SO_TIMESTAMPING with
@@ -796,6 +793,9 @@ static void ts_cmsgs(char *ctrl, int key, int tx_flags) {
     }
 }
 
+/* Send the replies (one sendmmsg; a reply with a ref asks for its TX timestamp under key next_key + i and is
+ * remembered in ``sent``); returns the new next_key, and lists the replies the kernel refused, and those after
+ * them, in ``unsent`` as (payload, (ip, port), ref | None) for the engine's own send path. -1 with an exception. */
 static long long send_replies(int fd, Replies *q, PyObject *sent, long long next_key, int tx_flags, PyObject *unsent) {
     struct mmsghdr msgs[BATCH];
     struct iovec iov[BATCH];

@@ -31,8 +31,9 @@ The responder writes ``<registry_dir>/<host>.json`` with its QPN at start (the
 lab's registry; a restarted agent has a new QPN, R-Pingmesh's stale-QPN case).
 The responder never answers an address with more than twice the bytes it received from it
 over 10 s (:class:`producers.probe_protocol.ReplyBudget`), and traces the ACK paths (reverse
-traces) only toward peers this host probes itself or ``reverse_trace_peers`` names, at most 8
-flows per peer and round.
+traces) only toward peers this host probes itself or ``reverse_trace_peers`` names: a new flow's
+within ``REVERSE_ROUND_S`` of its first answer, each flow once per trace interval, at most 8 flows
+per peer and trace interval.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ log = logging.getLogger("fabricscope.agent")
 DEFAULT_RATES = {"tor_mesh": 10.0, "inter_tor": 10.0, "service": 10.0}
 UPLOAD_INTERVAL_S = 5.0
 TRACE_INTERVAL_S = 60.0
+REVERSE_ROUND_S = 2.0  # the responder traces the ACK paths of new flows this often (each once per trace interval)
 RETRACE_FAILED_S = 5.0
 # Probes due within this much of the earliest are sent with it, so the loop wakes once per batch of probes
 # (12 at 8 RNICs x 150/s) instead of once per probe; a probe leaves at most this early, which no 20 s window
@@ -389,8 +391,8 @@ class Agent:
                 next_pinglist = now + 1_000_000_000
             # responder (alone or with the prober): trace the ACK paths it answered, toward the host's probe targets
             if self.role != "prober" and self.tracing and now >= next_reverse:
-                self.engine.trace_reverse_paths(reverse_since)
-                reverse_since, next_reverse = now, now + trace_ns
+                self.engine.trace_reverse_paths(reverse_since, trace_ns, now)
+                reverse_since, next_reverse = now, now + int(REVERSE_ROUND_S * 1e9)
             if now >= next_upload:
                 self.upload()
                 next_upload += upload_ns

@@ -57,7 +57,8 @@ MAX_HOPS = 8
 SO_RCVBUFFORCE = 33
 RESPONDER_RCVBUF = 4 * 1024 * 1024  # bytes
 MAX_REVERSE_FLOWS = 4096  # reverse-trace candidates kept between rounds (state stays bounded)
-REVERSE_FLOWS_PER_PEER = 8  # reverse traces per peer address and round
+REVERSE_FLOWS_PER_PEER = 8  # reverse traces per peer address and trace interval
+REVERSE_INTERVAL_NS = 60_000_000_000  # a flow's ACK path is traced again after this (the agent's trace_interval_s)
 MAX_ROUNDS = 16  # read rounds per poll: packets that keep coming (a busy peer) cannot hold back the sends
 _EPOLLIN, _EPOLLERR = select.EPOLLIN, select.EPOLLERR
 _ANSWERED = (PROBE, TRACE)  # the packets a reply answers: what they bring in is what replies may send out
@@ -248,6 +249,8 @@ class UdpEngine:
         self._trace_state: dict[int, Trace] = {}
         self._seq = int.from_bytes(os.urandom(4), "big") << 16
         self.reverse_seen: dict[tuple[str, int, str, int], int] = {}
+        # flows whose ACK path was traced within the trace interval -> when (at most 8 a peer)
+        self.reverse_traced: dict[tuple[str, int, str, int], int] = {}
         self.reverse_peers: set[str] = set(reverse_peers)
         self.counters = {"dropped_unregistered": 0, "dropped_rate": 0, "dropped_stale_qpn": 0, "answered": 0,
                          "dropped_budget": 0}
@@ -451,23 +454,34 @@ class UdpEngine:
             }
         )
 
-    def trace_reverse_paths(self, since_mono: int) -> int:
+    def trace_reverse_paths(self, since_mono: int, interval_ns: int = REVERSE_INTERVAL_NS,
+                            now_mono: int | None = None) -> int:
         """Responder side: trace the ACK path (reverse 5-tuple) of probers answered since ``since_mono``.
 
-        Only flows from :attr:`reverse_peers` (peers this host probes itself, or that the controller
-        names) were kept, and at most :data:`REVERSE_FLOWS_PER_PEER` of them per peer are traced per
-        round: what a source sends can add no more than that constant, however many ports it uses.
-        Every candidate is forgotten after the round. Returns the traces sent.
+        Called every few seconds, so that a flow's ACK path is known seconds after its first answer, not a
+        trace interval later. A flow is traced again once its last trace is ``interval_ns`` old. Only flows
+        from :attr:`reverse_peers` (peers this host probes itself, or that the controller names) were kept,
+        and at most :data:`REVERSE_FLOWS_PER_PEER` traces per peer leave in any ``interval_ns``: what a
+        source sends can add no more than that constant, however many ports it uses or how often this is
+        called. Every candidate is forgotten after the call. Returns the traces sent.
         """
-        n, per_peer = 0, {}
+        now = time.monotonic_ns() if now_mono is None else now_mono
+        traced = {f: t for f, t in self.reverse_traced.items() if now - t < interval_ns}
+        per_peer: dict[str, int] = {}
+        for f in traced:
+            per_peer[f[2]] = per_peer.get(f[2], 0) + 1
+        n = 0
         seen, self.reverse_seen = self.reverse_seen, {}
-        for (lip, lport, rip, rport), at in seen.items():
+        for flow, at in seen.items():
+            lip, lport, rip, rport = flow
             ep = self.endpoints.get((lip, lport, 0))
-            if at < since_mono or ep is None or per_peer.get(rip, 0) >= REVERSE_FLOWS_PER_PEER:
+            if at < since_mono or ep is None or flow in traced or per_peer.get(rip, 0) >= REVERSE_FLOWS_PER_PEER:
                 continue
             per_peer[rip] = per_peer.get(rip, 0) + 1
+            traced[flow] = now
             self.trace(ep, (rip, rport), self.address_names.get(rip, rip), direction="reverse")
             n += 1
+        self.reverse_traced = traced
         return n
 
     # ---- event loop --------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import time
 
 import pyarrow.ipc as ipc
 import pytest
@@ -271,7 +272,8 @@ def test_the_responder_never_sends_a_source_more_than_twice_what_it_sent() -> No
         sent2, back2 = _attack(engine, port, sockets, PROBE, qpn)
         assert (sent2, back2) == (15_000, 30_000)
         assert len(engine.reverse_seen) == 300
-        assert engine.trace_reverse_paths(0) == REVERSE_FLOWS_PER_PEER == 8
+        t0 = time.monotonic_ns()
+        assert engine.trace_reverse_paths(0, now_mono=t0) == REVERSE_FLOWS_PER_PEER == 8
         assert engine.reverse_seen == {}
         traces = wait_for(lambda: (engine.poll(0.02), len(_drain(sockets)))[1] or None, timeout=30, every=0.0,
                           what="the reverse traces")
@@ -279,6 +281,11 @@ def test_the_responder_never_sends_a_source_more_than_twice_what_it_sent() -> No
         # A trace gets one reply of the same size, and learns no QPN.
         sent3, back3 = _attack(engine, port, sockets[:10], TRACE, 0)
         assert (sent3, back3) == (500, 500)
+        # The responder looks every 2 s: the cap holds over the trace interval, however often it looks.
+        _attack(engine, port, sockets, PROBE, qpn)
+        assert engine.trace_reverse_paths(0, interval_ns=60 * 10**9, now_mono=t0 + 2 * 10**9) == 0
+        _attack(engine, port, sockets, PROBE, qpn)
+        assert engine.trace_reverse_paths(0, interval_ns=60 * 10**9, now_mono=t0 + 60 * 10**9) == 8
     finally:
         engine.close()
         for s in sockets:
@@ -346,3 +353,25 @@ def test_every_round_of_traces_is_uploaded_not_only_the_first() -> None:
     assert len(traces) >= 3, traces
     assert {r["src_port"] for r in traces} == {src_port}
     assert len({r["trace_ns"] for r in traces}) == len(traces)  # three rounds, not one trace sent thrice
+
+
+def test_a_new_flow_s_ack_path_is_traced_at_the_next_look_and_each_flow_once_per_interval() -> None:
+    """The responder looks every 2 s: a flow first answered after its start gets its ACK path traced at the
+    next look, not a trace interval (60 s) later; a traced flow waits the interval for its next trace."""
+    port = _free_udp_port()
+    engine = UdpEngine("R", "R", [LocalRnic("A1", "127.0.0.1")], allowed_sources=["127.0.0.1"], dst_port=port)
+    try:
+        lip, lport, _ = next(iter(engine.endpoints))
+        engine.reverse_peers = {"127.0.0.2"}
+        old, new = (lip, lport, "127.0.0.2", 5000), (lip, lport, "127.0.0.2", 5001)
+        t0, s = time.monotonic_ns(), 10**9
+        engine.reverse_seen = {old: 1}
+        assert engine.trace_reverse_paths(0, interval_ns=60 * s, now_mono=t0) == 1
+        engine.reverse_seen = {old: 2, new: 2}
+        assert engine.trace_reverse_paths(0, interval_ns=60 * s, now_mono=t0 + 2 * s) == 1  # the new flow only
+        assert engine.reverse_traced == {old: t0, new: t0 + 2 * s}
+        engine.reverse_seen = {old: 3, new: 3}
+        assert engine.trace_reverse_paths(0, interval_ns=60 * s, now_mono=t0 + 60 * s) == 1  # old: 60 s on
+        assert engine.reverse_traced == {old: t0 + 60 * s, new: t0 + 2 * s}
+    finally:
+        engine.close()
