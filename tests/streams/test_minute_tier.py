@@ -163,3 +163,36 @@ def test_the_writers_merge_equals_the_workers_merge(rows):
     got = sorted(merged.to_pylist(), key=lambda r: [r[k] for k in key])
     assert got == want
     assert sum(r["probes"] for r in got) == sum(r[4] + len(r[5]) for r in rows)
+
+
+@pytest.mark.parametrize("pairs", [65_536, 70_000])
+def test_histograms_past_sixteen_bits_of_groups(pairs):
+    """Up to 65,536 groups the histogram keys sort as uint32, past it as int64: both give each group its own
+    buckets (two rows a group: buckets 160 and 175, or 160 twice), and the writer's merge keeps them."""
+    from sinks.probe_tiers import merge_minute_rows as writer_merge
+
+    m0 = 1_800_000_000 * 1_000_000_000 // 60_000_000_000 * 60_000_000_000
+    i = np.arange(pairs)
+    prober = np.char.add("p", (i // 300).astype(str))
+    responder = np.char.add("r", (i % 300).astype(str))
+    rtt = np.where(i % 2 == 0, 2000, 1024)  # even groups: 175 and 160; odd: 160 twice
+    t = pa.table({
+        "batch_id": ["r/0/1"] * (2 * pairs), "t1": pa.array(np.full(2 * pairs, m0 + 1)),
+        "upload_ns": pa.array(np.full(2 * pairs, m0 + 9)), "pinglist": ["tor_mesh"] * (2 * pairs),
+        "prober_rnic": np.concatenate([prober, prober]), "responder_rnic": np.concatenate([responder, responder]),
+        "status": ["ok"] * (2 * pairs), "network_rtt_ns": pa.array(np.concatenate([rtt, np.full(pairs, 1024)])),
+        "responder_delay_ns": pa.array(np.full(2 * pairs, 100)), "prober_delay_ns": pa.array(np.full(2 * pairs, 5)),
+    })
+    got = minute_rows(t)
+    assert got.num_rows == pairs
+    hist = {(p, r): h for p, r, h in zip(got["prober_rnic"].to_pylist(), got["responder_rnic"].to_pylist(),
+                                         got["rtt_hist"].to_pylist(), strict=True)}
+    assert hist[("p0", "r0")] == [(160, 1), (175, 1)] and hist[("p0", "r1")] == [(160, 2)]
+    last = pairs - 1
+    want_last = [(160, 2)] if last % 2 else [(160, 1), (175, 1)]
+    assert hist[(f"p{last // 300}", f"r{last % 300}")] == want_last
+    merged = writer_merge(pa.concat_tables([got, got]))  # every key twice: counts double, buckets stay
+    assert merged.num_rows == pairs
+    m = {(p, r): h for p, r, h in zip(merged["prober_rnic"].to_pylist(), merged["responder_rnic"].to_pylist(),
+                                      merged["rtt_hist"].to_pylist(), strict=True)}
+    assert m[("p0", "r0")] == [(160, 2), (175, 2)] and m[("p0", "r1")] == [(160, 4)]
