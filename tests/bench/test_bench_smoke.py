@@ -148,7 +148,10 @@ def test_two_small_scenarios_print_every_table(capsys):
     assert rep.scenarios == 2 and sum(rep.sizes.values()) == 2
     assert rep.hostping == (36, 36), rep.hostping_wrong
     assert sorted(rep.hostping_by_noise) == [0.01, 0.03, 0.05]  # more noise is reported, not asserted exact
-    ba.print_report(rep)
+    from rich.console import Console
+
+    # a fixed width: a narrower terminal (or a COLUMNS an earlier test left) wraps the lines looked for
+    ba.print_report(rep, console=Console(width=200, no_color=True))
     out = capsys.readouterr().out
     for title in ("precision", "reliability", "ECE", "confusion", ">= 10 probes", "Hostping: 36/36",
                   "baseline: the first idle round of a healthy host", "at more noise: 3% noise "):
