@@ -249,7 +249,7 @@ class UdpEngine:
         self._trace_state: dict[int, Trace] = {}
         self._seq = int.from_bytes(os.urandom(4), "big") << 16
         self.reverse_seen: dict[tuple[str, int, str, int], int] = {}
-        # flows whose ACK path was traced within the trace interval -> when (at most 8 a peer)
+        # flows whose ACK path was traced within two trace intervals -> when (at most 16 a peer)
         self.reverse_traced: dict[tuple[str, int, str, int], int] = {}
         self.reverse_peers: set[str] = set(reverse_peers)
         self.counters = {"dropped_unregistered": 0, "dropped_rate": 0, "dropped_stale_qpn": 0, "answered": 0,
@@ -463,25 +463,31 @@ class UdpEngine:
         from :attr:`reverse_peers` (peers this host probes itself, or that the controller names) were kept,
         and at most :data:`REVERSE_FLOWS_PER_PEER` traces per peer leave in any ``interval_ns``: what a
         source sends can add no more than that constant, however many ports it uses or how often this is
-        called. Every candidate is forgotten after the call. Returns the traces sent.
+        called; the flows a peer's cap holds back go first at the next free slot (the longest untraced
+        first). Every candidate is forgotten after the call. Returns the traces sent.
         """
         now = time.monotonic_ns() if now_mono is None else now_mono
-        traced = {f: t for f, t in self.reverse_traced.items() if now - t < interval_ns}
+        # kept two intervals: a flow's last trace orders the candidates (the longest untraced first), so a
+        # peer with more than 8 flows to this host gets each traced in turn, not the same 8 every interval
+        known = {f: t for f, t in self.reverse_traced.items() if now - t < 2 * interval_ns}
         per_peer: dict[str, int] = {}
-        for f in traced:
-            per_peer[f[2]] = per_peer.get(f[2], 0) + 1
+        for f, t in known.items():
+            if now - t < interval_ns:
+                per_peer[f[2]] = per_peer.get(f[2], 0) + 1
         n = 0
         seen, self.reverse_seen = self.reverse_seen, {}
-        for flow, at in seen.items():
+        due = sorted((known.get(f, -(2**62)), f) for f, at in seen.items()
+                     if at >= since_mono and now - known.get(f, -(2**62)) >= interval_ns)
+        for _, flow in due:
             lip, lport, rip, rport = flow
             ep = self.endpoints.get((lip, lport, 0))
-            if at < since_mono or ep is None or flow in traced or per_peer.get(rip, 0) >= REVERSE_FLOWS_PER_PEER:
+            if ep is None or per_peer.get(rip, 0) >= REVERSE_FLOWS_PER_PEER:
                 continue
             per_peer[rip] = per_peer.get(rip, 0) + 1
-            traced[flow] = now
+            known[flow] = now
             self.trace(ep, (rip, rport), self.address_names.get(rip, rip), direction="reverse")
             n += 1
-        self.reverse_traced = traced
+        self.reverse_traced = known
         return n
 
     # ---- event loop --------------------------------------------------------------

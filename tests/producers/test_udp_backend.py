@@ -375,3 +375,25 @@ def test_a_new_flow_s_ack_path_is_traced_at_the_next_look_and_each_flow_once_per
         assert engine.reverse_traced == {old: t0 + 60 * s, new: t0 + 2 * s}
     finally:
         engine.close()
+
+
+def test_a_peer_with_more_flows_than_its_cap_gets_each_traced_in_turn() -> None:
+    """10 flows from one peer, 8 traces per interval: the 2 held back go first when the interval is over."""
+    port = _free_udp_port()
+    engine = UdpEngine("R", "R", [LocalRnic("A1", "127.0.0.1")], allowed_sources=["127.0.0.1"], dst_port=port)
+    try:
+        lip, lport, _ = next(iter(engine.endpoints))
+        engine.reverse_peers = {"127.0.0.2"}
+        flows = [(lip, lport, "127.0.0.2", 5000 + i) for i in range(10)]
+        t0, s = time.monotonic_ns(), 10**9
+        engine.reverse_seen = dict.fromkeys(flows, 1)
+        assert engine.trace_reverse_paths(0, interval_ns=60 * s, now_mono=t0) == REVERSE_FLOWS_PER_PEER
+        held = [f for f in flows if f not in engine.reverse_traced]
+        assert len(held) == 2
+        engine.reverse_seen = dict.fromkeys(flows, 2)
+        assert engine.trace_reverse_paths(0, interval_ns=60 * s, now_mono=t0 + 30 * s) == 0  # the cap holds
+        engine.reverse_seen = dict.fromkeys(flows, 3)
+        assert engine.trace_reverse_paths(0, interval_ns=60 * s, now_mono=t0 + 60 * s) == REVERSE_FLOWS_PER_PEER
+        assert all(engine.reverse_traced[f] == t0 + 60 * s for f in held)
+    finally:
+        engine.close()
