@@ -53,7 +53,7 @@ from typing import Any
 
 from producers import udp_prober
 from producers.probe_protocol import FinishedProbes, PendingProbe
-from producers.udp_prober import DEFAULT_DST_PORT, LocalRnic, UdpEngine
+from producers.udp_prober import DEFAULT_DST_PORT, TRACE_INTERVAL_S, LocalRnic, UdpEngine
 from schemas.arrow_nano import encode_columns
 from schemas.records import PATH_V1, PROBE_V1, REGISTRY_V1
 
@@ -63,7 +63,6 @@ log = logging.getLogger("fabricscope.agent")
 # Service Tracing every 10 ms (we default lower: 2 shared CPUs run the whole lab).
 DEFAULT_RATES = {"tor_mesh": 10.0, "inter_tor": 10.0, "service": 10.0}
 UPLOAD_INTERVAL_S = 5.0
-TRACE_INTERVAL_S = 60.0
 REVERSE_ROUND_S = 2.0  # the responder traces the ACK paths of new flows this often (each once per trace interval)
 RETRACE_FAILED_S = 5.0
 # Probes due within this much of the earliest are sent with it, so the loop wakes once per batch of probes
@@ -370,9 +369,10 @@ class Agent:
         upload_ns = int(float(self.cfg.get("upload_interval_s", UPLOAD_INTERVAL_S)) * 1e9)
         registry_ns = int(float(self.cfg.get("registry_refresh_s", 30)) * 1e9)
         trace_ns = int(float(self.cfg.get("trace_interval_s", TRACE_INTERVAL_S)) * 1e9)
+        reverse_ns = int(REVERSE_ROUND_S * 1e9)
         start = time.monotonic_ns()
         end = start + int(duration_s * 1e9) if duration_s else None
-        next_upload, next_registry, next_pinglist, next_reverse = start + upload_ns, start, start, start + 2_000_000_000
+        next_upload, next_registry, next_pinglist, next_reverse = start + upload_ns, start, start, start + reverse_ns
         reverse_since = start
         if self.role in ("both", "responder"):
             self.write_registration()
@@ -392,7 +392,7 @@ class Agent:
             # responder (alone or with the prober): trace the ACK paths it answered, toward the host's probe targets
             if self.role != "prober" and self.tracing and now >= next_reverse:
                 self.engine.trace_reverse_paths(reverse_since, trace_ns, now)
-                reverse_since, next_reverse = now, now + int(REVERSE_ROUND_S * 1e9)
+                reverse_since, next_reverse = now, now + reverse_ns
             if now >= next_upload:
                 self.upload()
                 next_upload += upload_ns

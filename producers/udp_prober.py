@@ -58,7 +58,7 @@ SO_RCVBUFFORCE = 33
 RESPONDER_RCVBUF = 4 * 1024 * 1024  # bytes
 MAX_REVERSE_FLOWS = 4096  # reverse-trace candidates kept between rounds (state stays bounded)
 REVERSE_FLOWS_PER_PEER = 8  # reverse traces per peer address and trace interval
-REVERSE_INTERVAL_NS = 60_000_000_000  # a flow's ACK path is traced again after this (the agent's trace_interval_s)
+TRACE_INTERVAL_S = 60.0  # a 5-tuple's path (and a flow's ACK path) is traced again after this
 MAX_ROUNDS = 16  # read rounds per poll: packets that keep coming (a busy peer) cannot hold back the sends
 _EPOLLIN, _EPOLLERR = select.EPOLLIN, select.EPOLLERR
 _ANSWERED = (PROBE, TRACE)  # the packets a reply answers: what they bring in is what replies may send out
@@ -454,7 +454,7 @@ class UdpEngine:
             }
         )
 
-    def trace_reverse_paths(self, since_mono: int, interval_ns: int = REVERSE_INTERVAL_NS,
+    def trace_reverse_paths(self, since_mono: int, interval_ns: int = int(TRACE_INTERVAL_S * 1e9),
                             now_mono: int | None = None) -> int:
         """Responder side: trace the ACK path (reverse 5-tuple) of probers answered since ``since_mono``.
 
@@ -476,8 +476,8 @@ class UdpEngine:
                 per_peer[f[2]] = per_peer.get(f[2], 0) + 1
         n = 0
         seen, self.reverse_seen = self.reverse_seen, {}
-        due = sorted((known.get(f, -(2**62)), f) for f, at in seen.items()
-                     if at >= since_mono and now - known.get(f, -(2**62)) >= interval_ns)
+        last = ((known.get(f, -(2**62)), f) for f, at in seen.items() if at >= since_mono)  # never traced: first
+        due = sorted(x for x in last if now - x[0] >= interval_ns)
         for _, flow in due:
             lip, lport, rip, rport = flow
             ep = self.endpoints.get((lip, lport, 0))

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from schemas.probe_rows.minute_tier import group_bucket_keys
 from schemas.records import PROBE_MINUTE_V1
 from sinks.clickhouse import Store
 
@@ -181,8 +182,7 @@ def _sum_maps_sorted(gid: np.ndarray, n_groups: int, maps: pa.ChunkedArray | pa.
     if len(keys) == 0:
         return pa.MapArray.from_arrays(pa.array(out_offsets), pa.array([], pa.uint16()), pa.array([], pa.uint64()),
                                        type=_MAP)
-    kind = np.uint32 if n_groups <= 1 << 16 else np.int64  # uint32 sorts faster (see minute_tier._histogram)
-    pair = np.repeat(gid.astype(kind), np.diff(offsets)) * kind(65536) + keys.astype(kind)
+    pair = group_bucket_keys(np.repeat(gid, np.diff(offsets)), keys, n_groups)
     order = np.argsort(pair)
     pair = pair[order]
     starts = np.flatnonzero(np.concatenate(([True], pair[1:] != pair[:-1])))

@@ -60,6 +60,14 @@ def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, int]:
     return d.indices.to_numpy(zero_copy_only=False).astype(np.int64), max(len(d.dictionary), 1)
 
 
+def group_bucket_keys(gid: np.ndarray, bucket: np.ndarray, n_groups: int) -> np.ndarray:
+    """``gid << 16 | bucket`` per row (``bucket`` < 65,536), as uint32 when the ``n_groups`` group ids fit 16
+    bits, else int64: numpy sorts uint32 keys in ~0.57x the time of int64 (28 against 49 ns a row, 500,000
+    rows, this machine). Sorted, the keys order rows by group, then bucket."""
+    kind = np.uint32 if n_groups <= 1 << 16 else np.int64
+    return (gid.astype(kind) << kind(16)) | bucket.astype(kind)
+
+
 def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray, bucket: np.ndarray | None = None) -> pa.Array:
     """One ``Map(bucket -> count)`` per group over the non-null ``values``; keys ascending. ``bucket``: the
     values' store buckets per row when known (:func:`latency_buckets`).
@@ -70,10 +78,7 @@ def _histogram(gid: np.ndarray, n_groups: int, values: pa.ChunkedArray, bucket: 
     if bucket is None:
         bucket = store_bucket(pc.fill_null(values, 1).to_numpy(zero_copy_only=False))
     g, b = (gid, bucket) if valid is None else (gid[valid], bucket[valid])
-    # uint32 keys when the groups fit 16 bits: numpy sorts them in ~0.57x the time of int64 (28 against
-    # 49 ns a row, 500,000 rows, this machine)
-    kind = np.uint32 if n_groups <= 1 << 16 else np.int64
-    pair = (g.astype(kind) << kind(16)) | b.astype(kind)
+    pair = group_bucket_keys(g, b, n_groups)
     pair.sort()  # by group, then bucket
     n = len(pair)
     new = np.empty(n, dtype=bool)
