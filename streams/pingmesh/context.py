@@ -44,6 +44,9 @@ class AnalyzerState:
             ``CoverageConfig.job_retention_ns`` is dropped, so this holds the running jobs, not every job.
         job_seen_ns: job → start (ns) of the newest window with service probes of it.
         rnic_host: RNIC → host, learnt from probe rows.
+        links_seen: switch link → start (ns) of the newest window whose probes crossed it on a complete
+            trace or that named it; the vote's candidates for the next hop of a trace that stopped
+            (:func:`streams.pingmesh.tomography.remember_links`). Forgotten ``LINK_MEMORY_NS`` after that.
     """
 
     charged: dict[str, int] = field(default_factory=dict)
@@ -53,6 +56,7 @@ class AnalyzerState:
     job_flows: dict[str, set[str]] = field(default_factory=dict)
     job_seen_ns: dict[str, int] = field(default_factory=dict)
     rnic_host: dict[str, str] = field(default_factory=dict)
+    links_seen: dict[str, int] = field(default_factory=dict)
 
 
 def isin(t: pa.Table, col: str, values: set[str]) -> np.ndarray:

@@ -34,14 +34,14 @@ The same routine votes for latency anomalies (:mod:`streams.pingmesh.latency`) w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.pingmesh.context import WindowContext, log_poisson_tail, significance
+from streams.pingmesh.context import AnalyzerState, WindowContext, log_poisson_tail, significance
 from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_links
 from streams.pingmesh.partial import link_counts
 
@@ -126,7 +126,8 @@ class CoverResult:
 
 
 def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteConfig(),
-                 probes: int | None = None, background: float = 0.0) -> CoverResult:
+                 probes: int | None = None, background: float = 0.0,
+                 known_links: Sequence[str] = ()) -> CoverResult:
     """Name the links that explain a window's failing probes.
 
     Args:
@@ -137,6 +138,8 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         probes: probes in the window (any outcome, traced or not) for the background rate; None
             (latency votes, unit tests): no significance test, the ratio term instead.
         background: floor of the per-probe background failure rate.
+        known_links: links earlier windows' probes crossed (``AnalyzerState.links_seen``): candidates for
+            the next hop of a trace that stopped, beside the links this window's probes crossed.
 
     Returns:
         :class:`CoverResult`, suspects in the order chosen. Deterministic: ties
@@ -146,7 +149,7 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     total = int(n_g.sum())
     if failing.num_rows == 0:
         return CoverResult([], 0, 0, 0)
-    pl = _expand_dark(probe_links(failing["fwd_hops"], failing["rev_hops"]), crossing, n_g)
+    pl = _expand_dark(probe_links(failing["fwd_hops"], failing["rev_hops"]), crossing, n_g, known_links)
     rows = pl["row"].to_numpy().astype(np.int64)
     w = pl["w"].to_numpy() if "w" in pl.column_names else np.ones(len(rows))
     traced = np.zeros(len(n_g), dtype=bool)
@@ -468,11 +471,15 @@ def _one_link_for_all(out: list[Suspect], left0: np.ndarray, left: np.ndarray, l
     return None, 0.0
 
 
-def _expand_dark(pl: pa.Table, crossing: pa.Table, n_g: np.ndarray | None = None) -> pa.Table:
+def _expand_dark(pl: pa.Table, crossing: pa.Table, n_g: np.ndarray | None = None,
+                 known_links: Sequence[str] = ()) -> pa.Table:
     """Replace each pseudo-link ``X->*`` (a trace that stopped after X with no known next hop) by the
     links that could be that next hop: X's links upward (X as the lower end) when any are known,
-    else its links downward. A failing probe votes once for each (ECMP left the choice open);
-    with no candidate known the pseudo-link stays (the vote reports it ``undetermined``).
+    else its links downward. Known: crossed by this window's probes, or in ``known_links`` (earlier
+    windows'): a link dead since the last window carries no complete trace now, and without it the dark
+    traces it stops would all go to its live siblings (both links of a core down on a three-tier Clos: the
+    other core's links were claimed, window after window). A failing probe votes once for each (ECMP left
+    the choice open); with no candidate known the pseudo-link stays (the vote reports it ``undetermined``).
 
     With ``n_g`` (failing probes per group of ``pl``'s rows), candidates that look dead on the complete
     traces (at least :data:`DEAD_RATIO` of the probes crossing them failed, and two or more did) are
@@ -490,7 +497,8 @@ def _expand_dark(pl: pa.Table, crossing: pa.Table, n_g: np.ndarray | None = None
     # name tens of thousands), then only the few at those nodes go through Python
     nodes = pa.array(sorted({lk[: -len(suffix)] for lk in links if lk.endswith(suffix)}), pa.string())
     every = pc.unique(pa.chunked_array([*crossing["link"].cast(pa.string()).chunks,
-                                        *pl["link"].cast(pa.string()).chunks], pa.string()))
+                                        *pl["link"].cast(pa.string()).chunks,
+                                        pa.array(list(known_links), pa.string())], pa.string()))
     every = every.filter(pc.invert(pc.ends_with(every, suffix)))
     ends = pc.split_pattern(every, LINK_SEP, max_splits=1)
     lo, hi = pc.list_element(ends, 0), pc.list_element(ends, 1)
@@ -534,6 +542,26 @@ def _dead_on_complete_traces(pl: pa.Table, crossing: pa.Table, n_g: np.ndarray, 
     cmap = dict(zip(crossing["link"].to_pylist(), crossing["n"].to_pylist(), strict=True))
     cross = np.array([max(cmap.get(lk, 0), 1) for lk in names], dtype=np.float64)
     return {str(lk) for lk, f, c in zip(names, failed, cross, strict=True) if f >= 2 and f / c >= DEAD_RATIO}
+
+
+LINK_MEMORY_NS = 2 * 3_600_000_000_000
+"""How long the vote keeps a link as a candidate next hop after probes last crossed it or a window last
+named it (ns): two hours, the life of an inter-ToR 5-tuple (its path index entry,
+:data:`streams.pingmesh.path_index.EVICT_AFTER_NS`). A dead link named every window stays."""
+
+
+def remember_links(state: AnalyzerState, crossing: pa.Table, named: Sequence[str], ws: int,
+                   memory_ns: int = LINK_MEMORY_NS) -> None:
+    """Fold a window's links into ``state.links_seen``: those its probes crossed (``crossing``: ``link``, ``n``;
+    pseudo-links ``X->*`` left out) and those it ``named``, at the window start ``ws`` (ns); forget links
+    older than ``memory_ns``. Bounded by the fabric's links."""
+    if crossing.num_rows:
+        lk = crossing["link"].cast(pa.string())
+        keep = pc.and_(pc.greater(crossing["n"], 0), pc.invert(pc.ends_with(lk, LINK_SEP + NO_ANSWER)))
+        state.links_seen.update(dict.fromkeys(lk.filter(keep).to_pylist(), ws))
+    state.links_seen.update({x: ws for x in named if not x.endswith(LINK_SEP + NO_ANSWER)})
+    if any(ws - t >= memory_ns for t in state.links_seen.values()):
+        state.links_seen = {x: t for x, t in state.links_seen.items() if ws - t < memory_ns}
 
 
 def _probing_limit(crossing: pa.Table, links: list[str]) -> bool:
@@ -628,8 +656,10 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
         crossing = pa.table({"link": j["link"], "n": pc.subtract(j["n"], pc.fill_null(j["_x"], 0))})
     probes = int(ctx.partial.pairs["n"].to_numpy().sum()) if ctx.partial.pairs.num_rows else 0
     probes -= int(excl["n"].to_numpy().sum()) if excl.num_rows else 0
-    cover = greedy_cover(vote, crossing, cfg, probes=probes, background=background)
+    cover = greedy_cover(vote, crossing, cfg, probes=probes, background=background,
+                         known_links=list(ctx.state.links_seen))
     ctx.vote_crossing = crossing
+    remember_links(ctx.state, ctx.partial.crossing, [s.link for s in cover.suspects], ctx.ws)
     charged = ctx.charged_rnics()
     for s in cover.suspects:
         ev = {"votes": s.votes, "failed": s.failed, "crossing": s.crossing, "ratio": round(s.ratio, 6)}

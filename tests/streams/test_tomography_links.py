@@ -8,7 +8,8 @@ import pyarrow as pa
 from schemas.arrow_pa import table_from_columns
 from streams.pingmesh.links import explode_links
 from streams.pingmesh.path_index import PathIndex, attach_paths
-from streams.pingmesh.tomography import greedy_cover
+from streams.pingmesh.context import AnalyzerState
+from streams.pingmesh.tomography import LINK_MEMORY_NS, greedy_cover, remember_links
 
 
 def test_links_are_named_lower_to_upper_and_access_links_name_their_rnic():
@@ -223,6 +224,34 @@ def test_traces_that_stop_after_a_switch_vote_for_its_dead_uplink_not_for_its_he
     r = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-3)
     assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("A->S1", 380, ())]
     assert r.unexplained == 0
+
+
+def test_traces_that_stop_at_a_dead_link_no_probe_crosses_now_vote_for_it_when_an_earlier_window_saw_it():
+    """Both links of core X2 are down (three-tier Clos): from the second window on, every trace hashed
+    onto X2 stops after its aggregation switch (``P0S1,*``) and no complete trace crosses P0S1-X2 any
+    more. The window's own links leave X1 as the only next hop after P0S1, and the healthy P0S1-X1 was
+    claimed; the links an earlier window's probes crossed keep X2 a candidate (simulator seed 15665,
+    scenario 23, where P0S1->X1 was claimed at confidence 1.0 for three windows)."""
+    # as the path index gives them: the forward trace known up to P0S1, the ACK path complete over X3
+    f = _failing([("P0S1,*", "T5r1,T5,P1S2,X3,P0S2,T1,T1r1", 76), ("P0S1,*", "T6r1,T6,P1S2,X3,P0S2,T2,T2r1", 76),
+                  ("P0S1,*", "T7r1,T7,P1S2,X3,P0S2,T3,T3r1", 76)])
+    cross = {"T1->P0S1": 3000, "T2->P0S1": 3000, "T3->P0S1": 3000, "P0S1->X1": 4000, "P1S1->X1": 4000,
+             "P0S2->X3": 4000, "P1S2->X3": 4000, "T1->P0S2": 3000, "T2->P0S2": 3000, "T3->P0S2": 3000,
+             "T5->P1S2": 3000, "T6->P1S2": 3000, "T7->P1S2": 3000,
+             **{f"{t}r1->{t}": 2500 for t in ("T1", "T2", "T3", "T5", "T6", "T7")}}
+    wrong = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-4)
+    assert [s.link for s in wrong.suspects] == ["P0S1->X1"]  # what the window's links alone give
+    r = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-4, known_links=["P0S1->X2", "P1S1->X2"])
+    assert [(s.link, s.votes) for s in r.suspects] == [("P0S1->X2", 114)]  # half of each dark probe's vote
+    assert r.unexplained == 0
+
+
+def test_remembered_links_are_those_probes_crossed_or_a_window_named_and_age_out():
+    st = AnalyzerState()
+    remember_links(st, _crossing({"A->S1": 10, "A->S2": 0, "A->*": 4}), ["B->S1"], ws=100)
+    assert st.links_seen == {"A->S1": 100, "B->S1": 100}  # no probe crossed A->S2; a pseudo-link is no link
+    remember_links(st, _crossing({"A->S2": 5}), ["B->S1"], ws=100 + LINK_MEMORY_NS)
+    assert st.links_seen == {"A->S2": 100 + LINK_MEMORY_NS, "B->S1": 100 + LINK_MEMORY_NS}  # A->S1 aged out
 
 
 def test_two_partial_loss_tuples_with_different_paths_name_the_one_link_they_share():
