@@ -128,6 +128,10 @@ class AccuracyReport:
     window_recall_10: tuple[int, int] = (0, 0)  # truth-windows expected to fail >= 10 probes: (hit, all)
     # windows where two or more faults are required: (every one of them named right, such windows)
     concurrent_windows: tuple[int, int] = (0, 0)
+    # the same, counting only windows where each of those faults is expected to fail >= 10 probes (as
+    # ``window_recall_10``): a partial 5-tuple loss whose hash selects no probed tuple, or whose drops all
+    # fall on probes another fault fails anyway, shows nothing any vote could name
+    concurrent_windows_10: tuple[int, int] = (0, 0)
     abstentions: list[dict] = field(default_factory=list)  # right abstentions (undetermined naming the fault)
     calibration: list[tuple[float, bool]] = field(default_factory=list)  # (confidence, right) per claim
     undetermined: int = 0
@@ -406,7 +410,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
     frec: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     conf: dict[str, Counter] = defaultdict(Counter)
     lat: dict[str, list[int]] = defaultdict(list)
-    w10, both = [0, 0], [0, 0]
+    w10, both, both10 = [0, 0], [0, 0], [0, 0]
     healthy, faulty = [0, 0], [0, 0]
     for r in results:
         inv = r.scenario.inv
@@ -437,6 +441,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
                 phase[1] += 1
             right_of: dict[int, bool] = {}
             required: list[int] = []  # faults this window must name (not under half active, not abstained on)
+            visible = True  # each required fault expected to fail >= 10 probes
             for v in claims:
                 hit = [ti for ti, tr in active if _matches(v, tr, inv)]
                 prec[v["kind"]][1] += 1
@@ -474,6 +479,8 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
                 if exp >= 10:
                     w10[1] += 1
                     w10[0] += bool(right_of.get(ti))
+                else:
+                    visible = False
                 if right_of.get(ti):
                     wrec[fk][0] += 1
                     conf[fk][tr["kind"]] += 1
@@ -490,6 +497,9 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
             if len(required) >= 2:
                 both[1] += 1
                 both[0] += all(right_of.get(ti) for ti in required)
+                if visible:
+                    both10[1] += 1
+                    both10[0] += all(right_of.get(ti) for ti in required)
         for ti, wins in sorted(und_windows.items()):
             tr = r.truth[ti]
             rep.undetermined_streaks.append({"scenario": r.scenario.index, "size": r.scenario.size,
@@ -513,6 +523,7 @@ def score(results: list[ScenarioResult], seed: int, wall_s: float) -> AccuracyRe
     rep.latency_windows = dict(lat)
     rep.window_recall_10 = (w10[0], w10[1])
     rep.concurrent_windows = (both[0], both[1])
+    rep.concurrent_windows_10 = (both10[0], both10[1])
     return rep
 
 
@@ -710,6 +721,8 @@ def print_report(rep: AccuracyReport, console: object | None = None, hostping: b
     con.print(f"window recall, truth-windows expected to fail >= 10 probes: {h}/{n} = {_pct((h, n))}")
     h, n = rep.concurrent_windows
     con.print(f"windows with two or more faults to name, all of them named: {h}/{n} = {_pct((h, n))}")
+    h, n = rep.concurrent_windows_10
+    con.print(f"  of them, windows where each is expected to fail >= 10 probes: {h}/{n} = {_pct((h, n))}")
 
     cols = [*VERDICT_KINDS, "undetermined", "missed"]
     cols = [c for c in cols if any(rep.confusion.get(r, Counter()).get(c) for r in rep.confusion)] or cols

@@ -17,10 +17,18 @@ after ``lifetime_ns``:
   that member and no other. The simulator models them; on a cluster they need switches that
   decapsulate IP-in-IP and a prober that encapsulates (not exercised here, docs/identifiability.md).
 
+A named link may hide a second fault: every failing probe through it is its, so a partial 5-tuple loss
+whose selected tuples all cross it is never named (:mod:`streams.pingmesh.verify`). A claim names the
+other links its failing probes crossed (``verify_links``), and the analyzer asks to *verify* them (a
+request with ``verify`` = the claimed link): :class:`SplitLoop` probes each of them with 5-tuples that keep
+off every named link, new ones each window the claim stands, and withdraws them ``lifetime_ns`` after
+the last claim.
+
 A group is renewed while windows keep naming one of its links or stay ``undetermined`` over it, and
 withdrawn ``lifetime_ns`` after the last of those. Rate-limited per fabric: at most ``max_groups``
 groups at once, ``max_tuples`` 5-tuples per group at ``group_pps`` probes/s in all; a request beyond that is
-refused (counted).
+refused (counted). Verification has caps of its own (``max_verify`` claims, ``verify_per_link`` tuples
+per link at ``verify_pps`` in all per claim), so it never takes a tie's place.
 """
 
 from __future__ import annotations
@@ -123,6 +131,9 @@ class SplitLoop:
         group_pps: probes/s of a group's 5-tuples in all, shared by them (each at most
             ``2 x INTER_TOR_LINK_PPS``, the rate of an Eq. 1 tuple's link pair).
         bounce: answer structural groups with bounced probes (else they are refused as unsplittable).
+        max_verify: claims whose hidden links are verified at once per fabric.
+        verify_per_link: 5-tuples per link verified, each keeping off the named links.
+        verify_pps: probes/s of one claim's verification tuples in all.
     """
 
     inv: Inventory
@@ -135,7 +146,12 @@ class SplitLoop:
     per_member: int = 16
     group_pps: float = GROUP_PPS
     bounce: bool = True
+    max_verify: int = 4
+    verify_per_link: int = 6
+    verify_pps: float = GROUP_PPS / 2
     active: dict[tuple[str, ...], _Active] = field(default_factory=dict)
+    verifying: dict[str, _Active] = field(default_factory=dict)
+    """Claimed link → the probes verifying the links its failing probes also crossed."""
     refused: int = 0
     answered: int = 0
     log: list[dict] = field(default_factory=list)
@@ -164,6 +180,9 @@ class SplitLoop:
         added: list[dict] = []
         self._expire(now_ns)
         for req in requests:
+            if req.get("verify"):
+                added += self._verify(req, now_ns)
+                continue
             group = tuple(sorted(set(req["links"])))
             if len(group) < 2 or self._parts(group) is None:
                 self.refused += 1
@@ -188,6 +207,46 @@ class SplitLoop:
                              "generation": gen, "request": req.get("request_id")})
             added += entries
         return added
+
+    def _verify(self, req: dict, now_ns: int) -> list[dict]:
+        """Answer a verification request (``verify``: the claimed link; ``links``: the links to verify).
+
+        Renewed while the claim stands; new 5-tuples when a window that began with the last ones in force
+        still names the claim (they showed nothing: a partial loss spares most tuples through its link).
+        Refused past ``max_verify`` claims, or when no link to verify is a switch link."""
+        claim = str(req["verify"])
+        links = sorted({lk for lk in req["links"] if lk in self._links and lk != claim})
+        gen = 0
+        if claim in self.verifying:
+            a = self.verifying[claim]
+            a.until_ns = now_ns + self.lifetime_ns
+            if int(req.get("window_start_ns", -1)) < a.since_ns:
+                return []
+            gen = a.generation + 1
+            del self.verifying[claim]
+        elif len(self.verifying) >= self.max_verify or not links:
+            self.refused += 1
+            return []
+        avoid = self._down(now_ns)
+        keep_off = self._named(now_ns) | {claim}
+        seed = self.seed + 7919 * gen
+        entries: list[dict] = []
+        seen: set[tuple] = set()
+        for lk in links:
+            for e in crossing_entries(self.inv, self.reg, lk, self.paths_of, seed=seed, avoid=avoid,
+                                      max_tuples=self.verify_per_link, avoid_links=frozenset(keep_off - {lk})):
+                key = (e["src_ip"], e["dst_ip"], e["src_port"], e["dst_port"])
+                if key not in seen:
+                    seen.add(key)
+                    entries.append(e)
+        if entries:
+            each = self.verify_pps / len(entries)
+            entries = [{**e, "rate_pps": min(float(e["rate_pps"]), each)} for e in entries]
+        self.verifying[claim] = _Active(tuple(links), entries, now_ns + self.lifetime_ns, "verify", now_ns, gen)
+        self.answered += 1
+        self.log.append({"at_ns": now_ns, "links": links, "how": "verify", "verify": claim,
+                         "entries": len(entries), "generation": gen, "request": req.get("request_id")})
+        return entries
 
     def _parts(self, group: tuple[str, ...]) -> tuple[tuple[str, ...], frozenset[str]] | None:
         """A group's switch links and the RNICs whose access links (``rnic->tor``) it holds; None when it holds
@@ -275,12 +334,16 @@ class SplitLoop:
     def _expire(self, now_ns: int) -> None:
         for g in [g for g, a in self.active.items() if a.until_ns <= now_ns]:
             del self.active[g]
+        for c in [c for c, a in self.verifying.items() if a.until_ns <= now_ns]:
+            del self.verifying[c]
         for lk in [lk for lk, until in self.named_until.items() if until <= now_ns]:
             del self.named_until[lk]
         for r in [r for r, until in self.down_until.items() if until <= now_ns]:
             del self.down_until[r]
 
     def entries(self, now_ns: int) -> list[dict]:
-        """The loop's entries in force at ``now_ns`` (expired groups withdrawn), in group order."""
+        """The loop's entries in force at ``now_ns`` (expired groups withdrawn), in group order, then the
+        verifications in claim order."""
         self._expire(now_ns)
-        return [e for g in sorted(self.active) for e in self.active[g].entries]
+        return [*(e for g in sorted(self.active) for e in self.active[g].entries),
+                *(e for c in sorted(self.verifying) for e in self.verifying[c].entries)]

@@ -11,7 +11,11 @@ names the link. A request is a plain record (``probe_request``)::
     links           the group, sorted (switch links ``lower->upper``)
     why             the verdict's reason
 
-Only ties over two or more links make a request (the loop answers those with a switch link among them;
+A claim whose evidence names ``verify_links`` (the other switch links its failing probes crossed,
+:mod:`streams.pingmesh.verify`) makes a *verification* request: ``links`` = those links, ``verify`` = the
+claimed link, ``why`` = ``"verify"``; the loop probes each of them off the claimed link.
+
+Only ties over two or more links make a split request (the loop answers those with a switch link among them;
 a tie may hold access links too, :meth:`producers.controller_loop.SplitLoop.on_requests`): an
 ``undetermined`` over one access link (RNIC, cable or ToR port), over a pseudo-link ``X->*`` or over
 ``unexplained`` timeouts has no group to split.
@@ -34,12 +38,23 @@ def requests_from_verdicts(verdicts: pa.Table | Iterable[dict]) -> list[dict]:
         verdicts: ``verdict.v1`` rows (a table or dicts); revisions are skipped.
 
     Returns:
-        One record per such verdict, in input order.
+        One record per such verdict (and per claim with ``verify_links``), in input order.
     """
     rows = verdicts.to_pylist() if isinstance(verdicts, pa.Table) else list(verdicts)
     out = []
     for v in rows:
-        if v["kind"] != "undetermined" or v.get("revision_of") is not None:
+        if v.get("revision_of") is not None:
+            continue
+        if v["kind"] == "switch":
+            try:
+                verify = json.loads(v.get("evidence") or "{}").get("verify_links") or []
+            except json.JSONDecodeError:
+                verify = []
+            if verify:
+                out.append({"request_id": v["verdict_id"], "window_start_ns": int(v["window_start_ns"]),
+                            "links": sorted(map(str, verify)), "why": "verify", "verify": str(v["location"])})
+            continue
+        if v["kind"] != "undetermined":
             continue
         parts = str(v["location"]).split("|")
         if len(parts) < 2 or not all(LINK_SEP in p and not p.endswith(LINK_SEP + NO_ANSWER) for p in parts):

@@ -44,6 +44,7 @@ import pyarrow.compute as pc
 from streams.pingmesh.context import AnalyzerState, WindowContext, log_poisson_tail, significance
 from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_links
 from streams.pingmesh.partial import link_counts
+from streams.pingmesh.verify import co_crossed
 
 DEAD_RATIO = 0.95
 """Failure ratio from which a link looks dead (every probe crossing it fails, bar a few counted before
@@ -661,6 +662,9 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
     ctx.vote_crossing = crossing
     remember_links(ctx.state, ctx.partial.crossing, [s.link for s in cover.suspects], ctx.ws)
     charged = ctx.charged_rnics()
+    claimed = [s.link for s in cover.suspects if not s.tied_with and s.access_rnic is None
+               and not s.link.endswith(LINK_SEP + NO_ANSWER)]
+    hidden = co_crossed(vote, claimed, {t for s in cover.suspects for t in s.tied_with}) if claimed else {}
     for s in cover.suspects:
         ev = {"votes": s.votes, "failed": s.failed, "crossing": s.crossing, "ratio": round(s.ratio, 6)}
         if s.link.endswith(LINK_SEP + NO_ANSWER) and s.access_rnic is None:
@@ -695,7 +699,9 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
                      {**ev, "link": s.link, "link_confidence": s.confidence,
                       "why": "access link below the RNIC rule (RNIC, cable or ToR port)"})
         else:
-            ctx.emit("switch", s.link, s.ratio, s.confidence, s.failed, s.crossing, ev)
+            verify = hidden.get(s.link)
+            ctx.emit("switch", s.link, s.ratio, s.confidence, s.failed, s.crossing,
+                     {**ev, "verify_links": verify} if verify else ev)
     left = cover.unexplained + cover.untraced
     # Leftovers within what background loss gives over the window's probes (the per-probe floor, plus
     # three standard deviations of its Poisson count) are not a finding: a healthy fabric's 1e-5..1e-4

@@ -195,6 +195,11 @@ def test_windows_with_two_faults_count_when_both_are_named():
     verdicts = [_v(B, "switch", "A->S3", 1), _v(B, "switch", "C->S4", 2), _v(B + W, "switch", "C->S4", 3)]
     rep = accuracy.score([scenario_result(run, INV, "lab", verdicts)], seed=1, wall_s=0.0)
     assert rep.concurrent_windows == (1, 2)  # window 0 names both; window 1 misses A->S3
+    assert rep.concurrent_windows_10 == (0, 0)  # no link crossings counted here: nothing expected to fail
+    # 100 probes crossed each dead link in window 0, 100 and 5 in window 1: window 1's A->S3 could fail 5
+    probes = {B: {"A->S3": 100, "C->S4": 100}, B + W: {"A->S3": 5, "C->S4": 100}}
+    rep = accuracy.score([scenario_result(run, INV, "lab", verdicts, probes)], seed=1, wall_s=0.0)
+    assert rep.concurrent_windows == (1, 2) and rep.concurrent_windows_10 == (1, 1)
     assert rep.window_recall == {"link_down": (3, 4)}
 
 

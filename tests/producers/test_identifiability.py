@@ -347,3 +347,49 @@ def test_a_bounced_group_shares_the_groups_rate():
     assert {e["rate_pps"] for e in added} == {20.0}
     # the bare function keeps R-Pingmesh's 10/s per link
     assert {e["rate_pps"] for e in bounce_entries(inv, reg, CORE_PAIRS[1])} == {1.25}
+
+
+def test_a_claim_that_names_the_links_its_failures_also_crossed_asks_to_verify_them():
+    claim = {**_verdict("switch", "B->S2", vid="v7"), "evidence": json.dumps({"votes": 909,
+                                                                              "verify_links": ["D->S2", "A->S1"]})}
+    rows = [claim, {**claim, "verdict_id": "v8", "revision_of": "v7"}, _verdict("switch", "C->S1")]
+    assert requests_from_verdicts(rows) == [{"request_id": "v7", "window_start_ns": 40, "links": ["A->S1", "D->S2"],
+                                             "why": "verify", "verify": "B->S2"}]
+
+
+def test_split_loop_verifies_a_claims_links_with_tuples_off_the_claimed_link():
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    paths_of = entry_links(Topology(inv, 1))
+    loop = SplitLoop(inv, reg, paths_of, seed=1, lifetime_ns=40, max_verify=1, verify_per_link=4)
+    req = {"links": ["A->S1", "C->S3", "A1->A"], "verify": "B->S2", "window_start_ns": 0}
+    first = loop.on_requests([req], now_ns=0)
+    assert loop.log[-1]["how"] == "verify" and loop.log[-1]["links"] == ["A->S1", "C->S3"]  # no access link
+    crossed = paths_of(first)
+    assert all("B->S2" not in s for s in crossed)  # a tuple through the claim fails there: it verifies nothing
+    assert sum("A->S1" in s for s in crossed) >= 4 and sum("C->S3" in s for s in crossed) >= 4
+    assert sum(e["rate_pps"] for e in first) <= loop.verify_pps + 1e-9
+    assert loop.on_requests([{**req, "verify": "C->S1"}], now_ns=0) == [] and loop.refused == 1  # max_verify
+    # the window already running when they came in says nothing of them; the next one that still claims draws new
+    assert loop.on_requests([{**req, "window_start_ns": -20}], now_ns=20) == []
+    again = loop.on_requests([{**req, "window_start_ns": 20}], now_ns=30)
+    assert loop.log[-1]["generation"] == 1 and again and loop.entries(40) == again
+    assert {e["src_port"] for e in again} != {e["src_port"] for e in first}
+    assert loop.entries(70) == []  # 40 ns after the last claim: withdrawn
+
+
+def test_the_loop_names_a_partial_loss_whose_tuples_all_crossed_a_named_link():
+    """Simulator seed 27764, scenario 296 (4x4 Clos): partial losses on A-S1 (12 % of tuples) and B-S2 (18 %),
+    a lossy D-S1. The one probed tuple A-S1's hash selects goes out over B-S2 and back over A-S1, so B-S2's
+    claim explains it; without the loop A-S1 is never named. Its claims name A-S1 among the links to verify,
+    and the tuples the loop sends through A-S1 off B-S2 and D-S1 show it."""
+    from bench.accuracy import draw_scenario
+
+    sc = draw_scenario(296, 27764, 25, 80)
+    named = {}
+    for loop in (False, True):
+        r = run_scenario(sc, 27764 * 1000 + 296, BACKGROUND_LOSS, loop=loop)
+        named[loop] = [sorted(v["location"] for v in rows if v["kind"] == "switch" and v["revision_of"] is None)
+                       for _, rows in r.windows]
+    assert all("A->S1" not in w for w in named[False])
+    assert named[True][3] == ["A->S1", "B->S2", "D->S1"]

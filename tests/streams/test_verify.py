@@ -1,0 +1,29 @@
+"""The links a claim may hide (streams.pingmesh.verify): counted by hand on a few failing groups."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+from streams.pingmesh.verify import co_crossed
+
+
+def _failing(rows):
+    return pa.table({"fwd_hops": [r[0] for r in rows], "rev_hops": [r[1] for r in rows],
+                     "n": pa.array([r[2] for r in rows], pa.int64())})
+
+
+def test_a_claims_links_are_the_switch_links_its_failing_groups_crossed_most_first():
+    f = _failing([
+        ("B7,B,S2,A,A8", "A8,A,S1,B,B7", 149),   # out over B-S2, back over A-S1
+        ("B1,B,S2,C,C1", "C1,C,S4,B,B1", 120),
+        ("B2,B,S2,C,C2", "C2,C,S1,B,B2", 30),
+        ("D1,D,S3,A,A1", "A1,A,S3,D,D1", 50),    # crosses no claim
+        ("B3,B,S2,*", "", 9),                    # a trace that stopped: its pseudo-link is no link
+    ])
+    got = co_crossed(f, ["B->S2"], exclude=["C->S2"])
+    # over B-S2's groups: B-S1 149 + 30, A-S1 and A-S2 149, B-S4 and C-S4 120, C-S1 30 (ties by name);
+    # C->S2 (150) is excluded (say, tied), access links are the RNICs'
+    assert got == {"B->S2": ["B->S1", "A->S1", "A->S2", "B->S4", "C->S4", "C->S1"]}
+    assert co_crossed(f, ["B->S2"], k=2) == {"B->S2": ["B->S1", "C->S2"]}  # 179 and 150
+    assert co_crossed(f, ["X->S9"]) == {"X->S9": []}
+    assert co_crossed(f.slice(0, 0), ["B->S2"]) == {"B->S2": []}
