@@ -6,9 +6,9 @@ import numpy as np
 import pyarrow as pa
 
 from schemas.arrow_pa import table_from_columns
+from streams.pingmesh.context import AnalyzerState
 from streams.pingmesh.links import explode_links
 from streams.pingmesh.path_index import PathIndex, attach_paths
-from streams.pingmesh.context import AnalyzerState
 from streams.pingmesh.tomography import LINK_MEMORY_NS, greedy_cover, remember_links
 
 
