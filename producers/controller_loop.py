@@ -134,6 +134,7 @@ class SplitLoop:
         max_verify: claims whose hidden links are verified at once per fabric.
         verify_per_link: 5-tuples per link verified, each keeping off the named links.
         verify_pps: probes/s of one claim's verification tuples in all.
+        verify_generations: sets of verification tuples drawn per claim while it stands.
     """
 
     inv: Inventory
@@ -149,6 +150,7 @@ class SplitLoop:
     max_verify: int = 4
     verify_per_link: int = 6
     verify_pps: float = GROUP_PPS / 2
+    verify_generations: int = 4
     active: dict[tuple[str, ...], _Active] = field(default_factory=dict)
     verifying: dict[str, _Active] = field(default_factory=dict)
     """Claimed link → the probes verifying the links its failing probes also crossed."""
@@ -212,7 +214,9 @@ class SplitLoop:
         """Answer a verification request (``verify``: the claimed link; ``links``: the links to verify).
 
         Renewed while the claim stands; new 5-tuples when a window that began with the last ones in force
-        still names the claim (they showed nothing: a partial loss spares most tuples through its link).
+        still names the claim (they showed nothing: a partial loss spares most tuples through its link), up
+        to ``verify_generations`` sets, then the last set stays (a link dead for hours does not have its
+        neighbours' probes redrawn, and the agents' lists republished, every window).
         Refused past ``max_verify`` claims, or when no link to verify is a switch link."""
         claim = str(req["verify"])
         links = sorted({lk for lk in req["links"] if lk in self._links and lk != claim})
@@ -220,7 +224,7 @@ class SplitLoop:
         if claim in self.verifying:
             a = self.verifying[claim]
             a.until_ns = now_ns + self.lifetime_ns
-            if int(req.get("window_start_ns", -1)) < a.since_ns:
+            if int(req.get("window_start_ns", -1)) < a.since_ns or a.generation + 1 >= self.verify_generations:
                 return []
             gen = a.generation + 1
             del self.verifying[claim]

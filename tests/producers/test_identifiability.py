@@ -375,7 +375,11 @@ def test_split_loop_verifies_a_claims_links_with_tuples_off_the_claimed_link():
     again = loop.on_requests([{**req, "window_start_ns": 20}], now_ns=30)
     assert loop.log[-1]["generation"] == 1 and again and loop.entries(40) == again
     assert {e["src_port"] for e in again} != {e["src_port"] for e in first}
-    assert loop.entries(70) == []  # 40 ns after the last claim: withdrawn
+    for k in (2, 3):
+        assert loop.on_requests([{**req, "window_start_ns": 20 * k}], now_ns=20 * k + 10)
+    # four sets drawn (verify_generations): the claim still stands, the last set stays in force
+    assert loop.on_requests([{**req, "window_start_ns": 80}], now_ns=90) == [] and loop.log[-1]["generation"] == 3
+    assert loop.entries(129) and loop.entries(130) == []  # 40 ns after the last claim: withdrawn
 
 
 def test_the_loop_names_a_partial_loss_whose_tuples_all_crossed_a_named_link():
