@@ -243,9 +243,7 @@ class SplitLoop:
                 if key not in seen:
                     seen.add(key)
                     entries.append(e)
-        if entries:
-            each = self.verify_pps / len(entries)
-            entries = [{**e, "rate_pps": min(float(e["rate_pps"]), each)} for e in entries]
+        entries = self._share(entries, self.verify_pps)
         self.verifying[claim] = _Active(tuple(links), entries, now_ns + self.lifetime_ns, "verify", now_ns, gen)
         self.answered += 1
         self.log.append({"at_ns": now_ns, "links": links, "how": "verify", "verify": claim,
@@ -300,11 +298,11 @@ class SplitLoop:
                 return [], "none"
         return [], "none"
 
-    def _share(self, entries: list[dict]) -> list[dict]:
-        """The group's 5-tuples at ``group_pps`` in all, each at most the rate it was drawn at."""
+    def _share(self, entries: list[dict], pps: float | None = None) -> list[dict]:
+        """The group's 5-tuples at ``pps`` (default ``group_pps``) in all, each at most the rate it was drawn at."""
         if not entries:
             return entries
-        each = self.group_pps / len(entries)
+        each = (self.group_pps if pps is None else pps) / len(entries)
         return [{**e, "rate_pps": min(float(e["rate_pps"]), each)} for e in entries]
 
     def on_named(self, links: Iterable[str], now_ns: int) -> None:

@@ -31,6 +31,15 @@ import pyarrow as pa
 from streams.pingmesh.links import LINK_SEP, NO_ANSWER
 
 
+def _evidence(v: dict) -> dict:
+    """A verdict's evidence as a dict ({} when absent or not JSON: a request then goes without it)."""
+    try:
+        ev = json.loads(v.get("evidence") or "{}")
+    except json.JSONDecodeError:
+        return {}
+    return ev if isinstance(ev, dict) else {}
+
+
 def requests_from_verdicts(verdicts: pa.Table | Iterable[dict]) -> list[dict]:
     """``probe_request`` records for the verdicts that ended ``undetermined`` over a group of links.
 
@@ -46,10 +55,7 @@ def requests_from_verdicts(verdicts: pa.Table | Iterable[dict]) -> list[dict]:
         if v.get("revision_of") is not None:
             continue
         if v["kind"] == "switch":
-            try:
-                verify = json.loads(v.get("evidence") or "{}").get("verify_links") or []
-            except json.JSONDecodeError:
-                verify = []
+            verify = _evidence(v).get("verify_links") or []
             if verify:
                 out.append({"request_id": v["verdict_id"], "window_start_ns": int(v["window_start_ns"]),
                             "links": sorted(map(str, verify)), "why": "verify", "verify": str(v["location"])})
@@ -59,10 +65,7 @@ def requests_from_verdicts(verdicts: pa.Table | Iterable[dict]) -> list[dict]:
         parts = str(v["location"]).split("|")
         if len(parts) < 2 or not all(LINK_SEP in p and not p.endswith(LINK_SEP + NO_ANSWER) for p in parts):
             continue
-        try:
-            why = json.loads(v.get("evidence") or "{}").get("why", "")
-        except json.JSONDecodeError:
-            why = ""
+        why = _evidence(v).get("why", "")
         out.append({"request_id": v["verdict_id"], "window_start_ns": int(v["window_start_ns"]),
                     "links": sorted(parts), "why": why})
     return out

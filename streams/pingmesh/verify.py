@@ -17,9 +17,8 @@ from collections.abc import Collection
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_links
+from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_link_codes
 
 VERIFY_LINKS = 8
 """Links named per claim, the ones its failing probes crossed most (the loop's probes per claim are
@@ -44,22 +43,22 @@ def co_crossed(failing: pa.Table, claims: Collection[str], exclude: Collection[s
     out: dict[str, list[str]] = {c: [] for c in claims}
     if not out or failing.num_rows == 0:
         return out
-    pl = probe_links(failing["fwd_hops"], failing["rev_hops"])
-    links = pl["link"].cast(pa.string())
-    switch = pc.and_(pc.is_null(pl["access_rnic"]), pc.invert(pc.ends_with(links, LINK_SEP + NO_ANSWER)))
-    pl = pl.filter(switch)
-    rows = pl["row"].to_numpy()
-    names = np.array(pl["link"].to_pylist(), dtype=object)
-    n = failing["n"].to_numpy().astype(np.float64)
+    pl = probe_link_codes(failing["fwd_hops"], failing["rev_hops"])
+    names = pl.names.to_pylist()
+    # switch links only: an access link is its RNIC's (the RNIC rule judges it), a pseudo-link no link
+    usable = np.array([not x.endswith(LINK_SEP + NO_ANSWER) for x in names], dtype=bool)
+    usable[np.unique(pl.link[pl.access.is_valid().to_numpy(zero_copy_only=False)])] = False
     skip = set(claims) | set(exclude)
+    usable[[i for i, x in enumerate(names) if x in skip]] = False
+    code = {x: i for i, x in enumerate(names)}
+    n = failing["n"].to_numpy().astype(np.float64)
     for c in out:
-        on = np.unique(rows[names == c])
-        if len(on) == 0:
+        if c not in code:
             continue
-        sel = np.isin(rows, on)
-        totals: dict[str, float] = {}
-        for lk, r in zip(names[sel].tolist(), rows[sel].tolist(), strict=True):
-            if lk not in skip:
-                totals[lk] = totals.get(lk, 0.0) + float(n[r])
-        out[c] = [lk for lk, _ in sorted(totals.items(), key=lambda x: (-x[1], x[0]))[:k]]
+        on = np.zeros(failing.num_rows, dtype=bool)
+        on[pl.row[pl.link == code[c]]] = True
+        sel = on[pl.row] & usable[pl.link]
+        totals = np.bincount(pl.link[sel], weights=n[pl.row[sel]], minlength=len(names))
+        ranked = sorted((-t, names[i]) for i, t in enumerate(totals) if t > 0)  # most failures, then by name
+        out[c] = [x for _, x in ranked[:k]]
     return out
