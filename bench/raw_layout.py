@@ -1,7 +1,7 @@
 """`fabricscope bench raw-layout`: the raw ``probes`` table's merges, CPU and query times per layout.
 
-A store writer that runs for months inserts blocks of up to 500,000 rows (``block_rows``) and the engine
-merges its parts again and again; the layout (sort key, codecs, partitioning, merge settings) decides what
+A store writer that runs for months inserts blocks of up to 1,000,000 rows (:data:`sinks.blocks.BLOCK_ROWS`)
+and the engine merges its parts again and again; the layout (sort key, codecs, partitioning, merge settings) decides what
 each row costs after its insert. Per layout, in a fresh embedded store of its own (a child process, so its
 background merge threads are counted alone):
 

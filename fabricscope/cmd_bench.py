@@ -109,7 +109,7 @@ def raw_layout(
     layouts: str = typer.Option("shipped,lz4,base-8,lz4-base-8,hour-partition,time-key",
                                 help="comma-separated layouts (the first is the base of the ratios)"),
     rows: int = typer.Option(20_000_000, help="rows inserted per layout"),
-    block_rows: int = typer.Option(500_000, help="rows per insert (the store writer's block_rows)"),
+    block_rows: int = typer.Option(1_000_000, help="rows per insert (the store writer's default block_rows)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON list instead of the table"),
 ) -> None:
     """The raw probes table's CPU per row, rows merged per row, parts, bytes and query times per layout."""

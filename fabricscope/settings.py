@@ -58,8 +58,9 @@ class Settings(BaseSettings):
     fabricscope_inventory: Path | None = Field(
         None, description="inventory YAML the store writer loads into rnic_inventory at start (ToR names)")
     # The store writer's blocks of probe rows and tiers (docs/storage.md, "Exactly-once rows"): only raw history and the
-    # tiers wait for a block, verdicts do not.
-    fabricscope_sink_block_rows: int = Field(500_000, gt=0,
+    # tiers wait for a block, verdicts do not. The default is sinks.blocks.BLOCK_ROWS (not imported: pyarrow),
+    # which says why; tests/sinks/test_sink_blocks.py holds the two equal.
+    fabricscope_sink_block_rows: int = Field(1_000_000, gt=0,
                                              description="rows per insert block (over all partitions read)")
     fabricscope_sink_block_s: float = Field(10.0, gt=0, description="seconds a block may wait for more rows")
     fabricscope_sink_block_min_rows: int | None = Field(

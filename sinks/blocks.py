@@ -42,6 +42,13 @@ from sinks.clickhouse import Store
 from sinks.probe_tiers import MINUTE_TABLE, TIER_TABLES, hourly_tiers, merge_minute_rows
 
 STATE_TABLE = "sink_blocks"
+BLOCK_ROWS = 1_000_000
+"""The store writer's default rows per block (``FABRICSCOPE_SINK_BLOCK_ROWS``). Every block is a part of
+``probes`` and of each tier that the engine merges later; at 1,000,000 rows a 20 M-row run merges 0.9 rows
+per stored row instead of 1.6 at 500,000, and the block's tier rows fall from 0.10 to 0.05 per probe
+(a pair probed twice in a block is one tier row): 0.67-0.70x the raw table's CPU per row, the documented
+queries within 1.25x (``bench raw-layout``; BENCHMARKS.md sections 4 and 17). What it costs: the writer
+holds twice the rows (about 1.5 GiB at its peak at the paper's rate against 1.1)."""
 
 
 def source_of(table: pa.Table) -> tuple[str, int] | None:

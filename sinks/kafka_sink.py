@@ -35,6 +35,7 @@ from schemas.topic_mirror import TopicMirror, registry_rnics_mirror
 from sinks import metrics as M
 from sinks.baseline_reader import BaselineReader
 from sinks.blocks import (
+    BLOCK_ROWS,
     STATE_TABLE,
     BlockBudget,
     Entry,
@@ -150,7 +151,7 @@ class StoreWriter:
         prefix: str = "",
         group: str = "fabricscope-store",
         kafka_config: dict[str, str] | None = None,
-        block_rows: int = 500_000,
+        block_rows: int = BLOCK_ROWS,
         block_s: float = 10.0,
         block_min_rows: int | None = None,
         block_slow_max_s: float | None = None,

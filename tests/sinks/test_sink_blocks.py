@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from sinks.blocks import BlockBudget, Entry, PartitionState, take_writer_block
+from sinks.blocks import BLOCK_ROWS, BlockBudget, Entry, PartitionState, take_writer_block
 
 
 def _state(rows_per_message: list[int]) -> PartitionState:
@@ -90,3 +90,9 @@ def test_a_block_at_its_budget_with_enough_rows_or_a_quiet_input_is_due():
     _trickle(states, until_s=1.0, every_s=0.5, rows=100)  # the input stops at 1 s: 300 rows
     assert take_writer_block(states, 10_000, 10.0, now_s=6.9, budget=budget) is None  # quiet 5.9 s
     assert sum(len(es) for es in take_writer_block(states, 10_000, 10.0, now_s=7.0, budget=budget).values()) == 3
+
+
+def test_the_settings_default_block_is_the_writers_default():
+    from fabricscope.settings import Settings
+
+    assert Settings.model_fields["fabricscope_sink_block_rows"].default == BLOCK_ROWS == 1_000_000
