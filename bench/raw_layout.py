@@ -1,9 +1,9 @@
 """`fabricscope bench raw-layout`: the raw ``probes`` table's merges, CPU and query times per layout.
 
 A store writer that runs for months inserts blocks of up to 1,000,000 rows (:data:`sinks.blocks.BLOCK_ROWS`)
-and the engine merges its parts again and again; the layout (sort key, codecs, partitioning, merge settings) decides what
-each row costs after its insert. Per layout, in a fresh embedded store of its own (a child process, so its
-background merge threads are counted alone):
+and the engine merges its parts again and again; the block size and the layout (sort key, codecs,
+partitioning, merge settings) decide what each row costs after its insert. Per layout, in a fresh embedded
+store of its own (a child process, so its background merge threads are counted alone):
 
 - ``rows`` simulated ``probe_enriched.v1`` rows (the worker step's output on a 1,024-RNIC fabric, as
   :mod:`bench.storage` makes them) are inserted in ``block_rows`` blocks under a dedup token each, as the
