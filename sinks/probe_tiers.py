@@ -1,7 +1,7 @@
 """The probe tiers the store writer inserts: minute rows merged per key, and the two hourly tiers from them.
 
-The worker computes the minute tier per source message (:mod:`schemas.probe_rows.minute_tier`);
-the store writer merges a block's minute rows per key and rolls them up into
+The store writer computes a block's minute tier in one grouping (:mod:`schemas.probe_rows.minute_tier`,
+:mod:`sinks.raw_rows`), one row per key, and rolls it up into
 ``probes_1h_rnic`` and ``probes_1h_tor`` itself, one insert per tier under the
 block's token (docs/storage.md "Exactly-once rows"). The store has no materialized views
 on the tiers (schemas/ddl/013): views grouped and joined every minute row on

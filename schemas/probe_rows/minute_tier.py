@@ -1,17 +1,15 @@
-"""The minute tier, computed in the stream (docs/design.md "Storage").
+"""The minute tier, computed before the store (docs/design.md "Storage").
 
-The worker already holds every probe it decomposes, so it counts them per
-(pinglist, prober RNIC, responder RNIC, minute) itself and the store only rolls
-minutes up into hours: views over every raw row cost more than the insert
-(1.1 M rows/s into ``probes`` without views, 304 k with three, same blocks).
+The store writer holds every probe of a block it decomposes, so it counts them per
+(pinglist, prober RNIC, responder RNIC, minute) itself, one grouping per block
+(:mod:`sinks.raw_rows`), and the store has no views: views over every raw row cost
+more than the insert (1.1 M rows/s into ``probes`` without views, 304 k with three,
+same blocks). ``probes_1m`` is an AggregatingMergeTree, so the engine merges the
+rows of one key from several blocks (``sum``/``sumMap``); queries aggregate anyway.
 
-Rows are also keyed by ``batch_id``, the raw message they came from. That is
-what makes the tier exactly-once under replays (docs/storage.md "Exactly-once rows"): a
-restarted worker that re-reads a message re-sends the same rows under the same
-identity, whatever steps it groups messages into, and the store writer drops
-what it has already stored. ``probes_1m`` is an AggregatingMergeTree, so the
-engine merges the per-batch rows of one key (``sum``/``sumMap``); queries
-aggregate anyway.
+Keyed by ``batch_id`` too (the default), the rows of each source message stay
+apart: what :func:`bench.probe_insert.insert_probes` and the tests start from before
+merging them (:func:`merge_minute_rows`).
 
 The histograms are the store's: ``bucket(ns) = floor(16 * log2(max(ns, 1)))``,
 a ``Map(UInt16, UInt64)`` merged with ``sumMap`` (schemas/ddl/005_history.sql).
