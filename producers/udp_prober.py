@@ -172,7 +172,8 @@ class Endpoint:
 
 @dataclass
 class Trace:
-    """A path trace in flight: one TTL-limited packet per hop; ``hops[ttl]`` = ICMP source."""
+    """A path trace in flight: one TTL-limited packet per hop; ``hops[ttl]`` = ICMP time-exceeded source;
+    ``unreachable`` = a router that answered one of them with ICMP destination unreachable (no route on)."""
 
     direction: str
     src_rnic: str
@@ -182,6 +183,7 @@ class Trace:
     deadline: int
     hops: dict[int, str] = field(default_factory=dict)
     reached: int | None = None
+    unreachable: str | None = None
 
 
 class UdpEngine:
@@ -426,15 +428,34 @@ class UdpEngine:
         if tr.reached is not None and all(t in tr.hops for t in range(1, tr.reached)):
             self._finish_trace(tid)
 
+    def _trace_unreachable(self, seq: int, offender: str) -> None:
+        """A router answered trace packet ``seq`` with ICMP destination unreachable: it has no route to the
+        destination (a static route lost with its link, a withdrawn prefix), so the path ends there. Linux
+        looks up the route before it checks the TTL, so such a router sends no time-exceeded at all: without
+        this the trace would stop one hop early, at the switch before it. The destination's own answer (port
+        unreachable) is not a hop."""
+        hit = self.traces.get(seq)
+        tr = self._trace_state.get(hit[0]) if hit is not None else None
+        if tr is not None and offender and offender != tr.dst[0] and tr.reached is None:
+            tr.unreachable = offender
+
     def _finish_trace(self, tid: int) -> None:
         tr = self._trace_state.pop(tid)
         for seq in [s for s, (t, _) in self.traces.items() if t == tid]:
             del self.traces[seq]
         last = (tr.reached - 1) if tr.reached else max(tr.hops, default=0)
         names = [tr.src_rnic]
+        if tr.reached is None and tr.unreachable is not None:
+            # the path ends at the router without a route: after the hops that answered in a row from the first
+            # (every TTL from its own hop on gets its unreachable, some rate-limited away)
+            last = 0
+            while last + 1 in tr.hops and tr.hops[last + 1] != tr.unreachable:
+                last += 1
         for ttl in range(1, last + 1):
             ip = tr.hops.get(ttl)
             names.append(self.address_names.get(ip, ip) if ip else NO_ANSWER)
+        if tr.reached is None and tr.unreachable is not None:
+            names.append(self.address_names.get(tr.unreachable, tr.unreachable))
         complete = tr.reached is not None and NO_ANSWER not in names
         if tr.reached is not None:
             names.append(tr.dst_rnic)
@@ -626,6 +647,10 @@ class UdpEngine:
                 f = fields(payload)
                 if f is not None and f[0] == TRACE:
                     self._trace_hit(f[1], offender)
+            elif icmp_type == 3:  # destination unreachable: a router on the way has no route on
+                f = fields(payload)
+                if f is not None and f[0] == TRACE:
+                    self._trace_unreachable(f[1], offender)
 
     def _on_packet(self, ep: Endpoint, f: tuple[int, int, int, int, int, int, int], addr: tuple[str, int],
                    t_rx: int | None, t_user: int) -> None:

@@ -292,6 +292,36 @@ def test_link_down_and_nic_down_and_clear(fab: lab.Fabric) -> None:
     assert faults.active(d) == []
 
 
+def test_a_trace_ends_at_the_spine_that_lost_its_route_to_the_destination(fab: lab.Fabric) -> None:
+    """Link A-S3 down: B still hashes some tuples to A onto S3, which has no route to A any more and answers
+    them with ICMP unreachable, not time exceeded; their traces end at S3, the others reach A1 by the other
+    spines. The kernel rate-limits unreachables (a burst of 5 per peer, then one a second): a trace whose
+    answer it held back still stops after B, so rounds of traces go on until one ends at S3."""
+    d: Path = fab.dir  # type: ignore[attr-defined]
+    paths: list[dict[str, object]] = []
+    resp = engine(fab, "H1", rate_limit=1e6)
+    prober = engine(fab, "H3", responder=False, on_path=paths.append)
+    rec = faults.inject("link-down", d, a="S3", b="A")
+    try:
+        for _ in range(10):
+            before = len(paths)
+            for p in PORTS:
+                prober.trace(prober.endpoint("B1", p), (fab.rnic("A1").ip, 4791), "A1")
+                pump([prober, resp], 0.005)
+            pump([prober, resp], DRAIN_S, until=lambda n=before + len(PORTS): len(paths) == n)
+            if any(p["hops"] == "B1,B,S3" for p in paths):
+                break
+    finally:
+        faults.clear(rec["id"], d)
+        prober.close()
+        resp.close()
+    cut = [str(p["hops"]) for p in paths if not p["complete"]]
+    whole = [str(p["hops"]).split(",") for p in paths if p["complete"]]
+    assert "B1,B,S3" in cut and whole, (cut, whole)
+    assert set(cut) <= {"B1,B,S3", "B1,B"}
+    assert all(h[:2] == ["B1", "B"] and h[2] in set(fab.spines) - {"S3"} and h[3:] == ["A", "A1"] for h in whole), whole
+
+
 def _state(pid: int) -> str:
     """The process state letter of ``pid`` (``T``: stopped)."""
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
