@@ -109,7 +109,8 @@ def raw_layout(
     layouts: str = typer.Option("shipped,lz4,base-8,lz4-base-8,hour-partition,time-key",
                                 help="comma-separated layouts (the first is the base of the ratios)"),
     rows: int = typer.Option(20_000_000, help="rows inserted per layout"),
-    block_rows: int = typer.Option(1_000_000, help="rows per insert (the store writer's default block_rows)"),
+    block_rows: int | None = typer.Option(None, help="rows per insert (default: the store writer's, "
+                                                     "sinks.blocks.BLOCK_ROWS)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON list instead of the table"),
 ) -> None:
     """The raw probes table's CPU per row, rows merged per row, parts, bytes and query times per layout."""
@@ -117,9 +118,11 @@ def raw_layout(
     from dataclasses import asdict
 
     from bench import raw_layout as bench_raw
+    from sinks.blocks import BLOCK_ROWS
 
     try:
-        results = bench_raw.run([n.strip() for n in layouts.split(",") if n.strip()], rows, block_rows)
+        results = bench_raw.run([n.strip() for n in layouts.split(",") if n.strip()], rows,
+                                BLOCK_ROWS if block_rows is None else block_rows)
     except ValueError as err:
         raise typer.BadParameter(str(err)) from None
     print(json.dumps([asdict(r) for r in results]) if as_json else bench_raw.report(results))

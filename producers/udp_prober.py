@@ -444,18 +444,19 @@ class UdpEngine:
         for seq in [s for s, (t, _) in self.traces.items() if t == tid]:
             del self.traces[seq]
         last = (tr.reached - 1) if tr.reached else max(tr.hops, default=0)
-        names = [tr.src_rnic]
-        if tr.reached is None and tr.unreachable is not None:
-            # the path ends at the router without a route: after the hops that answered in a row from the first
-            # (every TTL from its own hop on gets its unreachable, some rate-limited away)
+        stop = tr.unreachable if tr.reached is None else None  # a router without a route on ends the path
+        if stop is not None:
+            # after the hops that answered in a row from the first (every TTL from the router's own hop on gets
+            # its unreachable, some rate-limited away)
             last = 0
-            while last + 1 in tr.hops and tr.hops[last + 1] != tr.unreachable:
+            while last + 1 in tr.hops and tr.hops[last + 1] != stop:
                 last += 1
+        names = [tr.src_rnic]
         for ttl in range(1, last + 1):
             ip = tr.hops.get(ttl)
             names.append(self.address_names.get(ip, ip) if ip else NO_ANSWER)
-        if tr.reached is None and tr.unreachable is not None:
-            names.append(self.address_names.get(tr.unreachable, tr.unreachable))
+        if stop is not None:
+            names.append(self.address_names.get(stop, stop))
         complete = tr.reached is not None and NO_ANSWER not in names
         if tr.reached is not None:
             names.append(tr.dst_rnic)
@@ -643,14 +644,10 @@ class UdpEngine:
                 ref = ep.sent.pop(key, None)
                 if ref is not None and ts_ns is not None:
                     self._on_tx_timestamp(ep, ref, ts_ns)
-            elif icmp_type == 11:  # time exceeded: one hop of a trace
+            elif icmp_type in (11, 3):  # time exceeded: one hop of a trace; unreachable: a router without a route on
                 f = fields(payload)
                 if f is not None and f[0] == TRACE:
-                    self._trace_hit(f[1], offender)
-            elif icmp_type == 3:  # destination unreachable: a router on the way has no route on
-                f = fields(payload)
-                if f is not None and f[0] == TRACE:
-                    self._trace_unreachable(f[1], offender)
+                    (self._trace_hit if icmp_type == 11 else self._trace_unreachable)(f[1], offender)
 
     def _on_packet(self, ep: Endpoint, f: tuple[int, int, int, int, int, int, int], addr: tuple[str, int],
                    t_rx: int | None, t_user: int) -> None:
