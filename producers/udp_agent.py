@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import heapq
-import inspect
 import json
 import logging
 import os
@@ -96,13 +95,8 @@ def make_sink(output: dict[str, Any]) -> tuple[Sink, Callable[[], None]]:
             kafka_config=output.get("kafka_config"),
         )
 
-        takes_headers = "headers" in inspect.signature(producer.publish).parameters
-
         def send(schema: str, payload: bytes, key: str, headers: list[tuple[str, bytes]]) -> None:
-            if takes_headers:
-                producer.publish(topics[schema], payload, schema, key, headers=headers)
-            else:
-                producer.publish(topics[schema], payload, schema, key)
+            producer.publish(topics[schema], payload, schema, key, headers=headers)
 
         return send, lambda: None if producer.flush(5.0) == 0 else log.warning("batches left unsent")
     if kind == "dir":
