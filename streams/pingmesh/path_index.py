@@ -13,7 +13,10 @@ answered from hops that are not the held trace's first hops: the tuple was rerou
 the tail is resolved from the complete traces of other tuples when it is unique (a
 spine's only link down to the destination's ToR, a ToR's link to the destination
 RNIC); otherwise the path is ``X,*``: the pseudo-link ``X->*`` ("the next hop after X
-did not answer"), which the vote reports as ``undetermined``, never as a link.
+did not answer"), which the vote reports as ``undetermined``, never as a link. A trace
+that stopped at a ToR whose every switch above goes straight down to the destination's
+ToR ``Y`` (a two-tier Clos) is ``X,*,Y``: the pseudo-links ``X->*`` and ``Y->*``, the
+links up from X and the links up from Y, one of which the packet died on.
 
 Probes find their paths by 5-tuple: the forward trace has the probe's
 ``(src_ip, dst_ip, src_port, dst_port)``; the ACK path is the responder's trace
@@ -192,6 +195,12 @@ class PathIndex:
                 out = ",".join([*hops, dst])  # type: ignore[list-item]
             elif tor is not None and len(hops) >= 2 and (way := ends.descent(last, tor, hops[-2])) is not None:
                 out = ",".join([*hops, *way, dst])  # type: ignore[list-item]
+            elif tor is not None and ends.one_switch_between(last, tor):
+                # stopped at a ToR whose every switch above goes straight down to the destination's ToR: the
+                # silent link is one of the two at the unknown switch, the way up or the way down (a spine
+                # that lost its link to the destination's ToR drops what it cannot route, and its ICMP
+                # answers are rate-limited away)
+                out = f"{last},{NO_ANSWER},{tor}"
             else:
                 out = f"{last},{NO_ANSWER}"
             if out != self._hops[i]:
@@ -496,6 +505,7 @@ class _TraceEnds:
         self.ip_rnic: dict[str, str] = {}
         self.desc: dict[tuple[str, str], tuple[str, ...]] = {}  # (switch, ToR) -> hops below it to the ToR
         self.below: dict[str, set[str]] = {}  # switch -> nodes seen right below it
+        self.above: dict[str, set[str]] = {}  # switch -> switches seen right above it on the way up
 
     def descent(self, node: str, tor: str, prev: str | None = None) -> tuple[str, ...] | None:
         """The hops from ``node`` down to ``tor`` (``tor`` included), if the traces tell them: seen, or
@@ -515,12 +525,21 @@ class _TraceEnds:
                 if u != node and mine <= kids and (u, tor) in self.desc}
         return ways.pop() if len(ways) == 1 else None
 
+    def one_switch_between(self, node: str, tor: str) -> bool:
+        """Whether the traces put exactly one switch between ToR ``node`` and ToR ``tor``: every switch seen
+        right above ``node`` (at least one) was seen going straight down to ``tor`` (the spines of a two-tier
+        Clos; the aggregation switches of one pod of a three-tier one). False for ``node == tor``."""
+        if node == tor:
+            return False
+        above = self.above.get(node, ())
+        return bool(above) and all(self.desc.get((u, tor)) == (tor,) for u in above)
+
     def learn(self, src_ip: list[str], dst_ip: list[str], hops: list[str]) -> bool:
         """Fold in complete traces (their addresses and hop strings); whether anything changed (only then
         can an incomplete trace resolve differently)."""
         if not hops:
             return False
-        before = (len(self.tor_of), len(self.ip_rnic), len(self.desc), sum(len(v) for v in self.below.values()))
+        before = self._size()
         moved = False
         for h in set(hops):
             p = (h or "").split(",")
@@ -530,6 +549,8 @@ class _TraceEnds:
             for rnic, tor in ((p[0], p[1]), (p[-1], p[-2])):
                 moved |= self.tor_of.get(rnic, tor) != tor  # a re-cabled RNIC: a new ToR
                 self.tor_of[rnic] = tor
+            for j in range(1, (n - 1) // 2):
+                self.above.setdefault(p[j], set()).add(p[j + 1])
             for j in range((n - 1) // 2, n - 2):
                 self.desc.setdefault((p[j], p[-2]), tuple(p[j + 1:-1]))
                 self.below.setdefault(p[j], set()).add(p[j + 1])
@@ -538,8 +559,11 @@ class _TraceEnds:
                 p = (h or "").split(",")
                 self.ip_rnic.setdefault(s_ip, p[0])
                 self.ip_rnic.setdefault(d_ip, p[-1])
-        after = (len(self.tor_of), len(self.ip_rnic), len(self.desc), sum(len(v) for v in self.below.values()))
-        return moved or after != before
+        return moved or self._size() != before
+
+    def _size(self) -> tuple[int, ...]:
+        return (len(self.tor_of), len(self.ip_rnic), len(self.desc), sum(len(v) for v in self.below.values()),
+                sum(len(v) for v in self.above.values()))
 
 
 def latest_paths(paths: pa.Table) -> pa.Table:

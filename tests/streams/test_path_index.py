@@ -80,11 +80,12 @@ def test_an_incomplete_trace_is_resolved_on_arrival_and_again_only_when_the_fabr
     assert resolved == []  # no incomplete trace: nothing to resolve
     # S1 answered, then nothing: T2 is R4's ToR and S1's only way down to T2 is known, so the tail is filled in
     index.update(_traced([("forward", "10.0.0.1", "10.0.0.4", 3, "R1,T1,S1", T0 + 1)], [False]))
-    # T1 answered, then nothing: which spine is next is not unique, so the path ends in the pseudo-link T1->*
+    # T1 answered, then nothing: which spine is next is not unique, but each of S1 and S2 goes straight down to
+    # T2 (R3's ToR), so the path is T1,*,T2: the pseudo-links T1->* and T2->* (a link up from T1 or up from T2)
     index.update(_traced([("forward", "10.0.0.2", "10.0.0.3", 4, "R2,T1", T0 + 2)], [False]))
     assert resolved == [[2], [3]]  # each on arrival, alone
     hops = dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
-    assert hops[3] == "R1,T1,S1,T2,R4" and hops[4] == "T1,*"
+    assert hops[3] == "R1,T1,S1,T2,R4" and hops[4] == "T1,*,T2"
     # new complete traces over known links and addresses teach nothing: the held incomplete ones stay as they are
     index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 5, "R1,T1,S1,T2,R3", T0 + 3)], [True]))
     assert resolved == [[2], [3]]
@@ -159,7 +160,25 @@ def test_a_hop_whose_answer_was_lost_neither_reroutes_the_tuple_nor_names_a_link
     index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 1, "R1,T1,*,T2,R3", T0 + 1)], [False]))
     hops = dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
     assert hops[1] == "R1,T1,S1,T2,R3"
-    # a tuple first traced with a gap: only the hops before it are known (T1 has two spines: no unique way)
+    # a tuple first traced with a gap: only the hops before it are known (T1 has two spines: no unique way), and
+    # that one switch lies between T1 and R4's ToR T2: the pseudo-links T1->* and T2->*, no link named
     index.update(_traced([("forward", "10.0.0.1", "10.0.0.4", 3, "R1,T1,*,T2,R4", T0 + 2)], [False]))
+    hops = dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
+    assert hops[3] == "T1,*,T2"
+
+
+def test_a_trace_stopped_at_its_tor_spans_one_unknown_switch_only_where_every_switch_above_goes_straight_down():
+    """Two pods of a three-tier Clos: ToRs T1 (pod 0) and T3 (pod 1), aggregation switches P0S1 above T1 and P1S1
+    above T3, core X1. Within pod 0 (T1 to T2 over P0S1) one switch lies between the ToRs; across pods three do,
+    and a trace that stopped at T1 keeps its one pseudo-link."""
+    index = PathIndex()
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.2", 1, "R1,T1,P0S1,T2,R2", T0),
+                          ("forward", "10.0.0.1", "10.0.0.3", 2, "R1,T1,P0S1,X1,P1S1,T3,R3", T0)], [True, True]))
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.2", 3, "R1,T1", T0 + 1),
+                          ("forward", "10.0.0.1", "10.0.0.3", 4, "R1,T1", T0 + 1)], [False, False]))
+    hops = dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
+    assert hops[3] == "T1,*,T2" and hops[4] == "T1,*"
+    # a second switch above T1 never seen going down to T2: the way is not known to be one switch
+    index.update(_traced([("forward", "10.0.0.1", "10.0.0.3", 5, "R1,T1,P0S2,X2,P1S1,T3,R3", T0 + 2)], [True]))
     hops = dict(zip(index.latest["src_port"].to_pylist(), index.latest["hops"].to_pylist(), strict=True))
     assert hops[3] == "T1,*"

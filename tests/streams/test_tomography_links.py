@@ -350,3 +350,32 @@ def test_a_claim_that_no_two_other_links_explain_stays_beside_its_tie():
     r = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-3)
     assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [
         ("A->S1", 120, ()), ("a5->A", 40, ("A->S3", "A->S4", "F->S3", "F->S4", "f3->F"))]
+
+
+def _spine_without_a_route(dark: str) -> tuple[pa.Table, pa.Table]:
+    """A-S1 is down and spine S1, routed statically, has no way left to A: what B and C send to A over S1
+    dies there, probes and ACKs alike. S1's ICMP answers are rate-limited away, so the re-traces of the
+    failing tuples stop at B (``dark``: the path index's form of such a trace). C's complete (older) traces
+    still show S1 down to A."""
+    f = _failing([
+        (dark, "a1,A,S2,B,b1", 76), (dark, "a2,A,S4,B,b2", 76),  # B to A over S1; their ACKs go around it
+        ("a4,A,S3,B,b4", dark, 76), ("a3,A,S3,B,b3", dark, 76),  # A to B over S3; their ACKs die at S1
+        ("c2,C,S1,A,a2", "a2,A,S4,C,c2", 76), ("c3,C,S1,A,a3", "a3,A,S2,C,c3", 76),
+    ])
+    cross = {"A->S1": 160, "A->S2": 3000, "A->S3": 3000, "A->S4": 3000, "B->S1": 3000, "B->S2": 3000,
+             "B->S3": 3000, "B->S4": 3000, "C->S1": 300, "C->S2": 3000, "C->S4": 3000,
+             **{f"{r}->{r[0].upper()}": 2500 for r in ("a1", "a2", "a3", "a4", "b1", "b2", "b3", "b4", "c2", "c3")}}
+    return f, _crossing(cross)
+
+
+def test_a_trace_stopped_at_its_tor_votes_for_the_links_up_from_both_tors_and_the_dead_one_explains_it():
+    """Lab seed 31458, scenario 0, second window: with the traces that stopped at B as ``B,*`` (B's uplinks
+    only), the probes from A to B, whose forward path crossed B-S3 and whose ACKs died at S1, were left over
+    once A-S1 was named and made a claim of B->S3. One switch lies between B and A, so the packet died on a
+    link up from B or a link up from A (``B,*,A``): A-S1, dead on the complete traces, explains them."""
+    f, cross = _spine_without_a_route("B,*,A")
+    r = greedy_cover(f, cross, probes=20_000, background=1e-4)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("A->S1", 456, ())]
+    assert r.unexplained == 0
+    old = greedy_cover(*_spine_without_a_route("B,*"), probes=20_000, background=1e-4)
+    assert [s.link for s in old.suspects] == ["A->S1", "B->S3"]  # the leftover claim
