@@ -413,13 +413,14 @@ class LabAccuracyRun:
 def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_prefix: str | None = None,
             var: Path | None = None, warmup_s: float = 30.0, say: Callable[[str], None] = print,
             progress: Callable[[LabRun], None] | None = None, close_wait_s: float = 120.0,
-            loop: bool = False) -> tuple[LabAccuracyRun, Inventory, str]:
+            loop: bool = False, first: int = 0) -> tuple[LabAccuracyRun, Inventory, str]:
     """Run ``n_scenarios`` drawn scenarios on one lab and one pipeline; returns what came back, the
     lab's inventory and its size label.
 
     Args:
         settings: :class:`fabricscope.settings.Settings` (the broker, its client config).
-        n_scenarios, seed: :func:`draw_lab_scenario` of indices ``0..n_scenarios - 1``.
+        n_scenarios, seed: :func:`draw_lab_scenario` of indices ``first..first + n_scenarios - 1``.
+        first: index of the first scenario, so that one scenario of a seed can be run again alone.
         windows: windows each scenario's faults last.
         lab_prefix: namespace prefix of the lab (default :class:`infra.lab.LabSpec`'s), so that it can
             run beside another lab.
@@ -449,7 +450,7 @@ def run_lab(settings: Any, n_scenarios: int, seed: int, windows: int = 2, lab_pr
 
     spec = lab_infra.LabSpec(prefix=lab_prefix) if lab_prefix else lab_infra.LabSpec()
     fab = lab_infra.plan(spec)
-    drawn = [draw_lab_scenario(i, seed, fab, windows) for i in range(n_scenarios)]
+    drawn = [draw_lab_scenario(i, seed, fab, windows) for i in range(first, first + n_scenarios)]
     prefix = f"labacc{uuid.uuid4().hex[:6]}."
     tmp = tempfile.TemporaryDirectory(prefix="fabricscope-labacc-") if var is None else None
     var = Path(tmp.name) if tmp else Path(var)

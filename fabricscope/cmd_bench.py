@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import typer
 
@@ -162,6 +163,10 @@ def accuracy(
                                    "(another prefix runs beside a lab already up)"),
     windows: int = typer.Option(2, min=1, max=15, help="lab only: 20 s windows each scenario's faults last "
                                 "(then they are cleared and one window passes)"),
+    first: int = typer.Option(0, min=0, help="lab only: index of the first scenario (run one scenario of a seed "
+                              "again with --first I --scenarios 1)"),
+    var: Path | None = typer.Option(None, help="lab only: keep the run's store, logs and lab state here "
+                                    "(default a temporary directory, removed)"),
 ) -> None:
     """Diagnosis precision/recall against the simulator's ground truth, and the 12 Hostping patterns;
     with ``--source lab``, against the faults injected on the netns lab."""
@@ -174,8 +179,12 @@ def accuracy(
         if hostping_only or seeds or huge:
             raise typer.BadParameter("--hostping-only, --seeds and --huge are for --source sim",
                                      param_hint="'--source'")
-        _accuracy_lab(con, scenarios, seed, windows, lab_prefix, loop)
+        if var is not None:
+            var.mkdir(mode=0o700, parents=True, exist_ok=True)  # the store of probes is a data directory
+        _accuracy_lab(con, scenarios, seed, windows, lab_prefix, loop, first, var)
         return
+    if first or var is not None:
+        raise typer.BadParameter("--first and --var are for --source lab", param_hint="'--source'")
     if hostping_only:
         rep = bench_accuracy.AccuracyReport(seed=seed, scenarios=0, wall_s=0.0)
         bench_accuracy.run_hostping(rep)
@@ -196,7 +205,8 @@ def accuracy(
     bench_accuracy.print_report(rep, con)
 
 
-def _accuracy_lab(con: object, scenarios: int, seed: int, windows: int, lab_prefix: str, loop: bool = False) -> None:
+def _accuracy_lab(con: object, scenarios: int, seed: int, windows: int, lab_prefix: str, loop: bool = False,
+                  first: int = 0, var: Path | None = None) -> None:
     """``bench accuracy --source lab``: run, score with the simulator's scoring, print the same report."""
     import time
 
@@ -226,7 +236,7 @@ def _accuracy_lab(con: object, scenarios: int, seed: int, windows: int, lab_pref
     try:
         out, inv, size = lab_accuracy.run_lab(s, scenarios, seed, windows, lab_prefix,
                                               say=lambda m: con.print(f"[dim]{m}[/dim]"),  # type: ignore[attr-defined]
-                                              progress=progress, loop=loop)
+                                              progress=progress, loop=loop, first=first, var=var)
     except KeyboardInterrupt:
         typer.secho("bench accuracy: stopped; the lab, the pipeline and its topics were removed", fg="red",
                     err=True)

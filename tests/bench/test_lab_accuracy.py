@@ -238,3 +238,17 @@ def test_a_lab_run_record_starts_empty_and_owns_its_lists():
     a.runs.append(1)
     a.loop_log.append({"how": "split"})
     assert b.runs == [] and b.loop_log == [] and b.loop_writes == 0
+
+
+def test_first_and_var_are_refused_for_the_simulator():
+    """``--first`` and ``--var`` pick and keep a lab run; with the simulator they would be ignored, so
+    the command says so instead of running without them."""
+    from typer.testing import CliRunner
+
+    from fabricscope.cli import app, register_all
+
+    register_all()
+    for extra in (["--first", "3"], ["--var", "/tmp/x"]):
+        res = CliRunner().invoke(app, ["bench", "accuracy", "--scenarios", "1", *extra])
+        assert res.exit_code == 2, res.output
+        assert "--first and --var are for --source lab" in res.output
