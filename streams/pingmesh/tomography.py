@@ -153,6 +153,7 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     pl = _expand_dark(probe_links(failing["fwd_hops"], failing["rev_hops"]), crossing, n_g, known_links)
     rows = pl["row"].to_numpy().astype(np.int64)
     w = pl["w"].to_numpy() if "w" in pl.column_names else np.ones(len(rows))
+    seen = pl["seen"].to_numpy() if "seen" in pl.column_names else np.ones(len(rows))
     traced = np.zeros(len(n_g), dtype=bool)
     traced[rows] = True
     untraced = int(n_g[~traced].sum())
@@ -161,7 +162,13 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     cmap = dict(zip(crossing["link"].to_pylist(), crossing["n"].to_pylist(), strict=True))
     cross = np.array([cmap.get(lk, 0) for lk in links], dtype=np.float64)
     failed_all = np.bincount(l_idx, weights=n_g[rows] * w, minlength=len(links))
-    cross = np.maximum(cross, failed_all)
+    # a failing probe whose trace went dark after a node may have crossed each candidate link there: it
+    # counts among a candidate's crossings as in its votes (weight w), on top of the probes the traces
+    # saw cross it. The larger of the two alone would hide a candidate's passing probes behind dark votes:
+    # its ratio reads 1.0, and once a dead link explains the dark probes, a partial loss beside it is
+    # blamed on the candidate (C-S1 down and A-S1 partial on Panel 1: B->S1 named, not A->S1).
+    failed_seen = np.bincount(l_idx, weights=n_g[rows] * w * seen, minlength=len(links))
+    cross = np.maximum(cross, failed_seen) + (failed_all - failed_seen)
     probed = cross.copy()  # as reported; ``cross`` loses the failures each named link explains
     left0 = np.where(traced, n_g, 0).astype(np.float64)
     n_tests = max(len(cmap), len(links), 1)
@@ -239,6 +246,10 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             # evidence cannot tell the two apart (e.g. the failing probes of a dead uplink traced only up to
             # its switch, whose candidate next hops then share the same failures), so neither is claimed
             near = comp & (score >= cfg.near_tie * best)
+            if forced and ratio[i] >= DEAD_RATIO:
+                # a dead link named first (:func:`_dead_link_first`): a live link that outscores it does so
+                # with failures the dead link explains, so only another dead-looking link can tie it
+                near &= ratio >= DEAD_RATIO
             if near.any():
                 ties = tuple(sorted({*ties, *(str(links[j]) for j in np.nonzero(near)[0])}))
                 comp &= ~near
@@ -267,6 +278,7 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     # single drops the background gives over the window's probes, as for the window's leftovers (vote_step)
     expected = background * (probes or 0)
     stray_max = expected + 3.0 * math.sqrt(expected) if probes is not None else 0.0
+    out, left = _dead_link_first(out, left, left0 >= cfg.min_votes, links, cover, stray_max)
     start = passing(left0, cross0, np.zeros(len(links), bool))  # the whole window, for both parsimony rules
     j, stray = _one_link_for_all(out, left0, left, l_idx, rows, links, start, probes is not None,
                                  cfg.min_votes, stray_max)
@@ -284,6 +296,41 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     if probes is not None:
         out, left = _swap_claim_for_tie(out, left, left0, links, l_idx, rows, cover, cfg.min_votes, stray_max)
     return CoverResult(out, int(left.sum()), untraced, total)
+
+
+def _dead_link_first(out: list[Suspect], left: np.ndarray, heavy: np.ndarray, links: np.ndarray,
+                     cover: Callable[[int | None, np.ndarray | None], tuple[list[Suspect], np.ndarray]],
+                     stray_max: float) -> tuple[list[Suspect], np.ndarray]:
+    """The cover again with its first dead-looking claim named first, when a claim that carries passing
+    probes came before it; kept when it claims no more links and explains as much.
+
+    A link that every probe through it failed on (ratio at least :data:`DEAD_RATIO`) is a fault in its
+    own right, and the failures it can explain are its own. A healthy link that shares a spine with it
+    and with a partial or lossy fault gathers both faults' failures (C-S1 dead and a partial loss on
+    A-S1, Panel 1: ``B->S1`` carries the B-C tuples the dead link fails and the A-B tuples the partial
+    loss fails) and outscores each fault's link in the greedy order; what it leaves of the real partial
+    fault then has no rival, and the healthy link is claimed. Named after the dead link, its failures
+    are those of the tuples that cross the partial fault's link and it together (the A-B tuples
+    through S1), a tie the loop is asked to split, or a claim where the tuples tell them apart.
+
+    Args:
+        out, left: the cover's suspects and the failures it left per failing group.
+        heavy: the failing groups with ``min_votes`` or more failures.
+        links: link names (sorted); cover: the cover, given (``first``, ``banned``).
+        stray_max: single failures the background gives over the window.
+    """
+    dead = next((k for k, s in enumerate(out) if s.ratio >= DEAD_RATIO and not s.tied_with), None)
+    if not dead or not any(s.ratio < DEAD_RATIO and not s.tied_with for s in out[:dead]):
+        return out, left  # none, or the cover named it before any other claim
+    out2, left2 = cover(int(np.searchsorted(links, out[dead].link)), None)
+
+    def claims(o: list[Suspect]) -> int:
+        return sum(1 for s in o if not s.tied_with)
+
+    if (claims(out2) <= claims(out) and not (left2[heavy] > left[heavy]).any()
+            and left2[~heavy].sum() <= left[~heavy].sum() + stray_max):
+        return out2, left2
+    return out, left
 
 
 def _tied_links(out: list[Suspect]) -> int:
@@ -487,6 +534,11 @@ def _expand_dark(pl: pa.Table, crossing: pa.Table, n_g: np.ndarray | None = None
     the only ones kept when there are any: a trace stops where the next hop does not answer, and a
     dead link is what stops it; a next link that carries passing probes did not. Without this, a dead
     uplink's dark traces were spread over its healthy siblings, and one of those outscored the dead link.
+
+    Returns:
+        ``pl`` itself when no pseudo-link is in it; else ``row``, ``link``, ``access_rnic``, ``w`` (the
+        row's vote for the link: 1, or 1 / candidates for a dark hop) and ``seen`` (1.0 where the row's
+        trace names the link, 0.0 where it is only a candidate), one row per (row, link).
     """
     links = pl["link"].to_pylist()
     suffix = LINK_SEP + NO_ANSWER
@@ -510,9 +562,10 @@ def _expand_dark(pl: pa.Table, crossing: pa.Table, n_g: np.ndarray | None = None
         down.setdefault(b, []).append(lk)
     access = dict(zip(links, pl["access_rnic"].to_pylist(), strict=True))
     dead = _dead_on_complete_traces(pl, crossing, n_g, suffix) if n_g is not None else set()
-    out_row, out_link, out_acc, out_w = [], [], [], []
+    out_row, out_link, out_acc, out_w, out_seen = [], [], [], [], []
     for r, lk in zip(pl["row"].to_pylist(), links, strict=True):
-        if lk.endswith(suffix):
+        dark = lk.endswith(suffix)
+        if dark:
             node = lk[: -len(suffix)]
             cands = sorted(up.get(node) or down.get(node) or [lk])
             cands = [c for c in cands if c in dead] or cands
@@ -523,11 +576,13 @@ def _expand_dark(pl: pa.Table, crossing: pa.Table, n_g: np.ndarray | None = None
             out_link.append(c)
             out_acc.append(access.get(c))
             out_w.append(1.0 / len(cands))
+            out_seen.append(0.0 if dark else 1.0)
     t = pa.table({"row": pa.array(out_row, pa.int64()), "link": pa.array(out_link, pa.string()),
-                  "access_rnic": pa.array(out_acc, pa.string()), "w": pa.array(out_w, pa.float64())})
-    g = t.group_by(["row", "link"]).aggregate([("access_rnic", "max"), ("w", "max")])
-    return g.rename_columns(["row", "link", "access_rnic", "w"]).sort_by([("row", "ascending"),
-                                                                          ("link", "ascending")])
+                  "access_rnic": pa.array(out_acc, pa.string()), "w": pa.array(out_w, pa.float64()),
+                  "seen": pa.array(out_seen, pa.float64())})
+    g = t.group_by(["row", "link"]).aggregate([("access_rnic", "max"), ("w", "max"), ("seen", "max")])
+    return g.rename_columns(["row", "link", "access_rnic", "w", "seen"]).sort_by([("row", "ascending"),
+                                                                                  ("link", "ascending")])
 
 
 def _dead_on_complete_traces(pl: pa.Table, crossing: pa.Table, n_g: np.ndarray, suffix: str) -> set[str]:

@@ -240,7 +240,9 @@ def test_traces_that_stop_at_a_dead_link_no_probe_crosses_now_vote_for_it_when_a
              "T5->P1S2": 3000, "T6->P1S2": 3000, "T7->P1S2": 3000,
              **{f"{t}r1->{t}": 2500 for t in ("T1", "T2", "T3", "T5", "T6", "T7")}}
     wrong = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-4)
-    assert [s.link for s in wrong.suspects] == ["P0S1->X1"]  # what the window's links alone give
+    # what the window's links alone give: a healthy link claimed (the ACK paths' P0S2-X3, all three
+    # failing tuples' one complete link in common, once P0S1-X1 counts the dark probes among its crossings)
+    assert [s.link for s in wrong.suspects] == ["P0S2->X3"]
     r = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-4, known_links=["P0S1->X2", "P1S1->X2"])
     assert [(s.link, s.votes) for s in r.suspects] == [("P0S1->X2", 114)]  # half of each dark probe's vote
     assert r.unexplained == 0
@@ -379,3 +381,49 @@ def test_a_trace_stopped_at_its_tor_votes_for_the_links_up_from_both_tors_and_th
     assert r.unexplained == 0
     old = greedy_cover(*_spine_without_a_route("B,*"), probes=20_000, background=1e-4)
     assert [s.link for s in old.suspects] == ["A->S1", "B->S3"]  # the leftover claim
+
+
+def _dead_spine_link_beside_a_partial_loss(dark: int) -> tuple[pa.Table, pa.Table]:
+    """Panel 1: C-S1 is dead and a partial loss on A-S1 fails two A-B tuples through S1; two more A-B
+    tuples through S1 pass (152 probes that cross both A-S1 and B-S1). ``dark`` probes from B to C, their
+    ACKs dead at C-S1, have re-traces that stopped at C (``C,*,B``: C's dead uplink or one of B's)."""
+    rows = [("b1,B,S1,C,c1", "c1,C,S4,B,b1", 76), ("c2,C,S1,B,b2", "b2,B,S3,C,c2", 76),
+            ("a1,A,S1,C,c1", "c1,C,S2,A,a1", 76), ("c3,C,S1,A,a3", "a3,A,S4,C,c3", 76),
+            ("a4,A,S1,B,b4", "b4,B,S2,A,a4", 76), ("b2,B,S2,A,a2", "a2,A,S1,B,b2", 76)]
+    rows += [(f"b{1 + k % 4},B,S{2 + k % 3},C,c{1 + k % 4}", "C,*,B", 76) for k in range(dark)]
+    cross = {"C->S1": 304, "B->S1": 456, "A->S1": 456, **{f"{t}->S{j}": 3000 for t in "ABC" for j in (2, 3, 4)},
+             **{f"{r}{i}->{r.upper()}": 2500 for r in "abc" for i in (1, 2, 3, 4)}}
+    return _failing(rows), _crossing(cross)
+
+
+def test_a_dark_probe_counts_among_the_crossings_of_each_candidate_it_votes_for():
+    """Simulator seed 51 of the two-faults-at-a-spine set (C-S1 down, A-S1 partial): B's uplinks are the
+    candidates of the dark ACK traces, and B->S1 gets 8 x 76 / 4 = 152 of their votes. Counted as votes
+    but not as crossings, they outweighed B->S1's 152 passing probes: its ratio read 1.0 and B->S1 was
+    claimed for the partial loss. Counted as both, A-S1 and B-S1 explain the two failing tuples alike
+    (every tuple that tells them apart goes over C-S1, dead): a tie, with C->S1 claimed."""
+    r = greedy_cover(*_dead_spine_link_beside_a_partial_loss(8), probes=20_000, background=1e-4)
+    assert r.suspects[0].link == "C->S1" and not r.suspects[0].tied_with
+    tie = r.suspects[1]
+    assert {tie.link, *tie.tied_with} >= {"A->S1", "B->S1"}
+    assert (tie.votes, tie.crossing) == (152, 456)
+    assert r.unexplained == 0
+
+
+def test_a_dead_link_is_named_before_a_live_link_that_outscores_it_with_its_failures():
+    """C-S1 dead, a partial loss on A-S1 failing eight A-B tuples through S1. B->S1 carries those eight
+    and three B-C tuples the dead link fails: its score (votes x ratio) tops the dead link's, the greedy
+    order names it first, and the partial loss was claimed as B->S1. Named after the dead link, A-S1 and
+    B-S1 carry the same eight tuples and as many passing probes: a tie the loop is asked to split."""
+    ab = [(f"a{1 + k % 4},A,S1,B,b{1 + k % 4}", f"b{1 + k % 4},B,S{2 + k % 3},A,a{1 + k % 4}", 76)
+          for k in range(8)]
+    f = _failing([("b1,B,S1,C,c1", "c1,C,S4,B,b1", 76), ("c2,C,S1,B,b2", "b2,B,S3,C,c2", 76),
+                  ("b3,B,S1,C,c3", "c3,C,S2,B,b3", 76), ("a1,A,S1,C,c1", "c1,C,S2,A,a1", 76), *ab])
+    cross = {"C->S1": 304, "B->S1": 228 + 608 + 600, "A->S1": 76 + 608 + 600,
+             **{f"{t}->S{j}": 3000 for t in "ABC" for j in (2, 3, 4)},
+             **{f"{r}{i}->{r.upper()}": 2500 for r in "abc" for i in (1, 2, 3, 4)}}
+    r = greedy_cover(f, _crossing(cross), probes=20_000, background=1e-4)
+    assert [(s.link, s.votes) for s in r.suspects if not s.tied_with] == [("C->S1", 304)]
+    tied = [s for s in r.suspects if s.tied_with]
+    assert len(tied) == 1 and {tied[0].link, *tied[0].tied_with} >= {"A->S1", "B->S1"}
+    assert r.unexplained == 0
