@@ -44,7 +44,7 @@ import pyarrow.compute as pc
 from streams.pingmesh.context import AnalyzerState, WindowContext, log_poisson_tail, significance
 from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_links
 from streams.pingmesh.partial import link_counts
-from streams.pingmesh.verify import co_crossed
+from streams.pingmesh.verify import co_crossed, failing_paths
 
 DEAD_RATIO = 0.95
 """Failure ratio from which a link looks dead (every probe crossing it fails, bar a few counted before
@@ -720,6 +720,8 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
     claimed = [s.link for s in cover.suspects if not s.tied_with and s.access_rnic is None
                and not s.link.endswith(LINK_SEP + NO_ANSWER)]
     hidden = co_crossed(vote, claimed, {t for s in cover.suspects for t in s.tied_with}) if claimed else {}
+    named = [s.link for s in cover.suspects if s.access_rnic is None and not s.link.endswith(LINK_SEP + NO_ANSWER)]
+    paths = failing_paths(vote, named) if named else {}
     for s in cover.suspects:
         ev = {"votes": s.votes, "failed": s.failed, "crossing": s.crossing, "ratio": round(s.ratio, 6)}
         if s.link.endswith(LINK_SEP + NO_ANSWER) and s.access_rnic is None:
@@ -730,6 +732,7 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
             limit = _probing_limit(crossing, [s.link, *s.tied_with])
             ctx.emit("undetermined", "|".join([s.link, *s.tied_with]), s.ratio, 0.0, s.failed, s.crossing,
                      {**ev, "link_confidence": s.confidence, "probing_limit": limit,
+                      "failing_paths": paths.get(s.link, []),
                       "why": ("probing limit: the window's probes crossed these links together, so they fail "
                               "together; probes that split them are requested" if limit
                               else "links explain the same failures equally")})
@@ -755,6 +758,7 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
                       "why": "access link below the RNIC rule (RNIC, cable or ToR port)"})
         else:
             verify = hidden.get(s.link)
+            ev = {**ev, "failing_paths": paths.get(s.link, [])}
             ctx.emit("switch", s.link, s.ratio, s.confidence, s.failed, s.crossing,
                      {**ev, "verify_links": verify} if verify else ev)
     left = cover.unexplained + cover.untraced

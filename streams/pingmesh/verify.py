@@ -62,3 +62,38 @@ def co_crossed(failing: pa.Table, claims: Collection[str], exclude: Collection[s
         ranked = sorted((-t, names[i]) for i, t in enumerate(totals) if t > 0)  # most failures, then by name
         out[c] = [x for _, x in ranked[:k]]
     return out
+
+
+FAILING_PATHS = 6
+"""Failing probe groups listed per claim or tie in its evidence (``failing_paths``)."""
+
+
+def failing_paths(failing: pa.Table, links: Collection[str], k: int = FAILING_PATHS) -> dict[str, list[dict]]:
+    """For each link, the ``k`` failing probe groups through it with the most failures: what an operator
+    reads to see which flows a verdict stands on, and what a wrong claim's post-mortem needs (the traced
+    paths live on the bus, not in the store).
+
+    Args:
+        failing: failing probe groups (``fwd_hops``, ``rev_hops``, ``n``), as the vote took them.
+        links: links named in verdicts (``lower->upper``). A trace that stopped after X is listed under
+            ``X->*`` only, not under each link it may have crossed next.
+        k: groups per link.
+
+    Returns:
+        link → ``[{"fwd": hops, "rev": hops, "failed": n}]``, most failures first (ties by path); a link no
+        failing group crossed maps to ``[]``.
+    """
+    out: dict[str, list[dict]] = {lk: [] for lk in links}
+    if not out or failing.num_rows == 0:
+        return out
+    pl = probe_link_codes(failing["fwd_hops"], failing["rev_hops"])
+    code = {x: i for i, x in enumerate(pl.names.to_pylist())}
+    fwd, rev = failing["fwd_hops"].to_pylist(), failing["rev_hops"].to_pylist()
+    n = failing["n"].to_numpy()
+    for lk in out:
+        if lk not in code:
+            continue
+        rows = np.unique(pl.row[pl.link == code[lk]])
+        ranked = sorted(rows.tolist(), key=lambda r: (-int(n[r]), fwd[r] or "", rev[r] or ""))
+        out[lk] = [{"fwd": fwd[r] or "", "rev": rev[r] or "", "failed": int(n[r])} for r in ranked[:k]]
+    return out

@@ -96,3 +96,18 @@ def test_confidence_is_calibrated_on_the_simulator():
     assert total >= 8
     assert hits / total >= 0.9
     assert named >= faults_n // 2
+
+
+def test_a_switch_claim_lists_the_failing_paths_it_stands_on():
+    """A-S3 dead on Panel 1: the claim's evidence lists failing probe groups, each crossing A-S3 one way or
+    the other (forward or ACK path), most failures first, six at most."""
+    import json
+
+    r = run(panel1(), [sim.LinkDown(a="A", b="S3")], seconds=40, inter_tor="even")
+    claims = [v for _, res in r.results for v in res.verdicts.to_pylist() if v["kind"] == "switch"]
+    assert [v["location"] for v in claims] == ["A->S3", "A->S3"]
+    for v in claims:
+        paths = json.loads(v["evidence"])["failing_paths"]
+        assert 0 < len(paths) <= 6
+        assert all(",A,S3," in f"{p['fwd']},{p['rev']}" or ",S3,A," in f"{p['fwd']},{p['rev']}" for p in paths)
+        assert [p["failed"] for p in paths] == sorted((p["failed"] for p in paths), reverse=True)

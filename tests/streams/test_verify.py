@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from streams.pingmesh.verify import co_crossed
+from streams.pingmesh.verify import co_crossed, failing_paths
 
 
 def _failing(rows):
@@ -27,3 +27,21 @@ def test_a_claims_links_are_the_switch_links_its_failing_groups_crossed_most_fir
     assert co_crossed(f, ["B->S2"], k=2) == {"B->S2": ["B->S1", "C->S2"]}  # 179 and 150
     assert co_crossed(f, ["X->S9"]) == {"X->S9": []}
     assert co_crossed(f.slice(0, 0), ["B->S2"]) == {"B->S2": []}
+
+
+def test_a_verdicts_failing_paths_are_its_links_failing_groups_most_failures_first():
+    f = _failing([
+        ("B1,B,S2,C,C1", "C1,C,S4,B,B1", 120),
+        ("B7,B,S2,A,A8", "A8,A,S1,B,B7", 149),
+        ("D1,D,S3,A,A1", "A1,A,S3,D,D1", 50),    # crosses no B-S2
+        ("C2,C,S3,B,B2", "B2,B,S2,C,C2", 30),    # back over B-S2 (the ACK's path)
+        ("B3,B,*", "", 9),                       # stopped after B: B's uplinks are candidates, B-S2 not named
+    ])
+    got = failing_paths(f, ["B->S2", "A->S3", "X->S9"], k=3)
+    assert got["B->S2"] == [{"fwd": "B7,B,S2,A,A8", "rev": "A8,A,S1,B,B7", "failed": 149},
+                            {"fwd": "B1,B,S2,C,C1", "rev": "C1,C,S4,B,B1", "failed": 120},
+                            {"fwd": "C2,C,S3,B,B2", "rev": "B2,B,S2,C,C2", "failed": 30}]
+    assert got["A->S3"] == [{"fwd": "D1,D,S3,A,A1", "rev": "A1,A,S3,D,D1", "failed": 50}]
+    assert got["X->S9"] == []
+    assert [p["failed"] for p in failing_paths(f, ["B->S2", "B->*"])["B->*"]] == [9]
+    assert failing_paths(f.slice(0, 0), ["B->S2"]) == {"B->S2": []}
