@@ -88,12 +88,15 @@ def failing_paths(failing: pa.Table, links: Collection[str], k: int = FAILING_PA
         return out
     pl = probe_link_codes(failing["fwd_hops"], failing["rev_hops"])
     code = {x: i for i, x in enumerate(pl.names.to_pylist())}
-    fwd, rev = failing["fwd_hops"].to_pylist(), failing["rev_hops"].to_pylist()
     n = failing["n"].to_numpy()
     for lk in out:
         if lk not in code:
             continue
         rows = np.unique(pl.row[pl.link == code[lk]])
-        ranked = sorted(rows.tolist(), key=lambda r: (-int(n[r]), fwd[r] or "", rev[r] or ""))
-        out[lk] = [{"fwd": fwd[r] or "", "rev": rev[r] or "", "failed": int(n[r])} for r in ranked[:k]]
+        # only the groups that can make the top k reach Python (a busy window has thousands)
+        rows = rows[n[rows] >= np.sort(n[rows])[-min(k, len(rows))]]
+        fwd = failing["fwd_hops"].take(rows).to_pylist()
+        rev = failing["rev_hops"].take(rows).to_pylist()
+        ranked = sorted(zip(n[rows].tolist(), fwd, rev, strict=True), key=lambda x: (-x[0], x[1] or "", x[2] or ""))
+        out[lk] = [{"fwd": f or "", "rev": r or "", "failed": int(c)} for c, f, r in ranked[:k]]
     return out
