@@ -397,3 +397,74 @@ def test_a_peer_with_more_flows_than_its_cap_gets_each_traced_in_turn() -> None:
         assert all(engine.reverse_traced[f] == t0 + 60 * s for f in held)
     finally:
         engine.close()
+
+
+def test_timeouts_on_three_tuples_sweep_the_host_s_traces_once_per_window() -> None:
+    """A switch that loses an uplink moves its own flows at once; their traces still name the dead link. Three
+    distinct failing 5-tuples within 2 s make every trace of the host older than 5 s due again (forward and ACK
+    paths), at most once per 20 s; two failing tuples, or one failing thrice, sweep nothing."""
+    from producers.udp_agent import RETRACE_SWEEP_S, SWEEP_SPAN_S
+
+    port = _free_udp_port()
+    agent = Agent(_loopback_agent(port, trace_interval_s=60), sink=lambda *_: None)
+    try:
+        s = 10**9
+        t0 = time.monotonic_ns()
+        lip, lport, _ = next(iter(agent.engine.endpoints))
+        flows = [(lip, lport, "127.0.0.2", 5000 + i) for i in range(3)]
+        agent.engine.reverse_traced = {flows[0]: t0 - 30 * s, flows[1]: t0, flows[2]: t0 - 50 * s}
+        stale = {("127.0.0.1", 40000 + i, "127.0.0.1", port): t0 - 30 * s for i in range(4)}
+        fresh = {("127.0.0.1", 41000, "127.0.0.1", port): t0}
+        agent._traced = {**stale, **fresh}
+
+        def timeout(i: int, at: int) -> None:
+            # a failing tuple whose own trace is fresh: only the sweep can make the others due
+            key = ("127.0.0.1", 42000 + i, "127.0.0.1", port)
+            agent._traced[key] = at
+            agent._on_timeout({"src_ip": key[0], "src_port": key[1], "dst_ip": key[2], "dst_port": key[3]}, at)
+
+        timeout(0, t0)
+        timeout(0, t0 + s // 10)
+        timeout(0, t0 + s // 5)
+        timeout(1, t0 + s // 2)
+        assert agent.sweeps == 0 and set(stale) <= set(agent._traced)
+        timeout(2, t0 + int((SWEEP_SPAN_S + 0.5) * s))  # a new span: the first two do not count
+        assert agent.sweeps == 0
+        timeout(3, t0 + int((SWEEP_SPAN_S + 1.0) * s))
+        timeout(4, t0 + int((SWEEP_SPAN_S + 1.5) * s))
+        assert agent.sweeps == 1
+        assert not set(stale) & set(agent._traced) and set(fresh) <= set(agent._traced)  # due at their next probe
+        now = t0 + int((SWEEP_SPAN_S + 1.5) * s)
+        # ACK paths: the two traced over 5 s before are due at the next reverse round; the one of 3.5 s is not
+        assert agent.engine.reverse_traced[flows[1]] == t0
+        assert all(agent.engine.reverse_traced[f] == now - 60 * s for f in (flows[0], flows[2]))
+        agent.engine.reverse_seen = dict.fromkeys(flows, now)
+        assert agent.engine.trace_reverse_paths(0, interval_ns=60 * s, now_mono=now) == 2
+        for i in range(3):  # within 20 s of the sweep: traced failing tuples only
+            timeout(5 + i, now + (1 + i) * s // 10)
+        assert agent.sweeps == 1
+        later = now + int(RETRACE_SWEEP_S * s) + s
+        for i in range(3):
+            timeout(8 + i, later + i)
+        assert agent.sweeps == 2
+    finally:
+        agent.engine.close()
+
+
+def test_a_responder_apart_from_its_prober_sees_the_prober_s_sweeps(tmp_path) -> None:  # noqa: ANN001
+    """In the lab a host's prober and responder are two processes: a sweep of the prober reaches the ACK paths
+    the responder traced through the config's ``sweep_file``, once per sweep."""
+    mark = tmp_path / "H1.sweep"
+    prober = Agent({**_loopback_agent(_free_udp_port()), "role": "prober", "sweep_file": str(mark)},
+                   sink=lambda *_: None)
+    responder = Agent({**_loopback_agent(_free_udp_port()), "role": "responder", "sweep_file": str(mark)},
+                      sink=lambda *_: None)
+    try:
+        assert not responder._swept_apart()  # the first look: nothing swept yet
+        prober.sweep_traces(time.monotonic_ns())
+        assert mark.exists() and responder._swept_apart() and not responder._swept_apart()
+        prober.sweep_traces(time.monotonic_ns())
+        assert responder._swept_apart()
+    finally:
+        prober.engine.close()
+        responder.engine.close()
