@@ -23,8 +23,6 @@ Config (JSON)::
      "upload_interval_s": 5, "trace_interval_s": 60,
      "send_batch_ms": 10,              # probes due within 10 ms of the earliest leave with it (one wakeup)
      "reverse_trace_peers": [],        # more addresses whose ACK paths to trace (the agent's own targets always)
-     "sweep_file": "var/lab/registry/H1.sweep",   # prober and responder as two processes: the prober's trace
-                                                  # sweeps reach the responder's ACK paths through this file
      "output": {"kind": "kafka", "bootstrap": "127.0.0.1:9092", "topic_prefix": ""}}
 
 ``role`` is ``prober``, ``responder`` or ``both``; ``output.kind`` is ``kafka``,
@@ -41,7 +39,6 @@ per peer and trace interval.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import heapq
 import json
 import logging
@@ -67,15 +64,6 @@ DEFAULT_RATES = {"tor_mesh": 10.0, "inter_tor": 10.0, "service": 10.0}
 UPLOAD_INTERVAL_S = 5.0
 REVERSE_ROUND_S = 2.0  # the responder traces the ACK paths of new flows this often (each once per trace interval)
 RETRACE_FAILED_S = 5.0
-# A switch that loses an uplink moves its own flows off it at once, while the traces of those flows still name
-# the dead link until their next trace (up to a trace interval): passing probes counted over a dead link dilute
-# its failure ratio (the lab's A-S2 down: a ratio of 0.25 where every probe through it failed). Timeouts on
-# SWEEP_TIMEOUTS distinct 5-tuples within SWEEP_SPAN_S make every trace of the host older than RETRACE_FAILED_S
-# due (forward at each tuple's next probe, ACK paths at the next reverse round), at most once per RETRACE_SWEEP_S.
-# Background loss (1e-4 at 1,200 probes/s: 0.24 timeouts per 2 s) meets the trigger about once in 1,000 s.
-SWEEP_TIMEOUTS = 3
-SWEEP_SPAN_S = 2.0
-RETRACE_SWEEP_S = 20.0
 # Probes due within this much of the earliest are sent with it, so the loop wakes once per batch of probes
 # (12 at 8 RNICs x 150/s) instead of once per probe; a probe leaves at most this early, which no 20 s window
 # or 500 ms timeout can tell. Replies are still read as they come (t6 stays the moment ACK1 is seen).
@@ -193,10 +181,6 @@ class Agent:
         self._registry_qpn: dict[str, int] = {}
         self._controller_peers: set[str] = set()
         self._traced: dict[tuple[str, int, str, int], int] = {}
-        self._timeouts: set[tuple[str, int, str, int]] = set()  # distinct failing 5-tuples of the current span
-        self._span_start = self._last_sweep = -(2**62)
-        self.sweeps = 0
-        self._sweep_mark: str | None = None
         self._stop = False
         self.rng = random.Random(config.get("seed"))
 
@@ -302,62 +286,17 @@ class Agent:
     def _on_probe(self, row: dict[str, Any]) -> None:
         self.probe_rows.append(row)
         if row["status"] == "timeout" and self.tracing:
-            self._on_timeout(row)
+            key = (row["src_ip"], row["src_port"], row["dst_ip"], row["dst_port"])
+            if time.monotonic_ns() - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
+                self._trace_entry(row)  # a rehash can move a failing tuple: trace it again
 
     def _on_finished(self, p: PendingProbe) -> None:
         self._finished.add(p)
         if self.tracing and (p.t5 is None or p.t3 is None or p.t4 is None):  # a timeout (see probe_columns)
-            self._on_timeout(p.entry)
-
-    def _on_timeout(self, e: dict[str, Any], now: int | None = None) -> None:
-        """A probe of entry ``e`` timed out: trace its 5-tuple again (a rehash can move a failing tuple), and
-        sweep the host's traces when enough distinct 5-tuples fail together (see :data:`SWEEP_TIMEOUTS`)."""
-        now = time.monotonic_ns() if now is None else now
-        key = (e["src_ip"], e["src_port"], e["dst_ip"], e["dst_port"])
-        if now - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
-            self._trace_entry(e)
-        if now - self._span_start > SWEEP_SPAN_S * 1e9:
-            self._span_start, self._timeouts = now, set()
-        self._timeouts.add(key)
-        if len(self._timeouts) >= SWEEP_TIMEOUTS and now - self._last_sweep > RETRACE_SWEEP_S * 1e9:
-            self._last_sweep, self._timeouts = now, set()
-            self.sweep_traces(now)
-
-    def sweep_traces(self, now: int) -> int:
-        """Make every trace of this host older than :data:`RETRACE_FAILED_S` due: forward paths at each
-        5-tuple's next probe, ACK paths (the responder's) at the next reverse round, within its per-peer cap.
-        Returns the traces made due."""
-        fresh = int(RETRACE_FAILED_S * 1e9)
-        old = [k for k, t in self._traced.items() if now - t > fresh]
-        for k in old:
-            del self._traced[k]
-        n = len(old)
-        if self.role != "prober":
-            n += self._expire_reverse(now)
-        elif self.cfg.get("sweep_file"):  # the host's responder runs apart: it reads the time at its next look
-            f = Path(self.cfg["sweep_file"])
-            tmp = f.with_name(f".{f.name}.tmp")
-            with contextlib.suppress(OSError):  # a lost mark costs the responder's ACK paths one sweep
-                tmp.write_text(str(time.time_ns()))
-                tmp.replace(f)
-        self.sweeps += 1
-        return n
-
-    def _expire_reverse(self, now: int) -> int:
-        trace_ns = int(float(self.cfg.get("trace_interval_s", TRACE_INTERVAL_S)) * 1e9)
-        return self.engine.expire_reverse_traces(now - int(RETRACE_FAILED_S * 1e9), trace_ns, now)
-
-    def _swept_apart(self) -> bool:
-        """A responder running apart from its host's prober: True once per sweep the prober wrote."""
-        f = self.cfg.get("sweep_file")
-        if not f:
-            return False
-        try:
-            mark = Path(f).read_text()
-        except OSError:
-            mark = ""  # no sweep yet: the first one is a change
-        seen, self._sweep_mark = self._sweep_mark, mark
-        return seen is not None and mark != seen
+            e = p.entry
+            key = (e["src_ip"], e["src_port"], e["dst_ip"], e["dst_port"])
+            if time.monotonic_ns() - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
+                self._trace_entry(e)  # a rehash can move a failing tuple: trace it again
 
     def _on_path(self, row: dict[str, Any]) -> None:
         # Looked up at each call: upload() swaps in a fresh list, and a bound ``append`` of the first
@@ -446,8 +385,6 @@ class Agent:
                 next_pinglist = now + 1_000_000_000
             # responder (alone or with the prober): trace the ACK paths it answered, toward the host's probe targets
             if self.role != "prober" and self.tracing and now >= next_reverse:
-                if self.role == "responder" and self._swept_apart():
-                    self._expire_reverse(now)
                 self.engine.trace_reverse_paths(reverse_since, trace_ns, now)
                 reverse_since, next_reverse = now, now + reverse_ns
             if now >= next_upload:

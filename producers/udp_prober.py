@@ -512,16 +512,6 @@ class UdpEngine:
         self.reverse_traced = known
         return n
 
-    def expire_reverse_traces(self, before_mono: int, interval_ns: int, now_mono: int) -> int:
-        """Make the ACK-path traces taken before ``before_mono`` due at the next :meth:`trace_reverse_paths`
-        (as if taken ``interval_ns`` before ``now_mono``: due, and no longer counted in their peer's cap, whose
-        bound on the traces per interval a sweep renews). Returns how many were made due."""
-        due = now_mono - interval_ns
-        old = [f for f, t in self.reverse_traced.items() if t < before_mono and t > due]
-        for f in old:
-            self.reverse_traced[f] = due
-        return len(old)
-
     # ---- event loop --------------------------------------------------------------
 
     def poll(self, timeout_s: float) -> None:

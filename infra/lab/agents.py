@@ -40,8 +40,6 @@ def agent_config(fab: Fabric, host: str, directory: Path, output: dict[str, Any]
         "address_names": fab.address_names(),
         "pinglist_file": str(directory / "pinglists" / f"{host}.json"),
         "registry_dir": str(directory / "registry"),
-        # the prober's trace sweeps reach the ACK paths its host's responder (another process here) traced
-        "sweep_file": str(directory / "registry" / f"{host}.sweep"),
         "output": output,
     }
     cfg.update(extra)
