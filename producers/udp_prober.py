@@ -59,6 +59,10 @@ RESPONDER_RCVBUF = 4 * 1024 * 1024  # bytes
 MAX_REVERSE_FLOWS = 4096  # reverse-trace candidates kept between rounds (state stays bounded)
 REVERSE_FLOWS_PER_PEER = 8  # reverse traces per peer address and trace interval
 TRACE_INTERVAL_S = 60.0  # a 5-tuple's path (and a flow's ACK path) is traced again after this
+PROBE_UNREACH_S = 5.0  # an unreachable answering a probe names a router on its 5-tuple's path for this long
+# (a failing tuple is traced again every 5 s: its probes' unreachables are never older than that)
+PROBE_UNREACH_NS = int(PROBE_UNREACH_S * 1e9)
+MAX_UNREACHABLE_TUPLES = 4096  # 5-tuples whose last unreachable is kept (state stays bounded)
 MAX_ROUNDS = 16  # read rounds per poll: packets that keep coming (a busy peer) cannot hold back the sends
 _EPOLLIN, _EPOLLERR = select.EPOLLIN, select.EPOLLERR
 _ANSWERED = (PROBE, TRACE)  # the packets a reply answers: what they bring in is what replies may send out
@@ -248,6 +252,8 @@ class UdpEngine:
         self.inflight = InFlight(agent_id, host, lambda row: self.on_probe(row), on_finished=on_finished)
         self.pending = self.inflight.pending
         self.traces: dict[int, tuple[int, int]] = {}  # trace packet seq -> (trace id, ttl)
+        # (src ip, src port, dst ip) -> (router that answered a probe of the tuple with unreachable, monotonic ns)
+        self._unreachable_by_tuple: dict[tuple[str, int, str], tuple[str, int]] = {}
         self._trace_state: dict[int, Trace] = {}
         self._seq = int.from_bytes(os.urandom(4), "big") << 16
         self.reverse_seen: dict[tuple[str, int, str, int], int] = {}
@@ -439,12 +445,29 @@ class UdpEngine:
         if tr is not None and offender and offender != tr.dst[0] and tr.reached is None:
             tr.unreachable = offender
 
+    def _probe_unreachable(self, ep: Endpoint, seq: int, offender: str) -> None:
+        """A router answered pending probe ``seq`` with ICMP destination unreachable: remember it for the probe's
+        5-tuple (:data:`PROBE_UNREACH_S`), so a trace of that tuple whose own answers that router held back
+        still ends there (see :meth:`_finish_trace`). The destination's own answer is not a router's."""
+        p = self.pending.get(seq)
+        if p is None or not offender or offender == p.entry.get("dst_ip"):
+            return
+        now = time.monotonic_ns()
+        if len(self._unreachable_by_tuple) >= MAX_UNREACHABLE_TUPLES:
+            horizon = now - PROBE_UNREACH_NS
+            self._unreachable_by_tuple = {k: v for k, v in self._unreachable_by_tuple.items() if v[1] > horizon}
+            if len(self._unreachable_by_tuple) >= MAX_UNREACHABLE_TUPLES:
+                return
+        self._unreachable_by_tuple[(ep.ip, ep.port, p.entry.get("dst_ip"))] = (offender, now)
+
     def _finish_trace(self, tid: int) -> None:
         tr = self._trace_state.pop(tid)
         for seq in [s for s, (t, _) in self.traces.items() if t == tid]:
             del self.traces[seq]
         last = (tr.reached - 1) if tr.reached else max(tr.hops, default=0)
         stop = tr.unreachable if tr.reached is None else None  # a router without a route on ends the path
+        if stop is None and tr.reached is None and tr.direction == "forward":
+            stop = self._unreachable_after(tr)
         if stop is not None:
             # after the hops that answered in a row from the first (every TTL from the router's own hop on gets
             # its unreachable, some rate-limited away)
@@ -475,6 +498,21 @@ class UdpEngine:
                 "complete": complete,
             }
         )
+
+    def _unreachable_after(self, tr: Trace) -> str | None:
+        """The router that answered a probe of ``tr``'s 5-tuple with destination unreachable in the last
+        :data:`PROBE_UNREACH_S`, when the trace's own answers are consistent with it: the hops that answered
+        are TTL 1, 2, ... in a row and the router is none of them (it had no route, so it answered no
+        time-exceeded). Linux limits such answers per source address (a burst of 5, then one a second, whatever
+        ``icmp_ratelimit`` says), so while a tuple's probes keep hitting the router, its trace packets get none
+        and the trace would end at the hop before it, where the path it held before a reroute still fits."""
+        seen = self._unreachable_by_tuple.get((tr.src[0], tr.src[1], tr.dst[0]))
+        if seen is None or time.monotonic_ns() - seen[1] > PROBE_UNREACH_NS:
+            return None
+        answered = sorted(tr.hops)
+        if answered != list(range(1, len(answered) + 1)) or seen[0] in tr.hops.values():
+            return None
+        return seen[0]
 
     def trace_reverse_paths(self, since_mono: int, interval_ns: int = int(TRACE_INTERVAL_S * 1e9),
                             now_mono: int | None = None) -> int:
@@ -648,6 +686,8 @@ class UdpEngine:
                 f = fields(payload)
                 if f is not None and f[0] == TRACE:
                     (self._trace_hit if icmp_type == 11 else self._trace_unreachable)(f[1], offender)
+                elif f is not None and f[0] == PROBE and icmp_type == 3:
+                    self._probe_unreachable(ep, f[1], offender)
 
     def _on_packet(self, ep: Endpoint, f: tuple[int, int, int, int, int, int, int], addr: tuple[str, int],
                    t_rx: int | None, t_user: int) -> None:

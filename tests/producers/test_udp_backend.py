@@ -397,3 +397,48 @@ def test_a_peer_with_more_flows_than_its_cap_gets_each_traced_in_turn() -> None:
         assert all(engine.reverse_traced[f] == t0 + 60 * s for f in held)
     finally:
         engine.close()
+
+
+def test_a_trace_whose_router_answers_were_held_back_ends_at_the_router_that_turned_the_probes_away() -> None:
+    """A spine with no route to the destination answers each probe with ICMP unreachable, but Linux sends such
+    answers at most once a second per source: while the tuple's probes use them up, its trace packets get none
+    and the trace would stop at the ToR, where the path held from before a reroute still fits (the lab: C-S2
+    back up, A-S2 down, C's flows hashed back onto S2 and blackholed there, still traced over S3). The probe's
+    unreachable names the router for the trace; a stale one, one from the destination, or one that the
+    trace's own answers contradict, does not."""
+    port = _free_udp_port()
+    names = {"10.0.0.1": "C", "10.0.0.2": "S2", "10.0.0.3": "S3"}
+    paths: list[dict] = []
+    engine = UdpEngine("H6", "H6", [LocalRnic("C4", "127.0.0.1")], allowed_sources=["127.0.0.1"], dst_port=port,
+                       responder=False, address_names=names, on_path=paths.append)
+    try:
+        ep = engine.endpoint("C4", _free_udp_port())
+        dst = ("127.0.0.2", port)
+
+        def trace_with(hops: dict[int, str], unreachable_from: str | None, age_s: float = 0.0) -> str:
+            seq = engine._next_seq()
+            engine.pending[seq] = PendingProbe({"dst_ip": dst[0]}, seq, 0, 2**62, False)
+            engine._unreachable_by_tuple.clear()
+            if unreachable_from:
+                engine._probe_unreachable(ep, seq, unreachable_from)
+                key = (ep.ip, ep.port, dst[0])
+                if key in engine._unreachable_by_tuple:
+                    offender, at = engine._unreachable_by_tuple[key]
+                    engine._unreachable_by_tuple[key] = (offender, at - int(age_s * 1e9))
+            del engine.pending[seq]
+            paths.clear()
+            tid = engine.trace(ep, dst, "A2")
+            engine._trace_state[tid].hops.update(hops)
+            engine.expire(time.monotonic_ns() + 10**9)
+            assert len(paths) == 1 and not paths[0]["complete"]
+            return paths[0]["hops"]
+
+        assert trace_with({1: "10.0.0.1"}, None) == "C4,C"
+        assert trace_with({1: "10.0.0.1"}, "10.0.0.2") == "C4,C,S2"
+        assert trace_with({1: "10.0.0.1"}, "10.0.0.2", age_s=6) == "C4,C"  # older than PROBE_UNREACH_S
+        assert trace_with({1: "10.0.0.1"}, dst[0]) == "C4,C"  # the destination's port unreachable: no router
+        assert trace_with({1: "10.0.0.1", 2: "10.0.0.2"}, "10.0.0.2") == "C4,C,S2"  # S2 routed the trace: not twice
+        assert trace_with({1: "10.0.0.1", 2: "10.0.0.3"}, "10.0.0.2") == "C4,C,S3,S2"  # a three-tier's core, past S3
+        assert trace_with({1: "10.0.0.1", 3: "10.0.0.3"}, "10.0.0.2") == "C4,C,*,S3"  # a gap: not in a row
+    finally:
+        engine.close()
