@@ -6,7 +6,7 @@
  * protocol stays in Python; the prober's commonest steps (below) are here.
  *
  * recv_rx(fd, hardware) -> [(payload: bytes, ip: str, port: int, t_rx_ns: int | None), ...]
- * recv_err(fd, hardware) -> [(origin, ts_ns | None, key, icmp_type, icmp_code, offender, payload), ...]
+ * recv_err(fd, hardware) -> [(origin, ts_ns | None, key, icmp_type, icmp_code, offender, payload, dst_ip, dst_port), ...]
  *     The error-queue tuple is producers.kernel_ts.ErrQueueEntry's fields, in its order, and the same
  *     filter: TX send timestamps (SCM_TSTAMP_SND, ENOMSG) and ICMP errors; other entries are skipped.
  * send_many(fd, [(payload: bytes, ip: str, port: int, ttl: int, key: int, tx_flags: int), ...]) -> int
@@ -175,8 +175,8 @@ static struct cmsghdr *err_cmsg(RecvBuffers *b, int i, struct sock_extended_err 
 /* recv_err's tuple for message i, whose kept cmsg is c. */
 static PyObject *err_item(RecvBuffers *b, int i, struct cmsghdr *c, struct sock_extended_err *ee, int hardware) {
     if (ee->ee_origin == SO_EE_ORIGIN_TIMESTAMPING)
-        return Py_BuildValue("(iNIiisy#)", (int)ee->ee_origin, ns_or_none(timestamp_of(&b->msgs[i].msg_hdr, hardware)),
-                             (unsigned)ee->ee_data, 0, 0, "", "", (Py_ssize_t)0);
+        return Py_BuildValue("(iNIiisy#si)", (int)ee->ee_origin, ns_or_none(timestamp_of(&b->msgs[i].msg_hdr, hardware)),
+                             (unsigned)ee->ee_data, 0, 0, "", "", (Py_ssize_t)0, "", 0);
     PyObject *offender = NULL;
     if (c->cmsg_len >= CMSG_LEN(sizeof(*ee) + sizeof(struct sockaddr_in))) {
         struct sockaddr_in off;
@@ -184,8 +184,10 @@ static PyObject *err_item(RecvBuffers *b, int i, struct cmsghdr *c, struct sock_
         if (off.sin_family == AF_INET) offender = ip_str(off.sin_addr);
     }
     if (offender == NULL) offender = PyUnicode_FromString("");
-    return Py_BuildValue("(iOIiiNy#)", (int)ee->ee_origin, Py_None, 0U, (int)ee->ee_type, (int)ee->ee_code,
-                         offender, b->data[i], (Py_ssize_t)msg_len(b, i));
+    /* msg_name of an error-queue message: where the offending datagram was sent (address and port) */
+    return Py_BuildValue("(iOIiiNy#Ni)", (int)ee->ee_origin, Py_None, 0U, (int)ee->ee_type, (int)ee->ee_code,
+                         offender, b->data[i], (Py_ssize_t)msg_len(b, i), ip_str(b->addrs[i].sin_addr),
+                         (int)ntohs(b->addrs[i].sin_port));
 }
 
 static PyObject *recv_err(PyObject *self, PyObject *args) {

@@ -70,6 +70,7 @@ class ErrQueueEntry(NamedTuple):
         icmp_type, icmp_code: for ICMP errors (11 = time exceeded, 3 = unreachable).
         offender: IPv4 address that sent the ICMP error, "" if none.
         payload: the UDP payload of the offending datagram (ICMP errors only).
+        dst_ip, dst_port: where the offending datagram was sent (ICMP errors only; "" and 0 otherwise).
     """
 
     origin: int
@@ -79,6 +80,8 @@ class ErrQueueEntry(NamedTuple):
     icmp_code: int
     offender: str
     payload: bytes
+    dst_ip: str = ""
+    dst_port: int = 0
 
 
 def enable(sock: socket.socket, hardware: bool = False) -> None:
@@ -110,9 +113,10 @@ def timestamp_from_cmsgs(ancdata: list[tuple[int, int, bytes]], hardware: bool) 
 ERRQUEUE_FLAGS = int(MSG_ERRQUEUE | socket.MSG_DONTWAIT)  # a plain int: IntFlag's | costs a µs per call
 
 
-def errqueue_entry(data: bytes, anc: list[tuple[int, int, bytes]], hardware: bool = False) -> ErrQueueEntry | None:
-    """The entry of one message read with ``MSG_ERRQUEUE`` (``data``, ancillary ``anc``); None if neither a
-    TX send timestamp nor an ICMP error."""
+def errqueue_entry(data: bytes, anc: list[tuple[int, int, bytes]], hardware: bool = False,
+                   addr: tuple[str, int] | None = None) -> ErrQueueEntry | None:
+    """The entry of one message read with ``MSG_ERRQUEUE`` (``data``, ancillary ``anc``, ``addr`` its
+    ``msg_name``: where the offending datagram was sent); None if neither a TX send timestamp nor an ICMP error."""
     for level, ctype, cdata in anc:
         if level == socket.SOL_IP and ctype == IP_RECVERR and len(cdata) >= _EE.size:
             ee_errno, origin, itype, icode, _pad, info, key = _EE.unpack_from(cdata)
@@ -124,7 +128,8 @@ def errqueue_entry(data: bytes, anc: list[tuple[int, int, bytes]], hardware: boo
                 offender = ""
                 if len(cdata) >= _EE.size + 8 and struct.unpack_from("=H", cdata, _EE.size)[0] == socket.AF_INET:
                     offender = socket.inet_ntoa(cdata[_EE.size + 4 : _EE.size + 8])
-                return ErrQueueEntry(origin, None, 0, itype, icode, offender, data)
+                dst = addr if isinstance(addr, tuple) and len(addr) >= 2 else ("", 0)
+                return ErrQueueEntry(origin, None, 0, itype, icode, offender, data, str(dst[0]), int(dst[1]))
             return None
     return None
 
@@ -133,10 +138,10 @@ def read_errqueue(sock: socket.socket, hardware: bool = False) -> Iterator[ErrQu
     """Drain ``sock``'s error queue: TX timestamps and ICMP errors, oldest first."""
     while True:
         try:
-            data, anc, _flags, _addr = sock.recvmsg(256, ANCBUF, ERRQUEUE_FLAGS)
+            data, anc, _flags, addr = sock.recvmsg(256, ANCBUF, ERRQUEUE_FLAGS)
         except (BlockingIOError, InterruptedError):
             return
-        e = errqueue_entry(data, anc, hardware)
+        e = errqueue_entry(data, anc, hardware, addr)
         if e is not None:
             yield e
 

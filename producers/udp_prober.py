@@ -252,8 +252,9 @@ class UdpEngine:
         self.inflight = InFlight(agent_id, host, lambda row: self.on_probe(row), on_finished=on_finished)
         self.pending = self.inflight.pending
         self.traces: dict[int, tuple[int, int]] = {}  # trace packet seq -> (trace id, ttl)
-        # (src ip, src port, dst ip) -> (router that answered a probe of the tuple with unreachable, monotonic ns)
-        self._unreachable_by_tuple: dict[tuple[str, int, str], tuple[str, int]] = {}
+        # (src ip, src port, dst ip, dst port) -> (router that answered a datagram of it with unreachable, mono ns)
+        self._unreachable_by_tuple: dict[tuple[str, int, str, int], tuple[str, int]] = {}
+        self._acks_turned: set[tuple[str, int, str, int]] = set()  # ACK flows a router answered since the last look
         self._trace_state: dict[int, Trace] = {}
         self._seq = int.from_bytes(os.urandom(4), "big") << 16
         self.reverse_seen: dict[tuple[str, int, str, int], int] = {}
@@ -445,12 +446,21 @@ class UdpEngine:
         if tr is not None and offender and offender != tr.dst[0] and tr.reached is None:
             tr.unreachable = offender
 
-    def _probe_unreachable(self, ep: Endpoint, seq: int, offender: str) -> None:
-        """A router answered pending probe ``seq`` with ICMP destination unreachable: remember it for the probe's
-        5-tuple (:data:`PROBE_UNREACH_S`), so a trace of that tuple whose own answers that router held back
-        still ends there (see :meth:`_finish_trace`). The destination's own answer is not a router's."""
-        p = self.pending.get(seq)
-        if p is None or not offender or offender == p.entry.get("dst_ip"):
+    def _sent_unreachable(self, ep: Endpoint, kind: int, seq: int, offender: str, dst: tuple[str, int]) -> None:
+        """A router answered a datagram ``ep`` sent to ``dst`` (a probe, or an ACK of the responder's) with ICMP
+        destination unreachable: remember it for that 5-tuple (:data:`PROBE_UNREACH_S`), so a trace of the tuple
+        (the probe's path; the ACK's, the responder's reverse trace) whose own answers that router held back
+        still ends there (see :meth:`_finish_trace`). Kept only for a pending probe, or for an ACK flow of a peer
+        whose ACK paths this host traces, and only from an address of the fabric: not the destination's own
+        answer, nor an error anyone could send quoting an ACK to anywhere."""
+        if not offender or offender == dst[0] or (self.address_names and offender not in self.address_names):
+            return
+        flow = (ep.ip, ep.port, dst[0], dst[1])
+        if kind == PROBE:
+            p = self.pending.get(seq)
+            if p is None or p.entry.get("dst_ip") != dst[0]:
+                return
+        elif flow not in self.reverse_traced and flow not in self.reverse_seen:
             return
         now = time.monotonic_ns()
         if len(self._unreachable_by_tuple) >= MAX_UNREACHABLE_TUPLES:
@@ -458,7 +468,9 @@ class UdpEngine:
             self._unreachable_by_tuple = {k: v for k, v in self._unreachable_by_tuple.items() if v[1] > horizon}
             if len(self._unreachable_by_tuple) >= MAX_UNREACHABLE_TUPLES:
                 return
-        self._unreachable_by_tuple[(ep.ip, ep.port, p.entry.get("dst_ip"))] = (offender, now)
+        self._unreachable_by_tuple[flow] = (offender, now)
+        if kind != PROBE:  # the prober traces a failing tuple again itself; the responder learns it only here
+            self._acks_turned.add(flow)
 
     def _finish_trace(self, tid: int) -> None:
         tr = self._trace_state.pop(tid)
@@ -466,7 +478,7 @@ class UdpEngine:
             del self.traces[seq]
         last = (tr.reached - 1) if tr.reached else max(tr.hops, default=0)
         stop = tr.unreachable if tr.reached is None else None  # a router without a route on ends the path
-        if stop is None and tr.reached is None and tr.direction == "forward":
+        if stop is None and tr.reached is None:
             stop = self._unreachable_after(tr)
         if stop is not None:
             # after the hops that answered in a row from the first (every TTL from the router's own hop on gets
@@ -506,7 +518,7 @@ class UdpEngine:
         time-exceeded). Linux limits such answers per source address (a burst of 5, then one a second, whatever
         ``icmp_ratelimit`` says), so while a tuple's probes keep hitting the router, its trace packets get none
         and the trace would end at the hop before it, where the path it held before a reroute still fits."""
-        seen = self._unreachable_by_tuple.get((tr.src[0], tr.src[1], tr.dst[0]))
+        seen = self._unreachable_by_tuple.get((tr.src[0], tr.src[1], tr.dst[0], tr.dst[1]))
         if seen is None or time.monotonic_ns() - seen[1] > PROBE_UNREACH_NS:
             return None
         answered = sorted(tr.hops)
@@ -536,12 +548,14 @@ class UdpEngine:
                 per_peer[f[2]] = per_peer.get(f[2], 0) + 1
         n = 0
         seen, self.reverse_seen = self.reverse_seen, {}
+        turned, self._acks_turned = self._acks_turned, set()
         last = ((known.get(f, -(2**62)), f) for f, at in seen.items() if at >= since_mono)  # never traced: first
-        due = sorted(x for x in last if now - x[0] >= interval_ns)
+        due = sorted(x for x in last if now - x[0] >= interval_ns or (x[1] in turned and now - x[0] > PROBE_UNREACH_NS))
         for _, flow in due:
             lip, lport, rip, rport = flow
             ep = self.endpoints.get((lip, lport, 0))
-            if ep is None or per_peer.get(rip, 0) >= REVERSE_FLOWS_PER_PEER:
+            # a flow whose ACKs a router turned away is traced again (once per 5 s at most) past the peer's cap
+            if ep is None or (per_peer.get(rip, 0) >= REVERSE_FLOWS_PER_PEER and flow not in turned):
                 continue
             per_peer[rip] = per_peer.get(rip, 0) + 1
             known[flow] = now
@@ -648,7 +662,7 @@ class UdpEngine:
         self._on_packet(ep, f, addr, t_rx, t_user)
 
     def _read_errqueue(self, ep: Endpoint) -> None:
-        entries: list[tuple[int, int | None, int, int, int, str, bytes]] = []
+        entries: list[tuple[int, int | None, int, int, int, str, bytes, str, int]] = []
         kept = 0
         if self._compiled_responder(ep):
             with contextlib.suppress(OSError):  # ACK2 for each ACK1's TX timestamp, sent in C
@@ -664,11 +678,11 @@ class UdpEngine:
                     kept, entries = _udpbatch.prober_err(ep.sock.fileno(), ep.hardware, self.pending, ep.sent)
         else:
             try:
-                data, anc, _flags, _addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF, kernel_ts.ERRQUEUE_FLAGS)
+                data, anc, _flags, addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF, kernel_ts.ERRQUEUE_FLAGS)
             except (BlockingIOError, InterruptedError):
                 pass
             else:
-                e = kernel_ts.errqueue_entry(data, anc, ep.hardware)
+                e = kernel_ts.errqueue_entry(data, anc, ep.hardware, addr)
                 if e is None:
                     return
                 entries = [e]
@@ -677,7 +691,7 @@ class UdpEngine:
             # would report it again at once, for ever)
             ep.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
             return
-        for origin, ts_ns, key, icmp_type, _code, offender, payload in entries:
+        for origin, ts_ns, key, icmp_type, _code, offender, payload, dst_ip, dst_port in entries:
             if origin == kernel_ts.SO_EE_ORIGIN_TIMESTAMPING:
                 ref = ep.sent.pop(key, None)
                 if ref is not None and ts_ns is not None:
@@ -686,8 +700,8 @@ class UdpEngine:
                 f = fields(payload)
                 if f is not None and f[0] == TRACE:
                     (self._trace_hit if icmp_type == 11 else self._trace_unreachable)(f[1], offender)
-                elif f is not None and f[0] == PROBE and icmp_type == 3:
-                    self._probe_unreachable(ep, f[1], offender)
+                elif f is not None and icmp_type == 3 and f[0] in (PROBE, ACK1, ACK2):
+                    self._sent_unreachable(ep, f[0], f[1], offender, (dst_ip, dst_port))
 
     def _on_packet(self, ep: Endpoint, f: tuple[int, int, int, int, int, int, int], addr: tuple[str, int],
                    t_rx: int | None, t_user: int) -> None:

@@ -17,7 +17,7 @@ from producers import kernel_ts, udp_prober
 from producers.probe_protocol import InFlight, PendingProbe, ReplyBudget, TokenBucket
 from producers.udp_agent import Agent
 from producers.udp_prober import MAX_HOPS, REVERSE_FLOWS_PER_PEER, LocalRnic, UdpEngine
-from producers.udp_wire import ACK2, PAYLOAD_BYTES, PROBE, TRACE, TRACE_REPLY, Packet, decode
+from producers.udp_wire import ACK1, ACK2, PAYLOAD_BYTES, PROBE, TRACE, TRACE_REPLY, Packet, decode
 from schemas.inventory_yaml import from_dict
 
 from conftest import free_port, wait_for
@@ -420,8 +420,8 @@ def test_a_trace_whose_router_answers_were_held_back_ends_at_the_router_that_tur
             engine.pending[seq] = PendingProbe({"dst_ip": dst[0]}, seq, 0, 2**62, False)
             engine._unreachable_by_tuple.clear()
             if unreachable_from:
-                engine._probe_unreachable(ep, seq, unreachable_from)
-                key = (ep.ip, ep.port, dst[0])
+                engine._sent_unreachable(ep, PROBE, seq, unreachable_from, dst)
+                key = (ep.ip, ep.port, *dst)
                 if key in engine._unreachable_by_tuple:
                     offender, at = engine._unreachable_by_tuple[key]
                     engine._unreachable_by_tuple[key] = (offender, at - int(age_s * 1e9))
@@ -440,5 +440,47 @@ def test_a_trace_whose_router_answers_were_held_back_ends_at_the_router_that_tur
         assert trace_with({1: "10.0.0.1", 2: "10.0.0.2"}, "10.0.0.2") == "C4,C,S2"  # S2 routed the trace: not twice
         assert trace_with({1: "10.0.0.1", 2: "10.0.0.3"}, "10.0.0.2") == "C4,C,S3,S2"  # a three-tier's core, past S3
         assert trace_with({1: "10.0.0.1", 3: "10.0.0.3"}, "10.0.0.2") == "C4,C,*,S3"  # a gap: not in a row
+        assert trace_with({1: "10.0.0.1"}, "10.9.9.9") == "C4,C"  # not an address of the fabric
+    finally:
+        engine.close()
+
+
+def test_an_ack_path_trace_ends_at_the_router_that_turned_the_acks_away() -> None:
+    """The responder's side: an ACK to a prober whose ACK paths this host traces, answered with unreachable by
+    a router, ends the reverse trace of that flow there; an ACK flow the responder does not trace, no."""
+    port = _free_udp_port()
+    names = {"10.0.0.1": "C", "10.0.0.2": "S2"}
+    paths: list[dict] = []
+    engine = UdpEngine("H5", "H5", [LocalRnic("C3", "127.0.0.1")], allowed_sources=["127.0.0.1"], dst_port=port,
+                       address_names=names, on_path=paths.append)
+    try:
+        ep = next(iter(engine.endpoints.values()))
+        prober = ("127.0.0.2", 51112)
+        flow = (ep.ip, ep.port, *prober)
+
+        def reverse_trace() -> str:
+            paths.clear()
+            tid = engine.trace(ep, prober, "A2", direction="reverse")
+            engine._trace_state[tid].hops[1] = "10.0.0.1"
+            engine.expire(time.monotonic_ns() + 10**9)
+            return paths[0]["hops"]
+
+        engine._sent_unreachable(ep, ACK1, 7, "10.0.0.2", prober)
+        assert reverse_trace() == "C3,C"  # a flow the responder does not trace
+        engine.reverse_seen[flow] = time.monotonic_ns()
+        engine._sent_unreachable(ep, ACK1, 7, "10.0.0.2", prober)
+        assert reverse_trace() == "C3,C,S2"
+        # and the flow, traced 30 s ago (its next trace due at 60 s), is traced again at the next look
+        t0, s = time.monotonic_ns(), 10**9
+        engine._acks_turned.clear()  # what the calls above asked
+        engine.reverse_traced = {flow: t0 - 30 * s}
+        engine.reverse_seen = {flow: t0}
+        assert engine.trace_reverse_paths(0, interval_ns=60 * s, now_mono=t0) == 0
+        engine.reverse_seen = {flow: t0}
+        engine._sent_unreachable(ep, ACK2, 7, "10.0.0.2", prober)
+        assert engine.trace_reverse_paths(0, interval_ns=60 * s, now_mono=t0) == 1
+        engine.reverse_seen = {flow: t0}
+        engine._sent_unreachable(ep, ACK2, 7, "10.0.0.2", prober)  # traced just now: not again within 5 s
+        assert engine.trace_reverse_paths(0, interval_ns=60 * s, now_mono=t0 + s) == 0
     finally:
         engine.close()

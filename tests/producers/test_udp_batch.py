@@ -62,9 +62,11 @@ def test_batched_reads_equal_the_python_parsing() -> None:
         a.sendto(payload, ("127.0.0.1", port))
         (c_entry,) = _errqueue(a, 1)
         a.sendto(payload, ("127.0.0.1", port))
-        data, anc, _f, _addr = wait_for(lambda: _recv_err_py(a), timeout=10, every=0.01, what="the ICMP error")
-        py_entry = kernel_ts.errqueue_entry(data, anc)
-        assert c_entry == tuple(py_entry) == (kernel_ts.SO_EE_ORIGIN_ICMP, None, 0, 3, 3, "127.0.0.1", payload)
+        data, anc, _f, addr = wait_for(lambda: _recv_err_py(a), timeout=10, every=0.01, what="the ICMP error")
+        py_entry = kernel_ts.errqueue_entry(data, anc, False, addr)
+        # with where the datagram went (msg_name): the responder keys an ACK's unreachable by it
+        assert c_entry == tuple(py_entry) == (kernel_ts.SO_EE_ORIGIN_ICMP, None, 0, 3, 3, "127.0.0.1", payload,
+                                              "127.0.0.1", port)
     finally:
         a.close()
         b.close()
