@@ -272,12 +272,14 @@ class BlockBudget:
 
     A block is due at ``max_rows`` rows; or ``max_s`` seconds after its oldest message was read if it holds
     ``min_rows`` rows by then; below that it keeps waiting while the input is still arriving, up to
-    ``slow_max_s``; and it is due as soon as nothing was read for ``quiet_s`` (the input stopped: waiting
-    adds no rows). A part per block is a fixed ~50 ms of the writer's CPU (five inserts) plus the engine's
-    merges of it later: at a slow input (a small fabric, a quiet hour) a 10 s block of 10,000 rows pays
-    ~5 µs per row in fixed cost alone, and 360 parts per hour and table (120 at 30 s). Raw history and the
-    tiers of a slow input become readable up to ``slow_max_s`` late; verdicts are not in blocks. A slow block
-    never holds more than ``min_rows`` rows past ``max_s``, so its insert costs no more than a fast input's.
+    ``slow_max_s``; and it is due as soon as nothing was read for ``quiet_s`` (the input stopped: waiting adds
+    no rows), or for ``settle_s`` once it holds ``min_rows`` (its fixed cost is paid for: a pause of the input,
+    the end of a replay or of a backlog, need not hold ready rows back for ``quiet_s``). A part per block is a
+    fixed ~50 ms of the writer's CPU (five inserts) plus the engine's merges of it later: at a slow input (a
+    small fabric, a quiet hour) a 10 s block of 10,000 rows pays ~5 µs per row in fixed cost alone, and 360
+    parts per hour and table (120 at 30 s). Raw history and the tiers of a slow input become readable up to
+    ``slow_max_s`` late; verdicts are not in blocks. A slow block never holds more than ``min_rows`` rows past
+    ``max_s``, so its insert costs no more than a fast input's.
 
     Attributes:
         max_rows: rows over all partitions held (also the most a block holds).
@@ -286,6 +288,9 @@ class BlockBudget:
         slow_max_s: the longest a block below ``min_rows`` waits (None: ``max_s``).
         quiet_s: seconds without a message after which the block is due whatever its age (None: never early).
             An agent uploads every 5 s, so an input quiet for longer has stopped, at least for a while.
+        settle_s: seconds without a message after which a block of at least ``min_rows`` is due (None: never).
+            An input that fills ``min_rows`` within ``max_s`` brings several uploads a second, so a second
+            without one is a pause; a block cut there holds as many rows as one cut at ``max_s`` would.
     """
 
     max_rows: int
@@ -293,15 +298,18 @@ class BlockBudget:
     min_rows: int = 0
     slow_max_s: float | None = None
     quiet_s: float | None = None
+    settle_s: float | None = None
 
     @classmethod
     def for_input(cls, max_rows: int, max_s: float, min_rows: int | None = None,
                   slow_max_s: float | None = None) -> BlockBudget:
         """The store writer's budget: ``min_rows`` defaults to a fifth of ``max_rows``, ``slow_max_s`` to
         3 x ``max_s`` (30 s at the default 10 s: ``fabricscope up`` on a small lab shows its rows twice a
-        minute), ``quiet_s`` to the shorter of ``max_s`` and 6 s (one agent upload interval and some)."""
+        minute), ``quiet_s`` to the shorter of ``max_s`` and 6 s (one agent upload interval and some),
+        ``settle_s`` to the shorter of ``quiet_s`` and 1 s."""
+        quiet = min(max_s, 6.0)
         return cls(max_rows, max_s, max_rows // 5 if min_rows is None else min_rows,
-                   3 * max_s if slow_max_s is None else max(slow_max_s, max_s), min(max_s, 6.0))
+                   3 * max_s if slow_max_s is None else max(slow_max_s, max_s), quiet, min(quiet, 1.0))
 
     def due(self, rows: int, age_s: float, idle_s: float) -> bool:
         """Whether a block of ``rows`` rows whose oldest message was read ``age_s`` ago and newest ``idle_s``
@@ -310,7 +318,9 @@ class BlockBudget:
             return True
         if self.quiet_s is not None and idle_s >= self.quiet_s:
             return True
-        return age_s >= self.max_s and rows >= self.min_rows
+        if rows < self.min_rows:
+            return False
+        return age_s >= self.max_s or (self.settle_s is not None and idle_s >= self.settle_s)
 
 
 def take_writer_block(states: Mapping[int, PartitionState], max_rows: int, max_s: float, now_s: float,

@@ -137,7 +137,7 @@ class StoreWriter:
             arriving (a slow input), ...
         block_slow_max_s: ... up to this many seconds (:class:`sinks.blocks.BlockBudget`; None: the defaults
             there, a fifth of ``block_rows`` and 3 x ``block_s``). A block whose input went quiet for 6 s (or
-            ``block_s`` if shorter) is due at once.
+            ``block_s`` if shorter), or for 1 s once it holds ``block_min_rows``, is due at once.
         origin: stamped on every ``verdicts``/``coverage`` row whose message has no ``origin`` header
             (:mod:`sinks.origin`): ``production``, ``lab``, ``sim`` or ``demo``.
         retention: the raw retention policy (which probe rows ``probes`` keeps; the tiers count every row).

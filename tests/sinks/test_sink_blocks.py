@@ -67,7 +67,7 @@ def _trickle(states: dict[int, PartitionState], until_s: float, every_s: float, 
 
 def test_a_slow_input_keeps_its_block_open_past_the_budget_while_rows_still_arrive():
     budget = BlockBudget.for_input(max_rows=10_000, max_s=10.0)  # a fifth = 2,000 rows, 30 s, quiet after 6 s
-    assert (budget.min_rows, budget.slow_max_s, budget.quiet_s) == (2_000, 30.0, 6.0)
+    assert (budget.min_rows, budget.slow_max_s, budget.quiet_s, budget.settle_s) == (2_000, 30.0, 6.0, 1.0)
     states = {p: PartitionState() for p in (0, 1)}
     _trickle(states, until_s=20.0, every_s=5.0, rows=100)  # 5 messages by 20 s: 500 rows, newest read at 20 s
     assert take_writer_block(states, 10_000, 10.0, now_s=20.0, budget=budget) is None  # 20 s old, under 2,000
@@ -90,6 +90,18 @@ def test_a_block_at_its_budget_with_enough_rows_or_a_quiet_input_is_due():
     _trickle(states, until_s=1.0, every_s=0.5, rows=100)  # the input stops at 1 s: 300 rows
     assert take_writer_block(states, 10_000, 10.0, now_s=6.9, budget=budget) is None  # quiet 5.9 s
     assert sum(len(es) for es in take_writer_block(states, 10_000, 10.0, now_s=7.0, budget=budget).values()) == 3
+
+
+def test_a_block_that_holds_its_minimum_rows_is_due_a_second_after_its_input_pauses():
+    budget = BlockBudget.for_input(max_rows=10_000, max_s=10.0)
+    states = {p: PartitionState() for p in (0, 1)}
+    _trickle(states, until_s=2.0, every_s=0.25, rows=250)  # 9 messages, 2,250 rows: the input pauses at 2 s
+    assert take_writer_block(states, 10_000, 10.0, now_s=2.9, budget=budget) is None  # 0.9 s without one
+    assert sum(len(es) for es in take_writer_block(states, 10_000, 10.0, now_s=3.0, budget=budget).values()) == 9
+    states = {p: PartitionState() for p in (0, 1)}
+    _trickle(states, until_s=1.75, every_s=0.25, rows=230)  # 8 messages, 1,840 rows: under the minimum
+    assert take_writer_block(states, 10_000, 10.0, now_s=7.7, budget=budget) is None  # waits the quiet 6 s
+    assert take_writer_block(states, 10_000, 10.0, now_s=7.75, budget=budget) is not None
 
 
 def test_the_settings_default_block_is_the_writers_default():
