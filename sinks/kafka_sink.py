@@ -7,7 +7,8 @@ after the insert returned (at-least-once delivery, exactly-once rows).
 Probe rows (the agents' uploads on ``probes.raw``, the bulk of the data, read in this writer's own
 consumer group: each probe crosses Kafka once) go in blocks of many messages: up to ``block_rows`` rows
 or ``block_s`` seconds over all the partitions the writer holds (one insert per table for all of them),
-aligned to offsets, with their state in the store (:mod:`sinks.blocks`). A block's uploads are judged
+aligned to offsets, with their state in the store (:mod:`sinks.blocks`), one block's inserts in a thread of
+their own while the next block's messages are read and decoded. A block's uploads are judged
 and decomposed with the stream worker's rules, the raw retention policy picks the rows ``probes`` keeps,
 and every good row is counted in the minute tier (:mod:`sinks.raw_rows`); the writer rolls the minute
 rows up into the hourly tiers (:mod:`sinks.probe_tiers`) under the ToRs of ``rnic_inventory``. The other topics
@@ -171,6 +172,11 @@ class StoreWriter:
         self._assigned: set[tuple[str, int]] = set()
         self._conf = {"bootstrap.servers": bootstrap, **(kafka_config or {})}  # for the re-forming reader
         self._wrote_block = False  # the last poll wrote a block: more may be due, so the next one does not wait
+        # One block's inserts run in a thread while this one reads and decodes the next block's messages (chdb
+        # releases the GIL while it inserts); the next block forms only once they are done and committed, so
+        # blocks go in one at a time and in order, as if inserted here (_finish_insert).
+        self._inserts = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="block-insert")
+        self._in_flight: tuple[concurrent.futures.Future[int | None], Callable[[int], None]] | None = None
         self._abandoned = False  # a poll stopped midway: see poll_once
         self._baselines = BaselineReader(bootstrap, f"{prefix}{T.LATENCY_BASELINES.name}", kafka_config) \
             if retention.mode == "anomalies" else None
@@ -209,10 +215,12 @@ class StoreWriter:
             self._parts.pop((tp.topic, tp.partition), None)
 
     def _assign(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._finish_insert()
         self._forget(partitions)
         self._assigned |= {(tp.topic, tp.partition) for tp in partitions}
 
     def _revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._finish_insert()  # its offsets are committed while the partitions are still this writer's
         self._forget(partitions)
         self._assigned -= {(tp.topic, tp.partition) for tp in partitions}
 
@@ -390,12 +398,17 @@ class StoreWriter:
         return self._retry(insert, f"insert into {table}", stop) is not None
 
     def poll_once(self, timeout: float = 0.2, stop: Callable[[], bool] = lambda: False, force: bool = False) -> int:
-        """Consume up to 1,000 messages; insert the other messages, then one due block (all when ``force``d:
-        verdicts consumed meanwhile go in before the next block), commit; rows written.
+        """Consume up to 1,000 messages; insert the other messages, then start one due block (all when
+        ``force``d: verdicts consumed meanwhile go in before the next block), commit; rows written. A block's
+        inserts run in a thread while the next polls read and decode; its rows count in the poll that finds
+        them done (a forced poll waits for them).
 
         A poll that stops midway (``stop()`` while the store refuses) leaves the consumer past messages it
         neither stored nor holds; a block formed after that would skip them, so this writer writes
         nothing more (0 from then on): the next start re-reads from the committed offsets."""
+        if self._abandoned:
+            return 0
+        written = self._finish_insert(wait=False)
         if self._abandoned:
             return 0
         if not self._raw_subscribed and self._old_writers_gone():
@@ -403,7 +416,6 @@ class StoreWriter:
             self._subscribe()
         msgs = self._consumer.consume(num_messages=1000, timeout=0 if self._wrote_block else timeout)
         self._wrote_block = False
-        written = 0
         now = time.monotonic()
         for msg in msgs:
             if msg.error():
@@ -443,7 +455,8 @@ class StoreWriter:
         for (topic, part), st in list(self._parts.items()):  # recorded single-partition blocks, re-formed first
             judged = st.judged
             if st.redo is not None and (entries := st.take_block(self.block_rows, self.block_s, now, force)):
-                n = self._write_block(topic, {part: st}, {part: entries}, stop, judged)
+                written += self._finish_insert()
+                n = None if self._abandoned else self._write_block(topic, {part: st}, {part: entries}, stop, judged)
                 if n is None:
                     self._abandoned = True
                     return written
@@ -452,7 +465,8 @@ class StoreWriter:
             states = {p: st for (t, p), st in self._parts.items() if t == topic}
             while (taken := take_writer_block(states, self.block_rows, self.block_s, time.monotonic(), force,
                                                  self.budget)):
-                n = self._write_block(topic, states, taken, stop)
+                written += self._finish_insert()
+                n = None if self._abandoned else self._write_block(topic, states, taken, stop)
                 if n is None:
                     self._abandoned = True
                     return written  # stopping: the block is recorded; the next start re-forms it
@@ -462,6 +476,8 @@ class StoreWriter:
                     break
             if self._wrote_block:
                 break
+        if force:  # everything held goes in before the poll returns
+            written += self._finish_insert()
         self._observe_lag(msgs)
         return written
 
@@ -529,9 +545,35 @@ class StoreWriter:
         if formed is None:
             return None
         block = formed[0]
-        rows = self._insert_block(topic, *formed, stop)
+
+        def inserted(rows: int) -> None:
+            self._block_stored(topic, states, taken, block, rows)
+
+        self._in_flight = (self._inserts.submit(self._insert_block, topic, *formed, stop), inserted)
+        return 0  # its rows count once its inserts are done (_finish_insert)
+
+    def _finish_insert(self, wait: bool = True) -> int:
+        """Wait for the block insert in flight (if any; with ``wait`` False, only if it is done), then record
+        it (hwm, stats, offsets committed): its rows, or 0. A block whose inserts were stopped midway (the
+        store refused until ``stop()``) abandons this writer (see :meth:`poll_once`).
+
+        Raises:
+            Exception: what the inserts raised (as if they had run in this thread).
+        """
+        if self._in_flight is None or not (wait or self._in_flight[0].done()):
+            return 0
+        future, inserted = self._in_flight
+        self._in_flight = None
+        rows = future.result()
         if rows is None:
-            return None
+            self._abandoned = True
+            return 0
+        inserted(rows)
+        return rows
+
+    def _block_stored(self, topic: str, states: dict[int, PartitionState], taken: dict[int, list[Entry]],
+                      block: WriterBlock, rows: int) -> None:
+        """Record a writer block whose inserts are done: its partitions' marks, the stats, the offsets."""
         for p, b in block.parts.items():
             states[p].hwm, states[p].judged = b.hwm_after, {}
         self.stats.blocks += 1
@@ -544,7 +586,6 @@ class StoreWriter:
             log.warning("block %s: left out %d rows stored before (by the writer this one took over from)",
                         block.token(topic), block.dropped_rows)
         self._commit_offsets([TopicPartition(topic, p, last + 1) for p, (_, last) in block.ranges.items()])
-        return rows
 
     def _insert_block(self, topic: str, block: WriterBlock, tor_of: dict[str, str], stop: Callable[[], bool]
                       ) -> int | None:
@@ -599,6 +640,10 @@ class StoreWriter:
         self.poll_once(timeout=0, force=True, stop=lambda: time.monotonic() > deadline)
 
     def close(self) -> None:
+        try:
+            self._finish_insert()
+        finally:
+            self._inserts.shutdown(wait=True)
         if self._baselines is not None:
             self._baselines.close()
         if self._registry is not None:

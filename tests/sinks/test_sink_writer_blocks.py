@@ -137,6 +137,52 @@ def test_a_writer_stopped_midway_writes_nothing_more(kafka_bootstrap, topic_pref
         store.close()
 
 
+def test_the_next_blocks_messages_are_read_while_a_block_is_inserted(kafka_bootstrap, topic_prefix, tmp_path):
+    """A block's inserts run in a thread of their own: while the store holds them up, the writer goes on
+    reading (the next block's rows are held), records nothing, and the block is recorded and committed only
+    once its inserts are done; every probe is stored once."""
+    msgs, rows = _raw_messages(4)
+    cut = len(msgs) // 2
+    topic = f"{topic_prefix}probes.raw"
+    store = ChdbStore(tmp_path / "ch")
+    migrate(store)
+    gate, held_up = threading.Event(), threading.Event()
+    real_insert = store.insert_arrow
+
+    def waits_for_the_gate(table, data, dedup_token=None, settings=None):  # noqa: ANN001, ANN202
+        if table == "probes":
+            held_up.set()
+            assert gate.wait(60)
+        return real_insert(table, data, dedup_token=dedup_token, settings=settings)
+
+    store.insert_arrow = waits_for_the_gate  # type: ignore[method-assign]
+    try:
+        _send(kafka_bootstrap, topic, msgs[:cut])
+        w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=sum(rows[:cut]), block_s=3600.0)
+        deadline = time.time() + 60
+        while not held_up.is_set() and time.time() < deadline:
+            w.poll_once(timeout=1.0)  # the first half fills the block's rows: it is due, its inserts start
+        assert held_up.is_set() and w.held_rows() == 0 and w.stats.blocks == 0
+        _send(kafka_bootstrap, topic, msgs[cut:])
+        deadline = time.time() + 60
+        while w.held_rows() < sum(rows[cut:]) and time.time() < deadline:
+            assert w.poll_once(timeout=1.0) == 0
+        assert w.held_rows() == sum(rows[cut:]), "the next block's messages were read during the insert"
+        assert w.stats.blocks == 0 and _counts(store)["n"] == 0
+        gate.set()
+        deadline = time.time() + 60
+        while w.stats.blocks == 0 and time.time() < deadline:
+            w.poll_once(timeout=0.2)
+        assert w.stats.blocks == 1 and _counts(store)["n"] == sum(rows[:cut])
+        w.poll_once(timeout=0, force=True)  # a forced poll returns once its block is in
+        assert w.stats.blocks == 2
+        w.close()
+        assert _counts(store) == {**dict.fromkeys(TIERS, sum(rows)), "n": sum(rows), "u": sum(rows)}
+    finally:
+        gate.set()
+        store.close()
+
+
 def _old_writer_state(store: ChdbStore, prefix: str, last: int, before: int, after: int) -> None:
     """The state row a writer of the two-crossing layout left: its last block over ``probes.enriched``
     offsets ``[0, last]``, with the raw marks of raw partition 0 before and after it."""
