@@ -48,7 +48,8 @@ BLOCK_ROWS = 1_000_000
 per stored row instead of 1.6 at 500,000, and the block's tier rows fall from 0.10 to 0.05 per probe
 (a pair probed twice in a block is one tier row): 0.67-0.70x the raw table's CPU per row, the documented
 queries within 1.25x (``bench raw-layout``; BENCHMARKS.md sections 4 and 17). What it costs: the writer
-holds twice the rows (about 1.5 GiB at its peak at the paper's rate against 1.1)."""
+holds twice the rows (about 1.5 GiB at its peak at the paper's rate against 1.1; 1.7-1.9 with the next block's
+uploads read while one goes in, :class:`sinks.kafka_sink.StoreWriter`)."""
 
 
 def source_of(table: pa.Table) -> tuple[str, int] | None:
