@@ -20,6 +20,7 @@ message's source identity as its deduplication token.
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -456,21 +457,17 @@ class StoreWriter:
             judged = st.judged
             if st.redo is not None and (entries := st.take_block(self.block_rows, self.block_s, now, force)):
                 written += self._finish_insert()
-                n = None if self._abandoned else self._write_block(topic, {part: st}, {part: entries}, stop, judged)
-                if n is None:
+                if self._abandoned or not self._write_block(topic, {part: st}, {part: entries}, stop, judged):
                     self._abandoned = True
                     return written
-                written += n
         for topic in sorted({t for t, _ in self._parts}):
             states = {p: st for (t, p), st in self._parts.items() if t == topic}
             while (taken := take_writer_block(states, self.block_rows, self.block_s, time.monotonic(), force,
                                                  self.budget)):
                 written += self._finish_insert()
-                n = None if self._abandoned else self._write_block(topic, states, taken, stop)
-                if n is None:
+                if self._abandoned or not self._write_block(topic, states, taken, stop):
                     self._abandoned = True
                     return written  # stopping: the block is recorded; the next start re-forms it
-                written += n
                 if not force:  # one block per poll: verdicts (inserted per message) never wait behind several
                     self._wrote_block = True
                     break
@@ -537,20 +534,17 @@ class StoreWriter:
         return True
 
     def _write_block(self, topic: str, states: dict[int, PartitionState], taken: dict[int, list[Entry]],
-                     stop: Callable[[], bool], judged: dict[str, int] | None = None) -> int | None:
-        """Record, insert and commit one writer block over ``taken`` (partition -> entries; :mod:`sinks.blocks`)
-        judged as ``judged`` says (a recorded block re-formed); rows written, None if stopped first."""
+                     stop: Callable[[], bool], judged: dict[str, int] | None = None) -> bool:
+        """Form one writer block over ``taken`` (partition -> entries; :mod:`sinks.blocks`) judged as ``judged``
+        says (a recorded block re-formed) and start its inserts in the insert thread; its rows count and its
+        offsets are committed once they are done (:meth:`_finish_insert`). False if stopped first."""
         formed = self._form(topic, {p: (entries, states[p].hwm) for p, entries in taken.items()}, judged or {},
                             stop)
         if formed is None:
-            return None
-        block = formed[0]
-
-        def inserted(rows: int) -> None:
-            self._block_stored(topic, states, taken, block, rows)
-
-        self._in_flight = (self._inserts.submit(self._insert_block, topic, *formed, stop), inserted)
-        return 0  # its rows count once its inserts are done (_finish_insert)
+            return False
+        self._in_flight = (self._inserts.submit(self._insert_block, topic, *formed, stop),
+                           functools.partial(self._block_stored, topic, states, taken, formed[0]))
+        return True
 
     def _finish_insert(self, wait: bool = True) -> int:
         """Wait for the block insert in flight (if any; with ``wait`` False, only if it is done), then record
