@@ -21,8 +21,8 @@ A named link may hide a second fault: every failing probe through it is its, so 
 whose selected tuples all cross it is never named (:mod:`streams.pingmesh.verify`). A claim names the
 other links its failing probes crossed (``verify_links``), and the analyzer asks to *verify* them (a
 request with ``verify`` = the claimed link): :class:`SplitLoop` probes each of them with 5-tuples that keep
-off every named link, new ones each window the claim stands, and withdraws them ``lifetime_ns`` after
-the last claim.
+off every named link, new ones each window the claim stands (but a verified link that a window named keeps
+its own: they showed its loss), and withdraws them ``lifetime_ns`` after the last claim.
 
 A group is renewed while windows keep naming one of its links or stay ``undetermined`` over it, and
 withdrawn ``lifetime_ns`` after the last of those. Rate-limited per fabric: at most ``max_groups``
@@ -114,6 +114,7 @@ class _Active:
     how: str  # "split" | "bounce" | "none"
     since_ns: int = 0  # when these entries were put in force
     generation: int = 0
+    by_link: dict[str, list[dict]] = field(default_factory=dict)  # verification: the entries drawn per link
 
 
 @dataclass
@@ -181,9 +182,11 @@ class SplitLoop:
         """
         added: list[dict] = []
         self._expire(now_ns)
+        requests = list(requests)
+        claimed = {str(r["verify"]) for r in requests if r.get("verify")}  # every switch claim asks to verify
         for req in requests:
             if req.get("verify"):
-                added += self._verify(req, now_ns)
+                added += self._verify(req, now_ns, claimed)
                 continue
             group = tuple(sorted(set(req["links"])))
             if len(group) < 2 or self._parts(group) is None:
@@ -210,23 +213,31 @@ class SplitLoop:
             added += entries
         return added
 
-    def _verify(self, req: dict, now_ns: int) -> list[dict]:
+    def _verify(self, req: dict, now_ns: int, claimed: frozenset[str] | set[str] = frozenset()) -> list[dict]:
         """Answer a verification request (``verify``: the claimed link; ``links``: the links to verify).
 
         Renewed while the claim stands; new 5-tuples when a window that began with the last ones in force
         still names the claim (they showed nothing: a partial loss spares most tuples through its link), up
         to ``verify_generations`` sets, then the last set stays (a link dead for hours does not have its
-        neighbours' probes redrawn, and the agents' lists republished, every window).
+        neighbours' probes redrawn, and the agents' lists republished, every window). A link to verify that
+        is named (``claimed``: this batch's claims, or earlier windows') keeps its 5-tuples in the new set:
+        they may be the only probed ones a partial loss on it selected, and new ones would likely spare it
+        (seed 15665, scenario 110: `C->S3` named from `B->S4`'s verification tuples, then missed).
         Refused past ``max_verify`` claims, or when no link to verify is a switch link."""
         claim = str(req["verify"])
         links = sorted({lk for lk in req["links"] if lk in self._links and lk != claim})
         gen = 0
+        kept: dict[str, list[dict]] = {}
         if claim in self.verifying:
             a = self.verifying[claim]
             a.until_ns = now_ns + self.lifetime_ns
             if int(req.get("window_start_ns", -1)) < a.since_ns or a.generation + 1 >= self.verify_generations:
                 return []
             gen = a.generation + 1
+            named = set(claimed) | self._named(now_ns)
+            # a named link leaves the claim's request (its own claim verifies others), not this set
+            kept = {lk: es for lk, es in a.by_link.items() if lk in named and lk != claim}
+            links = sorted({*links, *kept})
             del self.verifying[claim]
         elif len(self.verifying) >= self.max_verify or not links:
             self.refused += 1
@@ -235,16 +246,24 @@ class SplitLoop:
         keep_off = self._named(now_ns) | {claim}
         seed = self.seed + 7919 * gen
         entries: list[dict] = []
+        owner: list[str] = []  # the link each entry was drawn for
         seen: set[tuple] = set()
         for lk in links:
-            for e in crossing_entries(self.inv, self.reg, lk, self.paths_of, seed=seed, avoid=avoid,
-                                      max_tuples=self.verify_per_link, avoid_links=frozenset(keep_off - {lk})):
+            drawn = kept[lk] if lk in kept else crossing_entries(
+                self.inv, self.reg, lk, self.paths_of, seed=seed, avoid=avoid, max_tuples=self.verify_per_link,
+                avoid_links=frozenset(keep_off - {lk}))
+            for e in drawn:
                 key = (e["src_ip"], e["dst_ip"], e["src_port"], e["dst_port"])
                 if key not in seen:
                     seen.add(key)
                     entries.append(e)
+                    owner.append(lk)
         entries = self._share(entries, self.verify_pps)
-        self.verifying[claim] = _Active(tuple(links), entries, now_ns + self.lifetime_ns, "verify", now_ns, gen)
+        by_link: dict[str, list[dict]] = {}
+        for e, lk in zip(entries, owner, strict=True):
+            by_link.setdefault(lk, []).append(e)
+        self.verifying[claim] = _Active(tuple(links), entries, now_ns + self.lifetime_ns, "verify", now_ns, gen,
+                                        by_link)
         self.answered += 1
         self.log.append({"at_ns": now_ns, "links": links, "how": "verify", "verify": claim,
                          "entries": len(entries), "generation": gen, "request": req.get("request_id")})

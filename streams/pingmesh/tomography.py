@@ -18,8 +18,9 @@ names the most-voted link. Three extensions:
   (``DEAD_RATIO``).
 * **Low-rate loss.** A link is named when its failures are too many to be the fabric's
   background loss: a one-sided test of its unexplained failures among the probes
-  crossing it against the per-probe background rate (the unexplained failures left
-  over all probes, at least a floor), Bonferroni-corrected over the links probed.
+  crossing it against the per-probe background rate under "this link is healthy" (the
+  unexplained failures off the link over the probes off it, at least a floor),
+  Bonferroni-corrected over the links probed.
   A 0.5 % lossy link is named as soon as enough probes crossed it, with no fixed
   share of failures to reach.
 * **Confidence.** Each named link gets a probability built from its support
@@ -182,8 +183,11 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         ok = (votes >= cfg.min_votes) & (ratio >= cfg.min_ratio) & ~taken
         log_p = np.zeros(len(links))
         if probes is not None and ok.any():
-            # background: the failures no link has explained yet, over all probes (at least the floor)
-            q = max(background, float(left.sum()) / max(probes, 1))
+            # background under "this link is healthy": the failures no link has explained yet that did not
+            # cross it, over the probes that did not (at least the floor). Counting its own failures in would
+            # let a lossy link that carries much of a small fabric's probes raise its own bar (Panel 1: a
+            # 0.5 % loss on a link crossed by 29 % of the probes, 18 failures, beside a flapping link)
+            q = np.maximum(background, (float(left.sum()) - votes[ok]) / np.maximum(probes - cross[ok], 1.0))
             log_p[ok] = log_poisson_tail(votes[ok], cross[ok] * q)
             ok &= log_p < log_alpha
         return votes, ratio, ok, log_p

@@ -382,6 +382,47 @@ def test_split_loop_verifies_a_claims_links_with_tuples_off_the_claimed_link():
     assert loop.entries(129) and loop.entries(130) == []  # 40 ns after the last claim: withdrawn
 
 
+def test_a_verified_link_that_a_window_names_keeps_its_tuples_when_the_claims_set_is_redrawn():
+    """The claim on B->S2 verifies A->S1 and C->S3. A window that began with those tuples in force names
+    C->S3 (a partial loss that one of them showed); the claim's next set draws new tuples for A->S1 but
+    keeps C->S3's, even though C->S3, claimed itself now, has left the claim's list of links to verify."""
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    paths_of = entry_links(Topology(inv, 1))
+    loop = SplitLoop(inv, reg, paths_of, seed=1, lifetime_ns=40, verify_per_link=4)
+    req = {"links": ["A->S1", "C->S3"], "verify": "B->S2", "window_start_ns": 0}
+    first = loop.on_requests([req], now_ns=0)
+    keys = {lk: {(e["src_ip"], e["dst_ip"], e["src_port"]) for e in es} for lk, es in
+            loop.verifying["B->S2"].by_link.items()}
+    assert set(keys) == {"A->S1", "C->S3"} and len(keys["C->S3"]) == 4
+    again = loop.on_requests([{**req, "links": ["A->S1"], "window_start_ns": 20},
+                              {"links": ["A->S2"], "verify": "C->S3", "window_start_ns": 20}], now_ns=30)
+    assert again and loop.log[-2]["generation"] == 1 and loop.log[-2]["links"] == ["A->S1", "C->S3"]
+    now = {lk: {(e["src_ip"], e["dst_ip"], e["src_port"]) for e in es} for lk, es in
+           loop.verifying["B->S2"].by_link.items()}
+    assert now["C->S3"] == keys["C->S3"] and now["A->S1"].isdisjoint(keys["A->S1"])
+    assert first and sum(e["rate_pps"] for e in loop.verifying["B->S2"].entries) <= loop.verify_pps + 1e-9
+    # without C->S3 named, its tuples are redrawn like the others
+    loop2 = SplitLoop(inv, reg, paths_of, seed=1, lifetime_ns=40, verify_per_link=4)
+    loop2.on_requests([req], now_ns=0)
+    loop2.on_requests([{**req, "window_start_ns": 20}], now_ns=30)
+    redrawn = {(e["src_ip"], e["dst_ip"], e["src_port"]) for e in loop2.verifying["B->S2"].by_link["C->S3"]}
+    assert redrawn.isdisjoint(keys["C->S3"])
+
+
+def test_the_loop_keeps_naming_a_partial_loss_that_a_claims_verification_showed():
+    """Simulator seed 15665, scenario 110 (Panel 1): H1 down, B-S4 flapping from 22 s, a partial loss on
+    C-S3 (12 % of tuples) from 37 s. Only the tuples that verify B-S4's claim show C-S3's loss: it is named
+    in window 2; when B-S4's claim redrew its set for window 3 without them, C-S3 was missed there."""
+    from bench.accuracy import draw_scenario
+
+    sc = draw_scenario(110, 15665, 25, 80)
+    r = run_scenario(sc, 15665 * 1000 + 110, BACKGROUND_LOSS, loop=True)
+    named = [sorted(v["location"] for v in rows if v["kind"] == "switch" and v["revision_of"] is None)
+             for _, rows in r.windows]
+    assert named[1:] == [["B->S4"], ["B->S4", "C->S3"], ["B->S4", "C->S3"]]
+
+
 def test_the_loop_names_a_partial_loss_whose_tuples_all_crossed_a_named_link():
     """Simulator seed 27764, scenario 296 (4x4 Clos): partial losses on A-S1 (12 % of tuples) and B-S2 (18 %),
     a lossy D-S1. The one probed tuple A-S1's hash selects goes out over B-S2 and back over A-S1, so B-S2's

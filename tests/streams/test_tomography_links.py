@@ -427,3 +427,24 @@ def test_a_dead_link_is_named_before_a_live_link_that_outscores_it_with_its_fail
     tied = [s for s in r.suspects if s.tied_with]
     assert len(tied) == 1 and {tied[0].link, *tied[0].tied_with} >= {"A->S1", "B->S1"}
     assert r.unexplained == 0
+
+
+def test_a_lossy_link_that_holds_most_unexplained_failures_is_tested_against_the_others():
+    """Simulator seed 15665, scenario 210, window 1 (Panel 1: A-S3 flapping, named first; H5 busy; a 0.5 %
+    loss on B-S1): 18 of the 22 failures left cross B-S1, which 2,877 of the window's 9,983 probes
+    crossed. Against all 22 over all probes (2.2e-3 a probe, 6.3 expected) 18 failures are not significant
+    at 1e-3 over the window's links; under "B-S1 is healthy" the background is the 4 failures off it over
+    the 7,106 probes off it, below the 1e-3 floor: 2.9 expected, and 18 is B-S1's loss."""
+    from streams.pingmesh.context import log_poisson_tail
+
+    far = [f"{t}{k}" for t, k in zip("acac", (1, 2, 3, 4), strict=True)]
+    rows = [(f"b{k % 4 + 1},B,S1,{far[k % 4][0].upper()},{far[k % 4]}", "", 1) for k in range(18)]
+    rows += [(f"c{k},C,S2,A,a{k}", "", 1) for k in (1, 2, 3, 4)]
+    cross = {"B->S1": 2877, "A->S1": 2900, "C->S1": 2900, "C->S2": 2900, "A->S2": 2900,
+             **{f"{r}->{r[0].upper()}": 1250 for r in ("a1", "a2", "a3", "a4", "b1", "b2", "b3", "b4",
+                                                          "c1", "c2", "c3", "c4")}}
+    r = greedy_cover(_failing(rows), _crossing(cross), probes=9_983, background=1e-3)
+    assert [(s.link, s.votes) for s in r.suspects] == [("B->S1", 18)]
+    n_tests = len(cross)
+    assert log_poisson_tail(18, 2877 * 22 / 9983)[0] > np.log(1e-3 / n_tests)  # the whole window's rate
+    assert log_poisson_tail(18, 2877 * 1e-3)[0] < np.log(1e-3 / n_tests)
