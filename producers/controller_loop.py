@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from producers import controller as ctl
@@ -213,7 +214,7 @@ class SplitLoop:
             added += entries
         return added
 
-    def _verify(self, req: dict, now_ns: int, claimed: frozenset[str] | set[str] = frozenset()) -> list[dict]:
+    def _verify(self, req: dict, now_ns: int, claimed: AbstractSet[str] = frozenset()) -> list[dict]:
         """Answer a verification request (``verify``: the claimed link; ``links``: the links to verify).
 
         Renewed while the claim stands; new 5-tuples when a window that began with the last ones in force
