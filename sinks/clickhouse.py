@@ -35,8 +35,8 @@ from schemas.migrations import LEDGER_DDL, migrations
 from sinks.readonly_sql import QueryLimits, ReadonlyGuard
 from sinks.store_errors import StoreError
 
-__all__ = ["ChdbStore", "QueryLimits", "ServerStore", "Store", "StoreError", "migrate", "open_store",
-           "private_dir"]
+__all__ = ["ChdbStore", "QueryLimits", "ServerStore", "Store", "StoreError", "StoreLane", "migrate",
+           "open_store", "private_dir"]
 
 _TOKEN_OK = re.compile(r"^[A-Za-z0-9_.:/\-]{1,200}$")
 _SETTING_NAME = re.compile(r"^[a-z][a-z0-9_]{0,99}$")
@@ -66,8 +66,35 @@ class Store(Protocol):
         """Insert ``data`` into ``table``; a repeated ``dedup_token`` is ignored by the engine. ``settings``:
         extra integer query settings of this insert (e.g. ``optimize_on_insert = 0`` for rows already merged)."""
 
+    def insert_lane(self) -> StoreLane:
+        """A second connection to this store for the project's own statements, serialised apart from this
+        one's: statements on the lane never wait for this store's, nor these for the lane's. The store
+        writer's block inserts (a million rows, seconds of the engine) run on a lane in their thread, so a
+        verdict inserted meanwhile waits for no block. The lane is closed by its user or with the store.
+
+        Raises:
+            StoreError: the store could not open another connection.
+        """
+
     def close(self) -> None:
         """Release the store."""
+
+
+class StoreLane(Protocol):
+    """A connection of :meth:`Store.insert_lane`: the project's own statements, nothing a user typed."""
+
+    def command(self, sql: str) -> None:
+        """Run a statement that returns nothing."""
+
+    def query_arrow(self, sql: str) -> pa.Table:
+        """Run one of the project's own queries and return its result as a pyarrow table."""
+
+    def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None,
+                     settings: Mapping[str, int] | None = None) -> None:
+        """As :meth:`Store.insert_arrow`."""
+
+    def close(self) -> None:
+        """Release the connection (again: nothing)."""
 
 
 def private_dir(path: str | Path) -> Path:
@@ -109,11 +136,12 @@ class ChdbStore:
                 f"cannot open the embedded store {self.path}: {err}. Another process (the pipeline's sink) "
                 "owns it; query through it, or stop it first."
             ) from None
-        # One session for the project's own statements (inserts, migrations), serialised here;
-        # user queries use up to ``readers`` read-only sessions of their own (chdb runs sessions
-        # concurrently), so a long query never holds this lock; plus one reader kept for short
+        # One session for the project's own statements (inserts, migrations), serialised by its lock, and
+        # one more per insert lane; user queries use up to ``readers`` read-only sessions of their own (chdb
+        # runs sessions concurrently), so a long query never holds that lock; plus one reader kept for short
         # queries (its own time limit), so they answer while long ones fill the others.
-        self._lock = threading.Lock()
+        self._own = _ChdbStatements(self._session)
+        self._lanes: list[_ChdbStatements] = []
         self._readers: dict[bool, queue.LifoQueue[Any]] = {False: queue.LifoQueue(), True: queue.LifoQueue()}
         for short, n in ((False, self.limits.readers if readers is None else readers), (True, 1)):
             for _ in range(n):
@@ -158,14 +186,52 @@ class ChdbStore:
         return self._on_reader(guard.check(sql), "ArrowTable", short)
 
     def command(self, sql: str) -> None:
-        with self._lock:
+        self._own.command(sql)
+
+    def query_arrow(self, sql: str) -> pa.Table:
+        return self._own.query_arrow(sql)
+
+    def insert_arrow(self, table: str, data: pa.Table, dedup_token: str | None = None,
+                     settings: Mapping[str, int] | None = None) -> None:
+        self._own.insert_arrow(table, data, dedup_token, settings)
+
+    def insert_lane(self) -> StoreLane:
+        from chdb import session
+
+        try:
+            lane = _ChdbStatements(session.Session(str(self.path)))
+        except Exception as err:
+            raise StoreError(f"cannot open another session on the embedded store {self.path}: {err}") from None
+        self._lanes.append(lane)
+        return lane
+
+    def close(self) -> None:
+        for lane in self._lanes:
+            lane.close()
+        with self._own.lock:
+            for s in self._all_readers:
+                s.close()
+        self._own.close()
+
+
+class _ChdbStatements:
+    """One chdb session for the project's own statements, one at a time (its lock): a :class:`ChdbStore`'s
+    own, or one of its insert lanes (:meth:`Store.insert_lane`)."""
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+        self.lock = threading.Lock()
+        self._closed = False
+
+    def command(self, sql: str) -> None:
+        with self.lock:
             try:
                 self._session.query(sql)
             except Exception as err:
                 raise StoreError(f"{err}\nstatement: {sql[:300]}") from None
 
     def query_arrow(self, sql: str) -> pa.Table:
-        with self._lock:
+        with self.lock:
             try:
                 return self._session.query(sql, "ArrowTable")
             except Exception as err:
@@ -184,10 +250,10 @@ class ChdbStore:
         self.command(f"INSERT INTO {table} ({cols}) SELECT {cols} FROM Python(arrow_data) SETTINGS {setting_sql}")
 
     def close(self) -> None:
-        with self._lock:
-            for s in self._all_readers:
-                s.close()
-            self._session.close()
+        with self.lock:
+            if not self._closed:
+                self._closed = True
+                self._session.close()
 
 
 class ServerStore:
@@ -200,6 +266,7 @@ class ServerStore:
         import clickhouse_connect
 
         self.limits = limits or QueryLimits()
+        self._url = url  # for insert lanes; never logged
         try:
             self._client = clickhouse_connect.get_client(dsn=url)
         except Exception as err:
@@ -243,6 +310,10 @@ class ServerStore:
             self._client.insert_arrow(table, data, settings=opts)
         except Exception as err:
             raise StoreError(f"insert into {table} failed: {err}") from None
+
+    def insert_lane(self) -> StoreLane:
+        # a client of its own: clickhouse-connect refuses two statements at once in one client's session
+        return ServerStore(self._url, self.limits)
 
     def close(self) -> None:
         self._client.close()

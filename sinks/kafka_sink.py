@@ -8,7 +8,9 @@ Probe rows (the agents' uploads on ``probes.raw``, the bulk of the data, read in
 consumer group: each probe crosses Kafka once) go in blocks of many messages: up to ``block_rows`` rows
 or ``block_s`` seconds over all the partitions the writer holds (one insert per table for all of them),
 aligned to offsets, with their state in the store (:mod:`sinks.blocks`), one block's inserts in a thread of
-their own while the next block's messages are read and decoded. A block's uploads are judged
+their own while the next block's messages are read and decoded, on a connection of their own
+(:meth:`sinks.clickhouse.Store.insert_lane`) so that no other message's insert waits for them. A block's
+uploads are judged
 and decomposed with the stream worker's rules, the raw retention policy picks the rows ``probes`` keeps,
 and every good row is counted in the minute tier (:mod:`sinks.raw_rows`); the writer rolls the minute
 rows up into the hourly tiers (:mod:`sinks.probe_tiers`) under the ToRs of ``rnic_inventory``. The other topics
@@ -47,7 +49,7 @@ from sinks.blocks import (
     take_writer_block,
     writer_block_inserts,
 )
-from sinks.clickhouse import Store, StoreError
+from sinks.clickhouse import Store, StoreError, StoreLane
 from sinks.history import registry_inventory
 from sinks.origin import check as origin_check
 from sinks.origin import from_headers as origin_from_headers
@@ -177,6 +179,8 @@ class StoreWriter:
         # releases the GIL while it inserts); the next block forms only once they are done and committed, so
         # blocks go in one at a time and in order, as if inserted here (_finish_insert).
         self._inserts = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="block-insert")
+        # ... on a connection of their own: a verdict inserted meanwhile waits for no block's inserts
+        self.block_store = store.insert_lane()
         self._in_flight: tuple[concurrent.futures.Future[int | None], Callable[[int], None]] | None = None
         self._abandoned = False  # a poll stopped midway: see poll_once
         self._baselines = BaselineReader(bootstrap, f"{prefix}{T.LATENCY_BASELINES.name}", kafka_config) \
@@ -389,11 +393,15 @@ class StoreWriter:
                 delay = min(delay * 2, 10.0)
         return None
 
-    def _insert_with_retry(self, table: str, data: pa.Table, token: str | None, stop: Callable[[], bool]) -> bool:
+    def _insert_with_retry(self, table: str, data: pa.Table, token: str | None, stop: Callable[[], bool],
+                           store: StoreLane | None = None) -> bool:
+        """Insert into ``table`` on ``store`` (default: the writer's store) until it goes in; False if
+        ``stop()`` first."""
         settings = TIER_INSERT_SETTINGS if table in TIER_TABLES else None
+        target = store or self.store
 
         def insert() -> bool:
-            self.store.insert_arrow(table, data, dedup_token=token, settings=settings)
+            target.insert_arrow(table, data, dedup_token=token, settings=settings)
             return True
 
         return self._retry(insert, f"insert into {table}", stop) is not None
@@ -587,7 +595,7 @@ class StoreWriter:
         None if stopped first (the block is re-formed from its recorded state at the next start)."""
         rows = 0
         for table, data, token in writer_block_inserts(topic, block, time.time_ns(), tor_of):
-            if not self._insert_with_retry(table, data, token, stop):
+            if not self._insert_with_retry(table, data, token, stop, self.block_store):
                 return None
             if token is None:
                 continue  # the state rows
@@ -638,6 +646,7 @@ class StoreWriter:
             self._finish_insert()
         finally:
             self._inserts.shutdown(wait=True)
+            self.block_store.close()
         if self._baselines is not None:
             self._baselines.close()
         if self._registry is not None:

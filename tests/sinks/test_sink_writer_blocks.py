@@ -75,7 +75,7 @@ def test_a_block_over_two_partitions_killed_mid_insert_is_re_formed_whole(kafka_
         _send(kafka_bootstrap, topic, first)
         w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
         inserts: list[str] = []
-        real_insert = store.insert_arrow
+        real_insert = w.block_store.insert_arrow
 
         def dies_after_the_first_table(table, data, dedup_token=None, settings=None):  # noqa: ANN001, ANN202
             if len(inserts) == 2:  # the state rows and the first tier went in
@@ -83,7 +83,7 @@ def test_a_block_over_two_partitions_killed_mid_insert_is_re_formed_whole(kafka_
             inserts.append(table)
             return real_insert(table, data, dedup_token=dedup_token, settings=settings)
 
-        store.insert_arrow = dies_after_the_first_table  # type: ignore[method-assign]
+        w.block_store.insert_arrow = dies_after_the_first_table  # type: ignore[method-assign]
         deadline = time.time() + 60
         while w.held_rows() < sum(rows[:cut]) and time.time() < deadline:
             w.poll_once(timeout=1.0)  # reads everything; the block waits for its (hour-long) budget
@@ -91,7 +91,6 @@ def test_a_block_over_two_partitions_killed_mid_insert_is_re_formed_whole(kafka_
         with pytest.raises(Killed):
             w.poll_once(timeout=0, force=True)
         w.close()  # no offsets were committed
-        del store.insert_arrow
         assert inserts[0] == "sink_blocks"
         state = store.query_arrow("SELECT partition, first_offset, last_offset FROM sink_blocks ORDER BY partition")
         assert state["partition"].to_pylist() == [0, 1], "one block over both partitions, a state row for each"
@@ -139,9 +138,10 @@ def test_a_writer_stopped_midway_writes_nothing_more(kafka_bootstrap, topic_pref
 
 
 def test_the_next_blocks_messages_are_read_while_a_block_is_inserted(kafka_bootstrap, topic_prefix, tmp_path):
-    """A block's inserts run in a thread of their own: while the store holds them up, the writer goes on
-    reading (the next block's rows are held), records nothing, and the block is recorded and committed only
-    once its inserts are done; every probe is stored once."""
+    """A block's inserts run in a thread of their own, on a connection of their own: while the engine holds
+    them up, the writer goes on reading (the next block's rows are held), another topic's message goes in,
+    nothing of the block is recorded, and the block is recorded and committed only once its inserts are
+    done; every probe is stored once."""
     msgs, rows = _raw_messages(4)
     # The first messages that hold more rows than the rest: the first block is due on its rows, the next
     # never is (the probes per upload vary from run to run).
@@ -150,30 +150,37 @@ def test_the_next_blocks_messages_are_read_while_a_block_is_inserted(kafka_boots
     store = ChdbStore(tmp_path / "ch")
     migrate(store)
     gate, held_up = threading.Event(), threading.Event()
-    real_insert = store.insert_arrow
-
-    def waits_for_the_gate(table, data, dedup_token=None, settings=None):  # noqa: ANN001, ANN202
-        if table == "probes":
-            held_up.set()
-            assert gate.wait(60)
-        return real_insert(table, data, dedup_token=dedup_token, settings=settings)
-
-    store.insert_arrow = waits_for_the_gate  # type: ignore[method-assign]
     try:
         _send(kafka_bootstrap, topic, msgs[:cut])
         w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=sum(rows[:cut]), block_s=3600.0)
         # Due on rows alone: the default budget also cuts a block after a 1 s pause in the input, and a pause
         # while the second half arrives would make that block wait for the one the gate holds.
         w.budget = BlockBudget(sum(rows[:cut]), 3600.0)
+        lane = w.block_store
+        real_insert = lane.insert_arrow
+
+        def held_in_the_engine(table, data, dedup_token=None, settings=None):  # noqa: ANN001, ANN202
+            if table == "probes":
+                with lane.lock:  # the lane's connection is busy, as in a long insert
+                    held_up.set()
+                    assert gate.wait(60)
+            return real_insert(table, data, dedup_token=dedup_token, settings=settings)
+
+        lane.insert_arrow = held_in_the_engine  # type: ignore[method-assign]
         deadline = time.time() + 60
         while not held_up.is_set() and time.time() < deadline:
             w.poll_once(timeout=1.0)  # the first half fills the block's rows: it is due, its inserts start
         assert held_up.is_set() and w.held_rows() == 0 and w.stats.blocks == 0
         _send(kafka_bootstrap, topic, msgs[cut:])
+        p = Producer({"bootstrap.servers": kafka_bootstrap})
+        p.produce(f"{topic_prefix}verdicts", b"not arrow", headers=headers_for("verdict.v1"))
+        assert p.flush(30) == 0
         deadline = time.time() + 60
-        while w.held_rows() < sum(rows[cut:]) and time.time() < deadline:
-            assert w.poll_once(timeout=1.0) == 0
+        while (w.held_rows() < sum(rows[cut:]) or w.stats.undecodable == 0) and time.time() < deadline:
+            assert w.poll_once(timeout=1.0) == 1  # the dead letter's row, or nothing
         assert w.held_rows() == sum(rows[cut:]), "the next block's messages were read during the insert"
+        dead = store.query_arrow("SELECT source_topic FROM deadletters")["source_topic"].to_pylist()
+        assert dead == [f"{topic_prefix}verdicts"], "another topic's message went in during the block's insert"
         assert w.stats.blocks == 0 and _counts(store)["n"] == 0
         gate.set()
         deadline = time.time() + 60
