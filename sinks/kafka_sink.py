@@ -91,6 +91,7 @@ class SinkStats:
     rows_by_table: dict[str, int] = field(default_factory=dict)
     blocks: int = 0
     replayed_rows_dropped: int = 0
+    pauses: int = 0  # times the block topics were paused while a block went in (a full one held)
 
 
 def dedup_token(msg: Message, table: pa.Table) -> str:
@@ -182,6 +183,7 @@ class StoreWriter:
         # ... on a connection of their own: a verdict inserted meanwhile waits for no block's inserts
         self.block_store = store.insert_lane()
         self._in_flight: tuple[concurrent.futures.Future[int | None], Callable[[int], None]] | None = None
+        self._paused: list[TopicPartition] = []  # block partitions paused while a block's inserts run
         self._abandoned = False  # a poll stopped midway: see poll_once
         self._baselines = BaselineReader(bootstrap, f"{prefix}{T.LATENCY_BASELINES.name}", kafka_config) \
             if retention.mode == "anomalies" else None
@@ -226,6 +228,7 @@ class StoreWriter:
 
     def _revoke(self, _consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._finish_insert()  # its offsets are committed while the partitions are still this writer's
+        self._resume_blocks()  # none stays paused into a later assignment
         self._forget(partitions)
         self._assigned -= {(tp.topic, tp.partition) for tp in partitions}
 
@@ -409,8 +412,9 @@ class StoreWriter:
     def poll_once(self, timeout: float = 0.2, stop: Callable[[], bool] = lambda: False, force: bool = False) -> int:
         """Consume up to 1,000 messages; insert the other messages, then start one due block (all when
         ``force``d: verdicts consumed meanwhile go in before the next block), commit; rows written. A block's
-        inserts run in a thread while the next polls read and decode; its rows count in the poll that finds
-        them done (a forced poll waits for them).
+        inserts run in a thread while the next polls read and decode (pausing the block topics once a block's
+        worth is held) and insert the other messages; its rows count in the poll that finds them done, and
+        the next block starts there (a forced poll waits for them).
 
         A poll that stops midway (``stop()`` while the store refuses) leaves the consumer past messages it
         neither stored nor holds; a block formed after that would skip them, so this writer writes
@@ -423,8 +427,15 @@ class StoreWriter:
         if not self._raw_subscribed and self._old_writers_gone():
             self._raw_subscribed = True
             self._subscribe()
-        msgs = self._consumer.consume(num_messages=1000, timeout=0 if self._wrote_block else timeout)
+        if self._wrote_block:
+            timeout = 0
+        elif self._in_flight is not None:  # the next block forms soon after its inserts are done
+            timeout = min(timeout, 0.05)
+        msgs = self._consumer.consume(num_messages=1000, timeout=timeout)
         self._wrote_block = False
+        # the other topics' messages first (stable: each partition's order kept): a verdict read behind a
+        # thousand raw uploads goes in before they are decoded
+        msgs.sort(key=self._in_block_topic)
         now = time.monotonic()
         for msg in msgs:
             if msg.error():
@@ -461,6 +472,18 @@ class StoreWriter:
             self.stats.rows += data.num_rows
             self.stats.rows_by_table[table_name] = self.stats.rows_by_table.get(table_name, 0) + data.num_rows
             self._commit(msg)
+        written += self._finish_insert(wait=False)
+        if self._abandoned:
+            return written
+        if self._in_flight is not None and not force:
+            # A block's inserts still run: read on, holding the next block's rows, and once a block's worth
+            # is held, pause the block topics until they are in (memory stays at two blocks). A verdict
+            # read meanwhile goes in at once, where waiting for the inserts here would hold it seconds.
+            if self.held_rows() >= self.budget.max_rows:
+                self._pause_blocks()
+            self._observe_lag(msgs)
+            return written
+        self._resume_blocks()
         for (topic, part), st in list(self._parts.items()):  # recorded single-partition blocks, re-formed first
             judged = st.judged
             if st.redo is not None and (entries := st.take_block(self.block_rows, self.block_s, now, force)):
@@ -485,6 +508,30 @@ class StoreWriter:
             written += self._finish_insert()
         self._observe_lag(msgs)
         return written
+
+    def _in_block_topic(self, msg: Message) -> bool:
+        topic = msg.topic()
+        return topic is not None and topic[len(self.prefix):] in BLOCK_TOPICS
+
+    def _pause_blocks(self) -> None:
+        """Stop fetching the block topics' partitions (:meth:`poll_once`: a block's worth is held while the
+        last one's inserts run); :meth:`_resume_blocks` fetches them again from the next message to read."""
+        if not self._paused:
+            self._paused = [TopicPartition(t, p) for t, p in sorted(self._assigned)
+                            if t[len(self.prefix):] in BLOCK_TOPICS]
+            if self._paused:
+                self._consumer.pause(self._paused)
+                self.stats.pauses += 1
+
+    def _resume_blocks(self) -> None:
+        """Fetch the paused partitions that are still this writer's again."""
+        paused, self._paused = self._paused, []
+        still = [tp for tp in paused if (tp.topic, tp.partition) in self._assigned]
+        if still:
+            try:
+                self._consumer.resume(still)
+            except KafkaException as err:  # lost meanwhile: a later assignment starts them unpaused
+                log.warning("resuming %d partitions: %s", len(still), err)
 
     def held_rows(self) -> int:
         """Raw probe rows read and not yet inserted (in blocks still open), over every partition."""

@@ -8,6 +8,7 @@ after it: each probe is then counted once in ``probes`` and in every tier.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -55,6 +56,14 @@ def _send(bootstrap: str, topic: str, msgs: list[tuple[int, str, bytes]]) -> Non
     for part, schema, payload in msgs:
         p.produce(topic, payload, partition=part, headers=headers_for(schema))
     assert p.flush(30) == 0
+
+
+def _close_quietly(w: StoreWriter | None) -> None:
+    """Close ``w`` if a test left it open (a failed assertion, whose error is the one to see): closed
+    twice, its consumer raises; a gated insert that timed out raises again here."""
+    if w is not None:
+        with contextlib.suppress(Exception):
+            w.close()
 
 
 def _counts(store: ChdbStore) -> dict[str, int]:
@@ -150,6 +159,7 @@ def test_the_next_blocks_messages_are_read_while_a_block_is_inserted(kafka_boots
     store = ChdbStore(tmp_path / "ch")
     migrate(store)
     gate, held_up = threading.Event(), threading.Event()
+    w: StoreWriter | None = None
     try:
         _send(kafka_bootstrap, topic, msgs[:cut])
         w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=sum(rows[:cut]), block_s=3600.0)
@@ -193,6 +203,60 @@ def test_the_next_blocks_messages_are_read_while_a_block_is_inserted(kafka_boots
         assert _counts(store) == {**dict.fromkeys(TIERS, sum(rows)), "n": sum(rows), "u": sum(rows)}
     finally:
         gate.set()
+        _close_quietly(w)  # its insert thread ends before the store closes
+        store.close()
+
+
+def test_a_writer_holding_a_block_while_one_goes_in_pauses_the_raw_partitions(kafka_bootstrap, topic_prefix,
+                                                                              tmp_path):
+    """While a block's inserts run and the next block's rows are all held, the writer pauses the raw
+    partitions: uploads sent then are not read (memory stays at two blocks) while a verdict still goes in;
+    once the inserts are done it reads on from where it paused, and every probe is stored once."""
+    msgs, rows = _raw_messages(8)
+    early, late = msgs[:36], msgs[36:]
+    per_block = sum(rows[:12])
+    topic = f"{topic_prefix}probes.raw"
+    store = ChdbStore(tmp_path / "ch")
+    migrate(store)
+    gate, held_up = threading.Event(), threading.Event()
+    w: StoreWriter | None = None
+    try:
+        _send(kafka_bootstrap, topic, early)
+        w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=per_block, block_s=3600.0)
+        w.budget = BlockBudget(per_block, 3600.0)  # due on rows alone (see the test above)
+        real_insert = w.block_store.insert_arrow
+
+        def waits_for_the_gate(table, data, dedup_token=None, settings=None):  # noqa: ANN001, ANN202
+            if table == "probes":
+                held_up.set()
+                assert gate.wait(60)
+            return real_insert(table, data, dedup_token=dedup_token, settings=settings)
+
+        w.block_store.insert_arrow = waits_for_the_gate  # type: ignore[method-assign]
+        deadline = time.time() + 60
+        while not (held_up.is_set() and w.stats.pauses) and time.time() < deadline:
+            w.poll_once(timeout=1.0)
+        assert held_up.is_set() and w.stats.pauses == 1 and w.stats.blocks == 0
+        held = w.held_rows()
+        assert held >= per_block
+        _send(kafka_bootstrap, topic, late)
+        p = Producer({"bootstrap.servers": kafka_bootstrap})
+        p.produce(f"{topic_prefix}verdicts", b"not arrow", headers=headers_for("verdict.v1"))
+        assert p.flush(30) == 0
+        deadline = time.time() + 60
+        while w.stats.undecodable == 0 and time.time() < deadline:
+            w.poll_once(timeout=1.0)
+        assert w.stats.undecodable == 1, "the verdict went in while the raw partitions were paused"
+        assert w.held_rows() == held, "no upload was read while paused"
+        gate.set()
+        deadline = time.time() + 120
+        while _counts(store)["n"] < sum(rows) and time.time() < deadline:
+            w.poll_once(timeout=1.0, force=True)
+        w.close()
+        assert _counts(store) == {**dict.fromkeys(TIERS, sum(rows)), "n": sum(rows), "u": sum(rows)}
+    finally:
+        gate.set()
+        _close_quietly(w)  # its insert thread ends before the store closes
         store.close()
 
 
