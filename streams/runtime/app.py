@@ -49,6 +49,7 @@ from streams.pingmesh.step_message import encode_step
 from streams.pingmesh.windows import WINDOW_NS
 from streams.runtime import hostping_agents
 from streams.runtime import metrics as M
+from streams.runtime.bounded_stop import BoundedStopWorker
 from streams.runtime.config import RuntimeConfig
 from streams.runtime.emitted_input import CLOCK_SKEW_MS, EmittedOffsets, read_emitted
 from streams.runtime.kafka_env import App, faust_credentials, faust_delivery
@@ -161,6 +162,7 @@ class StreamApp:
             stream_buffer_maxsize=config.stream_buffer_messages,  # bounds the backlog a catching-up worker holds
             store="memory://",
             datadir=os.path.join(config.var_dir, "faust"),
+            Worker=BoundedStopWorker,  # a stop that hangs ends the process within seconds
             **faust_delivery(config.acks, config.replication),  # acks=all and Faust's own topics' replicas
         )
         app.idempotent_producer = config.idempotence

@@ -1,0 +1,37 @@
+"""Faust's worker with a bounded stop: a stream worker that is asked to stop is gone within seconds.
+
+Faust's worker (``mode.Worker``) stops on the first SIGINT or SIGTERM by awaiting every service's stop,
+and takes no notice of a second signal meanwhile; a stop that hangs keeps the process for good (a stream
+worker under a backlog of ``probes.raw``, sent SIGTERM by its benchmark, still ran minutes later with
+its main thread idle in ``Worker.stop_and_shutdown``). Here the first signal also arms
+:class:`fabricscope.stopping.Cleanup`: past :data:`STOP_DEADLINE_S`, or on a second signal, the process
+exits at once with code 1 and a line on stderr. Nothing is lost by that: the offsets it did not commit
+are read again by its group, and the store writer takes a replayed message once (its dedup tokens).
+"""
+
+from __future__ import annotations
+
+from signal import Signals
+
+import faust
+
+from fabricscope.stopping import Cleanup
+
+STOP_DEADLINE_S = 10.0
+"""Seconds a stream worker's stop may take (Faust commits, leaves the group and flushes its producer)."""
+
+
+class BoundedStopWorker(faust.Worker):
+    """Faust's worker (``faust.Worker``) whose stop on a signal is bounded (see the module docstring).
+
+    Attributes:
+        stop_deadline_s: seconds from the first SIGINT/SIGTERM to the exit, at most.
+    """
+
+    stop_deadline_s: float = STOP_DEADLINE_S
+
+    def _schedule_shutdown(self, sig: Signals) -> None:
+        if not self._signal_stop_time:
+            # a second signal lands in Cleanup's handlers from here on, and the timer bounds the stop
+            Cleanup("fabricscope worker", self.stop_deadline_s).__enter__()
+        super()._schedule_shutdown(sig)
