@@ -304,3 +304,33 @@ def test_query_command_without_a_sink_refuses_a_drop(tmp_path):
                        env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines()[-1] == "1"
+
+
+def test_the_server_drivers_insert_lane_is_a_client_of_its_own(monkeypatch):
+    """clickhouse-connect refuses two statements at once in one client's session: the store writer's block
+    inserts (in their thread) get a client of their own, to the same server and database."""
+    import clickhouse_connect
+
+    class Client:
+        def __init__(self, dsn: str) -> None:
+            self.dsn, self.calls = dsn, []
+
+        def insert_arrow(self, table: str, data: pa.Table, settings: dict | None = None) -> None:
+            self.calls.append((table, data.num_rows, dict(settings or {})))
+
+        def close(self) -> None:
+            self.calls.append(("close",))
+
+    made: list[Client] = []
+    monkeypatch.setattr(clickhouse_connect, "get_client", lambda dsn: made.append(Client(dsn)) or made[-1])
+    url = "http://writer:pw@clickhouse:8123/default"
+    store = ServerStore(url, LIMITS)
+    lane = store.insert_lane()
+    assert [c.dsn for c in made] == [url, url]
+    lane.insert_arrow("probes", pa.table({"x": [1, 2]}), dedup_token="t/0/1-2")
+    (table, rows, settings), = made[1].calls
+    assert (table, rows, settings["insert_deduplication_token"]) == ("probes", 2, "t/0/1-2")
+    assert made[0].calls == []
+    lane.close()
+    store.close()
+    assert made[0].calls == made[1].calls[1:] == [("close",)]
