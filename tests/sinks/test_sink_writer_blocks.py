@@ -66,6 +66,24 @@ def _close_quietly(w: StoreWriter | None) -> None:
             w.close()
 
 
+def _rows_only_writer(store: ChdbStore, bootstrap: str, prefix: str, block_rows: int) -> StoreWriter:
+    """A writer whose blocks are due on their rows alone: the default budget also cuts one after a 1 s pause
+    in the input, and on a loaded machine such a pause would make a block wait for one a test holds."""
+    w = StoreWriter(store, bootstrap, prefix, block_rows=block_rows, block_s=3600.0)
+    w.budget = BlockBudget(block_rows, 3600.0)
+    return w
+
+
+def _store_all(store: ChdbStore, w: StoreWriter, probes: int, timeout_s: float = 60.0) -> None:
+    """Forced polls of ``w`` until ``probes`` probe rows are stored, then close it: each row is in ``probes``
+    once and counted once in every tier."""
+    deadline = time.time() + timeout_s
+    while _counts(store)["n"] < probes and time.time() < deadline:
+        w.poll_once(timeout=1.0, force=True)
+    w.close()
+    assert _counts(store) == {**dict.fromkeys(TIERS, probes), "n": probes, "u": probes}
+
+
 def _counts(store: ChdbStore) -> dict[str, int]:
     sql = ", ".join([f"(SELECT sum(probes) FROM {t}) AS {t}" for t in TIERS]
                     + ["(SELECT count() FROM probes) AS n", "(SELECT uniqExact(agent_id, seq) FROM probes) AS u"])
@@ -107,11 +125,7 @@ def test_a_block_over_two_partitions_killed_mid_insert_is_re_formed_whole(kafka_
 
         _send(kafka_bootstrap, topic, later)  # the restarted writer's own cut would span these too
         w2 = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
-        deadline = time.time() + 60
-        while _counts(store)["n"] < probes and time.time() < deadline:
-            w2.poll_once(timeout=1.0, force=True)
-        w2.close()
-        assert _counts(store) == {**dict.fromkeys(TIERS, probes), "n": probes, "u": probes}
+        _store_all(store, w2, probes)
         assert w2.stats.replayed_rows_dropped == 0
     finally:
         store.close()
@@ -137,11 +151,7 @@ def test_a_writer_stopped_midway_writes_nothing_more(kafka_bootstrap, topic_pref
         w.close()
         assert _counts(store)["n"] == 0
         w2 = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
-        deadline = time.time() + 60
-        while _counts(store)["n"] < sum(rows) and time.time() < deadline:
-            w2.poll_once(timeout=1.0, force=True)
-        w2.close()
-        assert _counts(store) == {**dict.fromkeys(TIERS, sum(rows)), "n": sum(rows), "u": sum(rows)}
+        _store_all(store, w2, sum(rows))
     finally:
         store.close()
 
@@ -162,10 +172,7 @@ def test_the_next_blocks_messages_are_read_while_a_block_is_inserted(kafka_boots
     w: StoreWriter | None = None
     try:
         _send(kafka_bootstrap, topic, msgs[:cut])
-        w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=sum(rows[:cut]), block_s=3600.0)
-        # Due on rows alone: the default budget also cuts a block after a 1 s pause in the input, and a pause
-        # while the second half arrives would make that block wait for the one the gate holds.
-        w.budget = BlockBudget(sum(rows[:cut]), 3600.0)
+        w = _rows_only_writer(store, kafka_bootstrap, topic_prefix, sum(rows[:cut]))
         lane = w.block_store
         real_insert = lane.insert_arrow
 
@@ -222,8 +229,7 @@ def test_a_writer_holding_a_block_while_one_goes_in_pauses_the_raw_partitions(ka
     w: StoreWriter | None = None
     try:
         _send(kafka_bootstrap, topic, early)
-        w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=per_block, block_s=3600.0)
-        w.budget = BlockBudget(per_block, 3600.0)  # due on rows alone (see the test above)
+        w = _rows_only_writer(store, kafka_bootstrap, topic_prefix, per_block)
         real_insert = w.block_store.insert_arrow
 
         def waits_for_the_gate(table, data, dedup_token=None, settings=None):  # noqa: ANN001, ANN202
@@ -249,11 +255,7 @@ def test_a_writer_holding_a_block_while_one_goes_in_pauses_the_raw_partitions(ka
         assert w.stats.undecodable == 1, "the verdict went in while the raw partitions were paused"
         assert w.held_rows() == held, "no upload was read while paused"
         gate.set()
-        deadline = time.time() + 120
-        while _counts(store)["n"] < sum(rows) and time.time() < deadline:
-            w.poll_once(timeout=1.0, force=True)
-        w.close()
-        assert _counts(store) == {**dict.fromkeys(TIERS, sum(rows)), "n": sum(rows), "u": sum(rows)}
+        _store_all(store, w, sum(rows), 120.0)
     finally:
         gate.set()
         _close_quietly(w)  # its insert thread ends before the store closes
@@ -303,11 +305,7 @@ def test_the_writer_takes_over_after_what_a_writer_of_the_enriched_topic_stored(
         _send(kafka_bootstrap, f"{topic_prefix}probes.raw", p0)
         w = StoreWriter(store, kafka_bootstrap, topic_prefix, block_rows=10**9, block_s=3600.0)
         expect = sum(n[3:]) if finished else sum(n[1:])
-        deadline = time.time() + 60
-        while _counts(store)["n"] < expect and time.time() < deadline:
-            w.poll_once(timeout=1.0, force=True)
-        w.close()
-        assert _counts(store) == {**dict.fromkeys(TIERS, expect), "n": expect, "u": expect}
+        _store_all(store, w, expect)
         assert w.stats.replayed_rows_dropped == (sum(n[:3]) if finished else sum(n[:1]))
     finally:
         store.close()
