@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from producers import udp_prober
+from producers.heap import fix_malloc_thresholds
 from producers.probe_protocol import FinishedProbes, PendingProbe
 from producers.udp_prober import DEFAULT_DST_PORT, TRACE_INTERVAL_S, LocalRnic, UdpEngine
 from schemas.arrow_nano import encode_columns
@@ -417,11 +418,12 @@ def main(argv: list[str] | None = None) -> None:
     cfg = json.loads(Path(args.config).read_text())
     if args.role:
         cfg["role"] = args.role
+    steady_heap = fix_malloc_thresholds()  # before the producer's threads and the first upload
     agent = Agent(cfg)
     signal.signal(signal.SIGTERM, agent.stop)
     signal.signal(signal.SIGINT, agent.stop)
-    log.info("agent %s (%s) up, QPNs %s, socket calls %s", agent.agent_id, agent.role, agent.engine.qpns,
-             udp_prober.SOCKET_CALLS)
+    log.info("agent %s (%s) up, QPNs %s, socket calls %s, malloc thresholds %s", agent.agent_id, agent.role,
+             agent.engine.qpns, udp_prober.SOCKET_CALLS, "fixed" if steady_heap else "the C library's own")
     agent.run(args.duration)
 
 
