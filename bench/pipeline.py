@@ -12,15 +12,20 @@ through the writer's query endpoint, and consumer-group lag from the broker.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench.procstat import cpu_s, free_port, listener_pid, peak_rss_mib, rss_mib
+from fabricscope.stopping import Cleanup, interrupt_on_terminate
 
+STOP_GRACE_S = 12.0  # a stream worker's own stop is bounded at 10 s (streams.runtime.bounded_stop)
 FAUST_GROUP = "fabricscope"  # the app id (streams.runtime.app): the workers' consumer group, after the prefix
 REDUCER_GROUP = "fabricscope-reducer"  # the app id of a `--role reducer` process: its own group
 STORE_GROUP = "fabricscope-store"  # sinks.kafka_sink.StoreWriter's default group, after the prefix
@@ -41,7 +46,10 @@ class PipelineProcs:
             priority (:data:`fabricscope.up.STREAM_WORKER_NICE`) and the reducer runs alone (``--role
             reducer``); False: every worker runs ``--role all`` and one of them reduces.
 
-    Use as a context manager: the children are terminated (then killed after 30 s) on exit.
+    Use as a context manager: the children are terminated on exit (:meth:`stop`). While it is entered, a
+    SIGTERM to a benchmark that left SIGTERM's default action raises ``KeyboardInterrupt`` instead of ending
+    the process on the spot, so the exit stops the children (the reducer, in a session of its own, gets no
+    signal its parent's group gets).
     """
 
     bootstrap: str
@@ -54,8 +62,14 @@ class PipelineProcs:
     metrics_ports: list[int] = field(default_factory=list)
     cpu_before_restart: dict[str, float] = field(default_factory=dict)
     """CPU seconds of the processes :meth:`restart_worker` replaced (counted in :meth:`cpu`)"""
+    stop_grace_s: float = STOP_GRACE_S
+    """seconds :meth:`stop` waits for the children before it kills those still running"""
+    _restore_signals: Callable[[], None] | None = field(default=None, init=False, repr=False)
 
     def __enter__(self) -> PipelineProcs:
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+            self._restore_signals = interrupt_on_terminate()
         env = {**os.environ, "KAFKA_BOOTSTRAP": self.bootstrap, "FABRICSCOPE_TOPIC_PREFIX": self.prefix,
                "FABRICSCOPE_VAR": str(self.var_dir), **self.env}
         exe = [sys.executable, "-m", "fabricscope"]
@@ -94,19 +108,44 @@ class PipelineProcs:
         return REDUCER_GROUP if self.own_reducer else FAUST_GROUP
 
     def __exit__(self, *exc: object) -> None:
-        self.stop()
+        try:
+            self.stop(self.stop_grace_s)
+        finally:
+            if self._restore_signals is not None:
+                self._restore_signals()
+                self._restore_signals = None
 
-    def stop(self) -> None:
-        """Terminate every child and wait for it (kill after 30 s)."""
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Terminate every child and wait for them: those still running after ``grace_s`` seconds are killed.
+
+        A second SIGINT/SIGTERM meanwhile (the benchmark's first one is what unwound to here) kills every
+        child at once and exits the benchmark with 1 (:class:`fabricscope.stopping.Cleanup`), naming the topics
+        it leaves: no child outlives it, the reducer included, which runs in a session of its own.
+        """
         for p in self.procs.values():
             if p.poll() is None:
                 p.terminate()
+        if threading.current_thread() is not threading.main_thread():  # signals are the main thread's
+            self._wait_or_kill(grace_s)
+            return
+        with Cleanup("fabricscope bench", deadline_s=None, on_abort=self._kill_all) as cleanup:
+            # an abort kills the children; what the benchmark's own clean-up would still have removed stays
+            cleanup.owe("topics", f"its topics on {self.bootstrap} (names starting {self.prefix})")
+            self._wait_or_kill(grace_s)
+
+    def _wait_or_kill(self, grace_s: float) -> None:
+        deadline = time.monotonic() + grace_s
         for p in self.procs.values():
             try:
-                p.wait(timeout=30)
+                p.wait(timeout=max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+    def _kill_all(self) -> None:
+        for p in self.procs.values():
+            if p.poll() is None:
+                p.kill()
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Wait until the store writer serves queries (store open and migrated) and every worker serves metrics.
