@@ -16,6 +16,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas.arrow_nano import MaskedInts
+
 TIMEOUT_NS = 500_000_000  # R-Pingmesh §4: a reply later than 500 ms is a timeout
 
 
@@ -124,8 +126,9 @@ class FinishedProbes:
 
     def columns(self, agent_id: str, host: str) -> dict[str, Sequence[Any]]:
         """The ``probe.v1`` columns (name -> one value per probe, in the order added); see :func:`probe_columns`.
-        ``seq`` and ``t1`` are the ``array.array`` kept (never null; :func:`schemas.arrow_nano.encode_columns`
-        reads them as buffers), the rest lists."""
+        ``seq`` and ``t1`` are the ``array.array`` kept (never null), ``t2``..``t6`` a
+        :class:`schemas.arrow_nano.MaskedInts` over the arrays kept (null where a probe has no reading):
+        :func:`schemas.arrow_nano.encode_columns` reads them as buffers. The rest are lists."""
         n = len(self)
         static = [_entry_values(e, host) for e in self._entries]
         if n:
@@ -137,7 +140,7 @@ class FinishedProbes:
         cols["seq"] = self._seq
         cols["t1"] = self._t[0]
         for k, name in enumerate(("t2", "t3", "t4", "t5", "t6"), start=1):
-            cols[name] = [None if v == _ABSENT else v for v in self._t[k]]
+            cols[name] = MaskedInts(self._t[k], _ABSENT)
         both = _HW | _RESPONDER_HW
         cols["ts_source"] = ["hardware" if f & both == both else "software" for f in self._flags]
         cols["status"] = ["ok" if f & _OK else "timeout" for f in self._flags]

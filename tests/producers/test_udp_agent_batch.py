@@ -16,7 +16,7 @@ from producers.probe_protocol import TIMEOUT_NS, FinishedProbes, PendingProbe, p
 from producers.udp_agent import Agent
 from producers.udp_prober import LocalRnic, UdpEngine
 from producers.udp_wire import fields
-from schemas.arrow_nano import encode_columns
+from schemas.arrow_nano import MaskedInts, encode_columns
 
 from conftest import free_port, wait_for
 
@@ -151,7 +151,8 @@ def test_probes_sent_together_keep_their_order_and_each_its_own_send_time() -> N
 
 def test_finished_probes_kept_compact_give_the_rows_of_their_probes() -> None:
     """FinishedProbes (what an agent holds until its upload) gives probe_columns' rows, t1 and seq as arrays
-    the encoder reads as buffers; a probe without ACK2 is a timeout whose t3-t6 are null, t2 kept."""
+    and t2-t6 as masked arrays, which the encoder reads as buffers; a probe without ACK2 is a timeout whose
+    t3-t6 are null, t2 kept."""
     e1 = {"prober_rnic": "A1", "src_ip": "10.0.0.1", "dst_ip": "10.0.0.2", "src_port": 1, "dst_port": 2, "qpn": 7}
     e2 = dict(e1, prober_rnic="A2")
     ok = PendingProbe(e1, 10, 100, 0, True, t2=110, t3=200, t4=210, t5=300, t6=305, responder_hw=True)
@@ -164,7 +165,9 @@ def test_finished_probes_kept_compact_give_the_rows_of_their_probes() -> None:
     assert len(done) == 3 and isinstance(cols["seq"], array) and isinstance(cols["t1"], array)
     assert {k: list(v) for k, v in cols.items()} == probe_columns("H1", "H1", [ok, timeout, unsent])
     assert list(cols["seq"]) == [10, 11, 12] and list(cols["t1"]) == [100, 120, 140]
-    assert cols["t2"] == [110, 130, None] and cols["t5"] == [300, None, None] and cols["t3"] == [200, None, None]
+    assert all(isinstance(cols[t], MaskedInts) for t in ("t2", "t3", "t4", "t5", "t6"))  # read as buffers too
+    assert list(cols["t2"]) == [110, 130, None] and list(cols["t5"]) == [300, None, None]
+    assert list(cols["t3"]) == [200, None, None]
     assert cols["status"] == ["ok", "timeout", "timeout"] and cols["ts_source"] == ["hardware", "software", "software"]
     assert cols["prober_rnic"] == ["A1", "A2", "A1"]
     cols["upload_ns"] = [1] * 3
