@@ -11,6 +11,7 @@ through the writer's query endpoint, and consumer-group lag from the broker.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -109,29 +110,29 @@ class PipelineProcs:
 
     def __exit__(self, *exc: object) -> None:
         try:
-            self.stop(self.stop_grace_s)
+            self.stop()
         finally:
             if self._restore_signals is not None:
                 self._restore_signals()
                 self._restore_signals = None
 
-    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
-        """Terminate every child and wait for them: those still running after ``grace_s`` seconds are killed.
+    def stop(self, grace_s: float | None = None) -> None:
+        """Terminate every child and wait for them: those still running after ``grace_s`` seconds (default
+        :attr:`stop_grace_s`) are killed.
 
         A second SIGINT/SIGTERM meanwhile (the benchmark's first one is what unwound to here) kills every
         child at once and exits the benchmark with 1 (:class:`fabricscope.stopping.Cleanup`), naming the topics
         it leaves: no child outlives it, the reducer included, which runs in a session of its own.
         """
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.terminate()
-        if threading.current_thread() is not threading.main_thread():  # signals are the main thread's
-            self._wait_or_kill(grace_s)
-            return
-        with Cleanup("fabricscope bench", deadline_s=None, on_abort=self._kill_all) as cleanup:
-            # an abort kills the children; what the benchmark's own clean-up would still have removed stays
-            cleanup.owe("topics", f"its topics on {self.bootstrap} (names starting {self.prefix})")
-            self._wait_or_kill(grace_s)
+        self._signal_all(kill=False)
+        # signals are the main thread's: elsewhere the grace alone bounds the stop
+        main = threading.current_thread() is threading.main_thread()
+        with (Cleanup("fabricscope bench", deadline_s=None, on_abort=lambda: self._signal_all(kill=True)) if main
+              else contextlib.nullcontext()) as cleanup:
+            if cleanup is not None:
+                # an abort kills the children; what the benchmark's own clean-up would still have removed stays
+                cleanup.owe("topics", f"its topics on {self.bootstrap} (names starting {self.prefix})")
+            self._wait_or_kill(self.stop_grace_s if grace_s is None else grace_s)
 
     def _wait_or_kill(self, grace_s: float) -> None:
         deadline = time.monotonic() + grace_s
@@ -142,10 +143,10 @@ class PipelineProcs:
                 p.kill()
                 p.wait()
 
-    def _kill_all(self) -> None:
+    def _signal_all(self, kill: bool) -> None:
         for p in self.procs.values():
             if p.poll() is None:
-                p.kill()
+                (p.kill if kill else p.terminate)()
 
     def wait_ready(self, timeout_s: float = 120.0) -> None:
         """Wait until the store writer serves queries (store open and migrated) and every worker serves metrics.

@@ -16,8 +16,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.arrow_nano import MaskedInts
-
 TIMEOUT_NS = 500_000_000  # R-Pingmesh §4: a reply later than 500 ms is a timeout
 
 
@@ -129,6 +127,8 @@ class FinishedProbes:
         ``seq`` and ``t1`` are the ``array.array`` kept (never null), ``t2``..``t6`` a
         :class:`schemas.arrow_nano.MaskedInts` over the arrays kept (null where a probe has no reading):
         :func:`schemas.arrow_nano.encode_columns` reads them as buffers. The rest are lists."""
+        from schemas.arrow_nano import MaskedInts  # here: the simulator imports this module without nanoarrow
+
         n = len(self)
         static = [_entry_values(e, host) for e in self._entries]
         if n:
