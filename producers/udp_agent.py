@@ -20,7 +20,7 @@ Config (JSON)::
                                                         #  "reverse_peers": [probers of this host]}
      "registry_dir": "var/lab/registry", "registry_refresh_s": 30,
      "rates": {"tor_mesh": 10, "inter_tor": 10, "service": 10},   # probes/s per RNIC
-     "upload_interval_s": 5, "trace_interval_s": 60,
+     "upload_interval_s": 5, "trace_interval_s": 60, "reverse_trace_interval_s": 20,
      "send_batch_ms": 10,              # probes due within 10 ms of the earliest leave with it (one wakeup)
      "reverse_trace_peers": [],        # more addresses whose ACK paths to trace (the agent's own targets always)
      "output": {"kind": "kafka", "bootstrap": "127.0.0.1:9092", "topic_prefix": ""}}
@@ -32,8 +32,9 @@ lab's registry; a restarted agent has a new QPN, R-Pingmesh's stale-QPN case).
 The responder never answers an address with more than twice the bytes it received from it
 over 10 s (:class:`producers.probe_protocol.ReplyBudget`), and traces the ACK paths (reverse
 traces) only toward peers this host probes itself or ``reverse_trace_peers`` names: a new flow's
-within ``REVERSE_ROUND_S`` of its first answer, each flow once per trace interval, at most 8 flows
-per peer and trace interval.
+within ``REVERSE_ROUND_S`` of its first answer, each flow once per reverse trace interval, at most 8
+flows per peer and reverse trace interval. A timeout re-traces its tuple (``RETRACE_FAILED_S``) and
+starts a wave on its RNIC (``RETRACE_AFTER_TIMEOUT_S``).
 """
 
 from __future__ import annotations
@@ -63,8 +64,15 @@ log = logging.getLogger("fabricscope.agent")
 # Service Tracing every 10 ms (we default lower: 2 shared CPUs run the whole lab).
 DEFAULT_RATES = {"tor_mesh": 10.0, "inter_tor": 10.0, "service": 10.0}
 UPLOAD_INTERVAL_S = 5.0
-REVERSE_ROUND_S = 2.0  # the responder traces the ACK paths of new flows this often (each once per trace interval)
+REVERSE_ROUND_S = 2.0  # the responder traces the ACK paths of new flows this often (each once per reverse interval)
 RETRACE_FAILED_S = 5.0
+# A timeout may mean the fabric moved flows (a link went down and its switch rehashed what crossed it): the
+# RNIC's other 5-tuples traced before it are traced again at their next probe, not up to a trace interval later,
+# so their passing probes stop counting on links they left. One such wave per RNIC per analysis window.
+RETRACE_AFTER_TIMEOUT_S = 20.0
+# The ACK paths change with the same rehash, and the responder sees no timeout of its own: it traces each flow's
+# ACK path once per analysis window, so a stale one lasts one window, not three.
+REVERSE_TRACE_INTERVAL_S = 20.0
 # Probes due within this much of the earliest are sent with it, so the loop wakes once per batch of probes
 # (12 at 8 RNICs x 150/s) instead of once per probe; a probe leaves at most this early, which no 20 s window
 # or 500 ms timeout can tell. Replies are still read as they come (t6 stays the moment ACK1 is seen).
@@ -182,6 +190,8 @@ class Agent:
         self._registry_qpn: dict[str, int] = {}
         self._controller_peers: set[str] = set()
         self._traced: dict[tuple[str, int, str, int], int] = {}
+        # prober RNIC -> monotonic ns of its latest timeout that started a retrace wave (RETRACE_AFTER_TIMEOUT_S)
+        self._retrace_since: dict[str, int] = {}
         self._stop = False
         self.rng = random.Random(config.get("seed"))
 
@@ -287,17 +297,21 @@ class Agent:
     def _on_probe(self, row: dict[str, Any]) -> None:
         self.probe_rows.append(row)
         if row["status"] == "timeout" and self.tracing:
-            key = (row["src_ip"], row["src_port"], row["dst_ip"], row["dst_port"])
-            if time.monotonic_ns() - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
-                self._trace_entry(row)  # a rehash can move a failing tuple: trace it again
+            self._on_timeout(row, (row["src_ip"], row["src_port"], row["dst_ip"], row["dst_port"]))
 
     def _on_finished(self, p: PendingProbe) -> None:
         self._finished.add(p)
         if self.tracing and (p.t5 is None or p.t3 is None or p.t4 is None):  # a timeout (see probe_columns)
             e = p.entry
-            key = (e["src_ip"], e["src_port"], e["dst_ip"], e["dst_port"])
-            if time.monotonic_ns() - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
-                self._trace_entry(e)  # a rehash can move a failing tuple: trace it again
+            self._on_timeout(e, (e["src_ip"], e["src_port"], e["dst_ip"], e["dst_port"]))
+
+    def _on_timeout(self, e: dict[str, Any], key: tuple[str, int, str, int]) -> None:
+        now = time.monotonic_ns()
+        if now - self._traced.get(key, 0) > RETRACE_FAILED_S * 1e9:
+            self._trace_entry(e)  # a rehash can move a failing tuple: trace it again
+        rnic = e["prober_rnic"]
+        if now - self._retrace_since.get(rnic, -(2**62)) > RETRACE_AFTER_TIMEOUT_S * 1e9:
+            self._retrace_since[rnic] = now  # the RNIC's tuples traced before now: again at their next probe
 
     def _on_path(self, row: dict[str, Any]) -> None:
         # Looked up at each call: upload() swaps in a fresh list, and a bound ``append`` of the first
@@ -312,7 +326,7 @@ class Agent:
 
     def run_due(self, now: int, ahead_ns: int = 0) -> None:
         """Send every probe whose time has come, or comes within ``ahead_ns`` (one batch); trace 5-tuples not
-        traced for ``trace_interval_s``."""
+        traced for ``trace_interval_s`` or since their RNIC's latest retrace wave (``RETRACE_AFTER_TIMEOUT_S``)."""
         trace_ns = float(self.cfg.get("trace_interval_s", TRACE_INTERVAL_S)) * 1e9
         horizon = now + ahead_ns
         batch = []
@@ -332,7 +346,8 @@ class Agent:
                     e["dst_ip"],
                     int(e.get("dst_port") or self.engine.dst_port),
                 )
-                if now - self._traced.get(key, -(2**62)) > trace_ns:
+                last = self._traced.get(key, -(2**62))
+                if now - last > trace_ns or last < self._retrace_since.get(e["prober_rnic"], -(2**62)):
                     self._trace_entry(e)
 
     def upload(self) -> None:
@@ -363,7 +378,7 @@ class Agent:
         """The agent loop, until SIGTERM/SIGINT or ``duration_s`` seconds."""
         upload_ns = int(float(self.cfg.get("upload_interval_s", UPLOAD_INTERVAL_S)) * 1e9)
         registry_ns = int(float(self.cfg.get("registry_refresh_s", 30)) * 1e9)
-        trace_ns = int(float(self.cfg.get("trace_interval_s", TRACE_INTERVAL_S)) * 1e9)
+        reverse_trace_ns = int(float(self.cfg.get("reverse_trace_interval_s", REVERSE_TRACE_INTERVAL_S)) * 1e9)
         reverse_ns = int(REVERSE_ROUND_S * 1e9)
         start = time.monotonic_ns()
         end = start + int(duration_s * 1e9) if duration_s else None
@@ -386,7 +401,7 @@ class Agent:
                 next_pinglist = now + 1_000_000_000
             # responder (alone or with the prober): trace the ACK paths it answered, toward the host's probe targets
             if self.role != "prober" and self.tracing and now >= next_reverse:
-                self.engine.trace_reverse_paths(reverse_since, trace_ns, now)
+                self.engine.trace_reverse_paths(reverse_since, reverse_trace_ns, now)
                 reverse_since, next_reverse = now, now + reverse_ns
             if now >= next_upload:
                 self.upload()
