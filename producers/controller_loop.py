@@ -224,9 +224,14 @@ class SplitLoop:
         is named (``claimed``: this batch's claims, or earlier windows') keeps its 5-tuples in the new set:
         they may be the only probed ones a partial loss on it selected, and new ones would likely spare it
         (seed 15665, scenario 110: `C->S3` named from `B->S4`'s verification tuples, then missed).
+        With ``verify_self`` (a lossy claim whose failing probes crossed another claim), the claimed link is
+        probed too, off every other named link: its own loss then fails probes no other claim explains (seed
+        15665, scenario 280: a lossy link beside a dead one left 8 votes short of its claim for a window).
         Refused past ``max_verify`` claims, or when no link to verify is a switch link."""
         claim = str(req["verify"])
         links = sorted({lk for lk in req["links"] if lk in self._links and lk != claim})
+        if req.get("verify_self") and claim in self._links:
+            links.append(claim)  # drawn off the other named links (keep_off less itself, below)
         gen = 0
         kept: dict[str, list[dict]] = {}
         if claim in self.verifying:

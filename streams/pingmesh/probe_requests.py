@@ -13,7 +13,9 @@ names the link. A request is a plain record (``probe_request``)::
 
 A claim whose evidence names ``verify_links`` (the other switch links its failing probes crossed,
 :mod:`streams.pingmesh.verify`) makes a *verification* request: ``links`` = those links, ``verify`` = the
-claimed link, ``why`` = ``"verify"``; the loop probes each of them off the claimed link.
+claimed link, ``why`` = ``"verify"``; the loop probes each of them off the claimed link. A lossy claim whose
+failing probes crossed another claim (``verify_self`` in its evidence) asks the same, ``verify_self`` = True:
+the loop probes the claimed link too, off the other claims.
 
 Only ties over two or more links make a split request (the loop answers those with a switch link among them;
 a tie may hold access links too, :meth:`producers.controller_loop.SplitLoop.on_requests`): an
@@ -55,10 +57,12 @@ def requests_from_verdicts(verdicts: pa.Table | Iterable[dict]) -> list[dict]:
         if v.get("revision_of") is not None:
             continue
         if v["kind"] == "switch":
-            verify = _evidence(v).get("verify_links") or []
-            if verify:
-                out.append({"request_id": v["verdict_id"], "window_start_ns": int(v["window_start_ns"]),
-                            "links": sorted(map(str, verify)), "why": "verify", "verify": str(v["location"])})
+            ev = _evidence(v)
+            verify = ev.get("verify_links") or []
+            if verify or ev.get("verify_self"):
+                req = {"request_id": v["verdict_id"], "window_start_ns": int(v["window_start_ns"]),
+                       "links": sorted(map(str, verify)), "why": "verify", "verify": str(v["location"])}
+                out.append({**req, "verify_self": True} if ev.get("verify_self") else req)
             continue
         if v["kind"] != "undetermined":
             continue

@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 from streams.pingmesh.context import AnalyzerState, WindowContext, log_poisson_tail, significance
 from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_links
 from streams.pingmesh.partial import link_counts
-from streams.pingmesh.verify import co_crossed, failing_paths
+from streams.pingmesh.verify import claims_crossed, co_crossed, failing_paths
 
 DEAD_RATIO = 0.95
 """Failure ratio from which a link looks dead (every probe crossing it fails, bar a few counted before
@@ -724,6 +724,9 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
     claimed = [s.link for s in cover.suspects if not s.tied_with and s.access_rnic is None
                and not s.link.endswith(LINK_SEP + NO_ANSWER)]
     hidden = co_crossed(vote, claimed, {t for s in cover.suspects for t in s.tied_with}) if claimed else {}
+    # a lossy claim whose failing probes crossed a dead one is probed off it, on probes of its own
+    lossy = {s.link for s in cover.suspects if s.ratio < DEAD_RATIO}
+    shared = {c: o for c, o in claims_crossed(vote, claimed).items() if o and c in lossy}
     named = [s.link for s in cover.suspects if s.access_rnic is None and not s.link.endswith(LINK_SEP + NO_ANSWER)]
     paths = failing_paths(vote, named) if named else {}
     for s in cover.suspects:
@@ -763,8 +766,11 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
         else:
             verify = hidden.get(s.link)
             ev = {**ev, "failing_paths": paths.get(s.link, [])}
-            ctx.emit("switch", s.link, s.ratio, s.confidence, s.failed, s.crossing,
-                     {**ev, "verify_links": verify} if verify else ev)
+            if verify:
+                ev["verify_links"] = verify
+            if s.link in shared:
+                ev["verify_self"] = shared[s.link]  # its failures shared with these claims: probed off them
+            ctx.emit("switch", s.link, s.ratio, s.confidence, s.failed, s.crossing, ev)
     left = cover.unexplained + cover.untraced
     # Leftovers within what background loss gives over the window's probes (the per-probe floor, plus
     # three standard deviations of its Poisson count) are not a finding: a healthy fabric's 1e-5..1e-4

@@ -18,7 +18,7 @@ from collections.abc import Collection
 import numpy as np
 import pyarrow as pa
 
-from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_link_codes
+from streams.pingmesh.links import LINK_SEP, NO_ANSWER, ProbeLinkCodes, probe_link_codes
 
 VERIFY_LINKS = 8
 """Links named per claim, the ones its failing probes crossed most (the loop's probes per claim are
@@ -43,24 +43,59 @@ def co_crossed(failing: pa.Table, claims: Collection[str], exclude: Collection[s
     out: dict[str, list[str]] = {c: [] for c in claims}
     if not out or failing.num_rows == 0:
         return out
-    pl = probe_link_codes(failing["fwd_hops"], failing["rev_hops"])
-    names = pl.names.to_pylist()
+    names, totals, pl = _failures_beside(failing, out)
     # switch links only: an access link is its RNIC's (the RNIC rule judges it), a pseudo-link no link
     usable = np.array([not x.endswith(LINK_SEP + NO_ANSWER) for x in names], dtype=bool)
     usable[np.unique(pl.link[pl.access.is_valid().to_numpy(zero_copy_only=False)])] = False
     skip = set(claims) | set(exclude)
     usable[[i for i, x in enumerate(names) if x in skip]] = False
+    for c, t in totals.items():
+        ranked = sorted((-x, names[i]) for i, x in enumerate(t) if x > 0 and usable[i])  # most failures, then name
+        out[c] = [x for _, x in ranked[:k]]
+    return out
+
+
+def _failures_beside(failing: pa.Table, claims: Collection[str]) -> tuple[list[str], dict[str, np.ndarray],
+                                                                         ProbeLinkCodes]:
+    """The failing groups' link names, and for each claim they crossed: failing probes per link (by name
+    index) over the groups through the claim; with the groups' link codes."""
+    pl = probe_link_codes(failing["fwd_hops"], failing["rev_hops"])
+    names = pl.names.to_pylist()
     code = {x: i for i, x in enumerate(names)}
     n = failing["n"].to_numpy().astype(np.float64)
-    for c in out:
-        if c not in code:
-            continue
-        on = np.zeros(failing.num_rows, dtype=bool)
-        on[pl.row[pl.link == code[c]]] = True
-        sel = on[pl.row] & usable[pl.link]
-        totals = np.bincount(pl.link[sel], weights=n[pl.row[sel]], minlength=len(names))
-        ranked = sorted((-t, names[i]) for i, t in enumerate(totals) if t > 0)  # most failures, then by name
-        out[c] = [x for _, x in ranked[:k]]
+    totals = {}
+    for c in claims:
+        if c in code:
+            on = np.zeros(failing.num_rows, dtype=bool)
+            on[pl.row[pl.link == code[c]]] = True
+            sel = on[pl.row]
+            totals[c] = np.bincount(pl.link[sel], weights=n[pl.row[sel]], minlength=len(names))
+    return names, totals, pl
+
+
+def claims_crossed(failing: pa.Table, claims: Collection[str]) -> dict[str, list[str]]:
+    """For each claimed link, the other claims its failing probes also crossed, most failures first.
+
+    A lossy link beside a dead one: most of its failing probes cross the dead link too, which explains
+    them, so the lossy link may be left a few votes short in the next window (simulator seed 15665,
+    scenario 280, window 2: 8 left). The loop then probes the claim itself off the other claims
+    (``verify_self`` in the claim's evidence, :meth:`producers.controller_loop.SplitLoop.on_requests`), so
+    its own loss fails probes that no other claim explains.
+
+    Args:
+        failing: failing probe groups (``fwd_hops``, ``rev_hops``, ``n``), as the vote took them.
+        claims: links named faulty (``lower->upper``).
+
+    Returns:
+        claim → the other claims, by failing probes shared (ties by name); a claim sharing none maps to ``[]``.
+    """
+    out: dict[str, list[str]] = {c: [] for c in claims}
+    if len(out) < 2 or failing.num_rows == 0:
+        return out
+    names, totals, _ = _failures_beside(failing, out)
+    at = {x: i for i, x in enumerate(names)}
+    for c, t in totals.items():
+        out[c] = [o for _, o in sorted((-t[at[o]], o) for o in out if o != c and o in at and t[at[o]] > 0)]
     return out
 
 

@@ -357,6 +357,34 @@ def test_a_claim_that_names_the_links_its_failures_also_crossed_asks_to_verify_t
                                              "why": "verify", "verify": "B->S2"}]
 
 
+def test_a_lossy_claim_sharing_its_failures_with_another_claim_asks_to_be_probed_itself():
+    ev = {"votes": 17, "ratio": 0.05, "verify_self": ["A->S3"]}
+    shared = {**_verdict("switch", "B->S3", vid="v9"), "evidence": json.dumps(ev)}
+    assert requests_from_verdicts([shared]) == [{"request_id": "v9", "window_start_ns": 40, "links": [],
+                                                 "why": "verify", "verify": "B->S3", "verify_self": True}]
+
+
+def test_split_loop_probes_a_claim_that_asks_it_off_the_other_named_links():
+    """B->S3 lossy beside A->S3 dead, named in one window: B->S3's own tuples keep off A->S3, so its loss fails
+    probes that the dead link does not explain."""
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    paths_of = entry_links(Topology(inv, 1))
+    loop = SplitLoop(inv, reg, paths_of, seed=1, lifetime_ns=40, verify_per_link=4)
+    loop.on_named(["A->S3", "B->S3"], now_ns=0)
+    added = loop.on_requests([{"links": ["C->S1"], "verify": "B->S3", "window_start_ns": 0, "verify_self": True}],
+                             now_ns=0)
+    assert loop.log[-1]["links"] == ["C->S1", "B->S3"]
+    own = paths_of(loop.verifying["B->S3"].by_link["B->S3"])
+    assert len(own) == 4 and all("B->S3" in s and "A->S3" not in s for s in own)
+    assert all("B->S3" not in s for s in paths_of(loop.verifying["B->S3"].by_link["C->S1"]))
+    assert sum(e["rate_pps"] for e in added) <= loop.verify_pps + 1e-9
+    # without the flag, the claim is not probed itself
+    loop2 = SplitLoop(inv, reg, paths_of, seed=1, lifetime_ns=40, verify_per_link=4)
+    loop2.on_requests([{"links": ["C->S1"], "verify": "B->S3", "window_start_ns": 0}], now_ns=0)
+    assert set(loop2.verifying["B->S3"].by_link) == {"C->S1"}
+
+
 def test_split_loop_verifies_a_claims_links_with_tuples_off_the_claimed_link():
     inv = panel1()
     reg = ctl.Registry.from_inventory(inv, seed=1)

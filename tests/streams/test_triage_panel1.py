@@ -313,3 +313,17 @@ def test_verdicts_are_deterministic_and_valid_verdict_v1():
     assert a.equals(b)
     assert a.schema.metadata[b"fabricscope.schema"] == b"verdict.v1"
     assert np.all(a["emitted_ns"].to_numpy() == START + 20 * S)
+
+
+def test_a_lossy_claim_whose_failures_also_crossed_a_dead_claim_asks_to_be_probed_itself():
+    """Dead A-S3 and lossy B-S2 (30 %), ACKs one spine on (out over S2, back over S3): the probes from A to B
+    that go out over S2 fail on both. The lossy claim's evidence names the dead one (``verify_self``: the loop
+    probes B-S2 off A-S3); the dead one asks nothing of the kind (every probe through it shows it)."""
+    res = analyze(Faults(dead_links={"A->S3"}, lossy_links={"B->S2": 0.3}), inter_n=40, asym=True)
+    assert kinds(res) == [("switch", "A->S3"), ("switch", "B->S2")]
+    ev = {r["location"]: json.loads(r["evidence"]) for r in res.verdicts.to_pylist()}
+    assert ev["B->S2"]["verify_self"] == ["A->S3"] and ev["B->S2"]["ratio"] < 0.95
+    assert "verify_self" not in ev["A->S3"]
+    # the same lossy link beside no other claim: nothing shared, nothing asked
+    alone = analyze(Faults(lossy_links={"B->S2": 0.3}), inter_n=40, asym=True)
+    assert [json.loads(r["evidence"]).get("verify_self") for r in alone.verdicts.to_pylist()] == [None]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from streams.pingmesh.verify import co_crossed, failing_paths
+from streams.pingmesh.verify import claims_crossed, co_crossed, failing_paths
 
 
 def _failing(rows):
@@ -45,3 +45,19 @@ def test_a_verdicts_failing_paths_are_its_links_failing_groups_most_failures_fir
     assert got["X->S9"] == []
     assert [p["failed"] for p in failing_paths(f, ["B->S2", "B->*"])["B->*"]] == [9]
     assert failing_paths(f.slice(0, 0), ["B->S2"]) == {"B->S2": []}
+
+
+def test_a_claims_fellow_claims_are_those_its_failing_groups_crossed_most_shared_first():
+    f = _failing([
+        ("B1,B,S3,A,A1", "A1,A,S2,B,B1", 75),    # dead A-S3 (way in) and lossy B-S3 (way out of B)
+        ("B2,B,S3,A,A2", "A2,A,S1,B,B2", 70),
+        ("B3,B,S3,C,C1", "C1,C,S4,B,B3", 6),     # lossy B-S3 alone
+        ("C2,C,S2,A,A3", "A3,A,S3,C,C2", 80),    # dead A-S3 (way back) and C-S2
+        ("D1,D,S1,A,A4", "A4,A,S1,D,D1", 4),     # crosses no claim
+    ])
+    got = claims_crossed(f, ["B->S3", "A->S3", "C->S2", "D->S1"])
+    # B-S3's groups: A-S3 75 + 70, none through C-S2; A-S3's: B-S3 145, C-S2 80; D-S1's group: no other claim
+    assert got == {"B->S3": ["A->S3"], "A->S3": ["B->S3", "C->S2"], "C->S2": ["A->S3"], "D->S1": []}
+    assert claims_crossed(f, ["B->S3"]) == {"B->S3": []}  # alone: nothing to share
+    assert claims_crossed(f, ["B->S3", "X->S9"]) == {"B->S3": [], "X->S9": []}
+    assert claims_crossed(f.slice(0, 0), ["B->S3", "A->S3"]) == {"B->S3": [], "A->S3": []}
