@@ -301,6 +301,23 @@ def test_partial_5tuple_loss_fails_some_tuples_completely():
     assert drops == dict(Counter(secs.tolist()))
 
 
+def test_a_partial_loss_counts_no_drop_a_down_host_or_rnic_would_have_lost_anyway():
+    """The same partial loss with host H1 (A1, A2) down and RNIC B1 down: its count of dropped probes (the
+    benchmark's expected failures) leaves out probes to H1's RNICs and from or to B1, which fail whatever
+    the link does; the other tuples it selects count as before."""
+    fault = PartialTupleLoss("A", "S1", fraction=0.5)
+    alone = Simulator(panel1(), seed=11, faults=[fault], inter_tor="even")
+    probes, _, _ = _run(alone)
+    beside = Simulator(panel1(), seed=11, faults=[fault, HostDown(host="H1"), RnicDown(rnic="B1")],
+                       inter_tor="even")
+    _run(beside)
+    lost = (probes["status"] == "timeout") & ~np.isin(probes["responder_rnic"], ["A1", "A2", "B1"]) & (
+        probes["prober_rnic"] != "B1")
+    assert 0 < lost.sum() < (probes["status"] == "timeout").sum()  # the fault selected tuples of both kinds
+    assert sum(beside.tuple_drops[0].values()) == int(lost.sum()) - int(
+        (lost & np.isin(probes["prober_rnic"], ["A1", "A2"])).sum())  # a down host probes nothing
+
+
 def test_flapping_link_loses_only_while_down():
     f = FlappingLink("A", "S3", period_s=10.0, down_s=3.0, start_ns=T0)
     sim = Simulator(panel1(), seed=12, faults=[f], inter_tor="even")
