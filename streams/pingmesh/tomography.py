@@ -725,8 +725,9 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
                and not s.link.endswith(LINK_SEP + NO_ANSWER)]
     hidden = co_crossed(vote, claimed, {t for s in cover.suspects for t in s.tied_with}) if claimed else {}
     # a lossy claim whose failing probes crossed another claim (a dead link beside it) is probed off that claim
-    lossy = {s.link for s in cover.suspects if s.ratio < DEAD_RATIO}
-    shared = {c: o for c, o in claims_crossed(vote, claimed).items() if o and c in lossy}
+    lossy = {s.link for s in cover.suspects if s.ratio < DEAD_RATIO} & set(claimed)
+    shared = ({c: o for c, o in claims_crossed(vote, claimed).items() if o and c in lossy}
+              if lossy and len(claimed) > 1 else {})  # most windows: no lossy claim beside another, no second scan
     named = [s.link for s in cover.suspects if s.access_rnic is None and not s.link.endswith(LINK_SEP + NO_ANSWER)]
     paths = failing_paths(vote, named) if named else {}
     for s in cover.suspects:
