@@ -224,11 +224,20 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             # one member must not break the tie and make it a claim.
             sig_i = _tuple_signature(rows_i, left, probed[i], background, cfg) if probes is not None else rows_i
             few = len(sig_i) <= cfg.few_tuples and ratio[i] < DEAD_RATIO
+            loose: tuple[str, ...] = ()
             if few:
-                ties = tuple(sorted(
-                    str(links[j]) for j in np.nonzero(ok)[0]
-                    if j != i and _tuple_signature(frozenset(rows[(l_idx == j) & live[rows]].tolist()), left,
-                                                   probed[j], background, cfg, probes is not None) == sig_i))
+                # an access link's few tuples are tied too with the switch links on all of their paths that
+                # carry other failures besides (a superset): a partial loss on D->S1 that selects only D5's
+                # tuples, beside a lossy C->S1 whose failing probes also cross D->S1, gives the access link
+                # D5->D the higher score on crossing counts alone (seed 4857, scenario 157)
+                sub = access.get(links[i]) is not None
+                sigs = {int(j): _tuple_signature(frozenset(rows[(l_idx == j) & live[rows]].tolist()), left, probed[j],
+                                                 background, cfg, probes is not None)
+                        for j in np.nonzero(ok)[0] if j != i}
+                ties = tuple(sorted(str(links[j]) for j, sg in sigs.items() if sg == sig_i))
+                # tied, not taken: such a link may still be named for the failures of its own
+                loose = tuple(sorted(str(links[j]) for j, sg in sigs.items()
+                                     if sub and access.get(links[j]) is None and sg != sig_i and sig_i <= sg))
             else:
                 # the same failing groups and a score within ``same_rows_tie``: only the crossing counts
                 # tell the two apart, and those hold the passing probes of pairs whose failures an earlier
@@ -244,7 +253,7 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             comp[i] = False
             if forced:  # links whose failures i explains whole are parts of its explanation, not rivals
                 comp &= ~np.isclose(share, votes)
-            for t in ties:
+            for t in (*ties, *loose):
                 comp[np.searchsorted(links, t)] = False
             # near ties: a competitor within ``near_tie`` of the best score leaves a margin under 4 %; the
             # evidence cannot tell the two apart (e.g. the failing probes of a dead uplink traced only up to
@@ -261,11 +270,12 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             evidence = (significance(float(log_p[i]), n_tests) if probes is not None
                         else 1.0 - math.exp(-float(ratio[i]) / cfg.ratio_scale))
             conf = _confidence(float(votes[i]), evidence, second / best if best > 0 else 1.0, cfg)
-            if ties:
-                conf = conf / (1 + len(ties))
+            tied = tuple(sorted({*ties, *loose}))
+            if tied:
+                conf = conf / (1 + len(tied))
             out.append(Suspect(str(links[i]), access.get(links[i]), int(votes[i]), int(failed_all[i]),
-                               int(probed[i]), float(failed_all[i] / max(probed[i], 1)), conf, ties,
-                               few and bool(ties)))
+                               int(probed[i]), float(failed_all[i] / max(probed[i], 1)), conf, tied,
+                               few and bool(tied)))
             taken[i] = True
             for t in ties:
                 taken[np.searchsorted(links, t)] = True

@@ -448,3 +448,25 @@ def test_a_lossy_link_that_holds_most_unexplained_failures_is_tested_against_the
     n_tests = len(cross)
     assert log_poisson_tail(18, 2877 * 22 / 9983)[0] > np.log(1e-3 / n_tests)  # the whole window's rate
     assert log_poisson_tail(18, 2877 * 1e-3)[0] < np.log(1e-3 / n_tests)
+
+
+def test_an_access_links_few_tuples_are_tied_with_the_switch_link_on_all_their_paths_that_fails_more():
+    """Simulator seed 4857, scenario 157 (6x4 Clos): a partial 5-tuple loss on D-S1 selects only two tuples,
+    both of d5's (one up through S3 with its ACK down S1, one down S1 to it), while C-S1 is lossy and some of
+    its failing probes cross D-S1 too. d5's access link has the fewer crossings, so it outscores D-S1 on the
+    two tuples alone; D-S1 (and D-S3, also on both paths) carry C-S1's failures besides. A partial loss fails
+    whole tuples, so the crossing counts cannot tell these links apart: the access link is tied with them,
+    not judged alone, and C-S1 is still named for its own failures."""
+    f = _failing([("d5,D,S3,E,e15", "e15,E,S1,D,d5", 66), ("b1,B,S1,D,d5", "d5,D,S3,B,b1", 66),
+                  ("d1,D,S1,C,c5", "c5,C,S1,D,d1", 8), ("d2,D,S1,C,c3", "c3,C,S3,D,d2", 6),
+                  ("f12,F,S1,C,c16", "c16,C,S1,F,f12", 9), ("c5,C,S2,B,b2", "b2,B,S1,C,c5", 5),
+                  ("c16,C,S3,E,e13", "e13,E,S1,C,c16", 5)])
+    hops = {h for row in f.to_pylist() for p in (row["fwd_hops"], row["rev_hops"]) for h in p.split(",")}
+    cross = {f"{r}->{r[0].upper()}": 761 for r in hops if r[0].islower()}
+    cross |= {f"{t}->S{k}": 1450 for t in "BCDEF" for k in range(1, 5)}
+    cross |= {"D->S1": 2257, "D->S3": 2257, "C->S1": 1445}
+    r = greedy_cover(f, _crossing(cross), probes=32_029, background=1e-3)
+    got = {s.link: s.tied_with for s in r.suspects}
+    assert got == {"d5->D": ("D->S1", "D->S3"), "C->S1": ()}
+    # tied, not taken: D-S1 was left free to be named for failures of its own (C-S1's explain them better)
+    assert r.unexplained == 0
