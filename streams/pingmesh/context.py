@@ -240,6 +240,16 @@ def log_poisson_tail(k: np.ndarray | float, lam: np.ndarray | float, exact_below
     return np.where(k <= 0, 0.0, np.minimum(out, 0.0))
 
 
+def poisson_upper(k: np.ndarray | float, z: float = 3.09) -> np.ndarray:
+    """Upper confidence bound of a Poisson mean from ``k`` observed events, one-sided at ``z`` standard
+    normal deviates (3.09: 1 - 1e-3): the Wilson-Hilferty cube-root approximation of the exact
+    (chi-square) bound ``chi2.ppf(1 - a, 2k + 2) / 2``: within 1 % of it at ``z`` = 1.645 (k = 0: 2.97
+    against 3.00), and up to 2.3 % over it at 3.09 (k = 0: 7.07 against 6.91). Vectorised; shape of ``k``.
+    """
+    m = np.asarray(k, dtype=np.float64) + 1.0
+    return m * (1.0 - 1.0 / (9.0 * m) + z / (3.0 * np.sqrt(m))) ** 3
+
+
 def lookup_per_code(k: Key, mapping: Mapping[str, int]) -> pa.Array:
     """``mapping``'s value (int64) for each distinct value of ``k``, indexed by code (null where the name is not
     in ``mapping``): one lookup per distinct name, not per row."""

@@ -19,8 +19,9 @@ names the most-voted link. Three extensions:
 * **Low-rate loss.** A link is named when its failures are too many to be the fabric's
   background loss: a one-sided test of its unexplained failures among the probes
   crossing it against the per-probe background rate under "this link is healthy" (the
-  unexplained failures off the link over the probes off it, at least a floor),
-  Bonferroni-corrected over the links probed.
+  95 % upper bound of the unexplained failures off the link over the probes off it, those
+  that leave their ToR for a switch link, at least a floor), Bonferroni-corrected over the
+  links probed.
   A 0.5 % lossy link is named as soon as enough probes crossed it, with no fixed
   share of failures to reach.
 * **Confidence.** Each named link gets a probability built from its support
@@ -42,7 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from streams.pingmesh.context import AnalyzerState, WindowContext, log_poisson_tail, significance
+from streams.pingmesh.context import AnalyzerState, WindowContext, log_poisson_tail, poisson_upper, significance
 from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_links
 from streams.pingmesh.partial import link_counts
 from streams.pingmesh.verify import claims_crossed, co_crossed, failing_paths
@@ -76,6 +77,9 @@ class VoteConfig:
             (fewer than two live ToR-mesh probers: its ToR peers are down or on its own host) is
             claimed as an ``rnic`` fault (0.9); below it the link stays ``undetermined``, as a busy
             or dying host can fail a share of its probes without its RNIC being at fault.
+        test_floor: least per-probe background rate of the per-link loss test (1e-4: a healthy link loses
+            1e-5..1e-4 of its packets, and a probe crosses several links each way); above it, the 95 %
+            upper bound of the rate the window's probes off the link show.
     """
 
     min_votes: int = 2
@@ -87,6 +91,7 @@ class VoteConfig:
     near_tie: float = 0.99
     same_rows_tie: float = 0.75
     access_claim_ratio: float = 0.9
+    test_floor: float = 1e-4
 
 
 @dataclass(frozen=True)
@@ -129,7 +134,7 @@ class CoverResult:
 
 def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteConfig(),
                  probes: int | None = None, background: float = 0.0,
-                 known_links: Sequence[str] = ()) -> CoverResult:
+                 known_links: Sequence[str] = (), local_probes: int = 0) -> CoverResult:
     """Name the links that explain a window's failing probes.
 
     Args:
@@ -139,9 +144,12 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         cfg: stopping rule and confidence constants.
         probes: probes in the window (any outcome, traced or not) for the background rate; None
             (latency votes, unit tests): no significance test, the ratio term instead.
-        background: floor of the per-probe background failure rate.
+        background: per-probe background failure rate assumed at least for single drops (the cover's stray
+            drops and few-tuple signatures); the per-link test has its own floor (``cfg.test_floor``).
         known_links: links earlier windows' probes crossed (``AnalyzerState.links_seen``): candidates for
             the next hop of a trace that stopped, beside the links this window's probes crossed.
+        local_probes: of ``probes``, those between RNICs of one ToR (the ToR mesh: no switch link on their
+            paths; ``failing``'s ``pinglist`` column marks their groups ``tor_mesh``); 0: not told apart.
 
     Returns:
         :class:`CoverResult`, suspects in the order chosen. Deterministic: ties
@@ -162,6 +170,9 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     access = {lk: a for lk, a in zip(pl["link"].to_pylist(), pl["access_rnic"].to_pylist(), strict=True)}
     cmap = dict(zip(crossing["link"].to_pylist(), crossing["n"].to_pylist(), strict=True))
     cross = np.array([cmap.get(lk, 0) for lk in links], dtype=np.float64)
+    is_access = np.array([access.get(lk) is not None for lk in links], dtype=bool)
+    local_row = (np.asarray(pc.equal(failing["pinglist"], "tor_mesh").fill_null(False))
+                 if local_probes and "pinglist" in failing.column_names else np.zeros(len(n_g), dtype=bool))
     failed_all = np.bincount(l_idx, weights=n_g[rows] * w, minlength=len(links))
     # a failing probe whose trace went dark after a node may have crossed each candidate link there: it
     # counts among a candidate's crossings as in its votes (weight w), on top of the probes the traces
@@ -184,10 +195,22 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         log_p = np.zeros(len(links))
         if probes is not None and ok.any():
             # background under "this link is healthy": the failures no link has explained yet that did not
-            # cross it, over the probes that did not (at least the floor). Counting its own failures in would
-            # let a lossy link that carries much of a small fabric's probes raise its own bar (Panel 1: a
-            # 0.5 % loss on a link crossed by 29 % of the probes, 18 failures, beside a flapping link)
-            q = np.maximum(background, (float(left.sum()) - votes[ok]) / np.maximum(probes - cross[ok], 1.0))
+            # cross it, over the probes that did not. Counting its own failures in would let a lossy link
+            # that carries much of a small fabric's probes raise its own bar (Panel 1: a 0.5 % loss on a link
+            # crossed by 29 % of the probes, 18 failures, beside a flapping link). A switch link is measured
+            # against the probes that leave their ToR only: they cross more links than a ToR-mesh probe, and
+            # lose 1.6x as much to background (0.92e-3 against 0.59e-3 a probe at 1e-4 a link on the
+            # 1,024-RNIC Clos). The rate is the 95 % upper bound of what those probes show (a window's few
+            # failures say little of it), at least ``cfg.test_floor``
+            k_off = float(left.sum()) - votes[ok]
+            n_off = probes - cross[ok]
+            far = ok & ~is_access
+            if local_probes and far.any():
+                sw = far[ok]
+                k_off[sw] = float(left[~local_row].sum()) - votes[far]
+                n_off[sw] = probes - local_probes - cross[far]
+            q = np.maximum(cfg.test_floor,
+                           poisson_upper(np.maximum(k_off, 0.0), 1.645) / np.maximum(n_off, 1.0))
             log_p[ok] = log_poisson_tail(votes[ok], cross[ok] * q)
             ok &= log_p < log_alpha
         return votes, ratio, ok, log_p
@@ -701,6 +724,13 @@ def _siblings_clean(ctx: WindowContext, rnic: str, failing: pa.Table, crossing: 
     return all(cmap[lk] > 0 and fmap.get(lk, 0) / cmap[lk] <= ratio for lk in access.values())
 
 
+def _tor_mesh_probes(t: pa.Table) -> int:
+    """Probes (``n``) of ``t``'s ToR-mesh rows (``pinglist`` = ``tor_mesh``); 0 without such a column."""
+    if not t.num_rows or "pinglist" not in t.column_names:
+        return 0
+    return int(pc.sum(pc.if_else(pc.equal(t["pinglist"], "tor_mesh"), t["n"], 0)).as_py() or 0)
+
+
 def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexplained: int,
               rnic_ratio: float = 0.10, charge_ns: int = 60_000_000_000) -> CoverResult:
     """Step 4: vote the timeouts no earlier step explained over their paths (Algorithm 1 extended).
@@ -726,8 +756,9 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
         crossing = pa.table({"link": j["link"], "n": pc.subtract(j["n"], pc.fill_null(j["_x"], 0))})
     probes = int(ctx.partial.pairs["n"].to_numpy().sum()) if ctx.partial.pairs.num_rows else 0
     probes -= int(excl["n"].to_numpy().sum()) if excl.num_rows else 0
+    local = _tor_mesh_probes(ctx.partial.pairs) - _tor_mesh_probes(excl)
     cover = greedy_cover(vote, crossing, cfg, probes=probes, background=background,
-                         known_links=list(ctx.state.links_seen))
+                         known_links=list(ctx.state.links_seen), local_probes=max(local, 0))
     ctx.vote_crossing = crossing
     remember_links(ctx.state, ctx.partial.crossing, [s.link for s in cover.suspects], ctx.ws)
     charged = ctx.charged_rnics()

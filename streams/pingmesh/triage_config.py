@@ -25,7 +25,9 @@ class TriageConfig:
         host_share: share of a host's RNICs flagged together that makes the claim one about the
             host (``host_unreachable``), never one ``rnic`` verdict per RNIC (0.5).
         background_floor: per-probe background timeout rate assumed at least (1e-3; a healthy
-            link loses 1e-5..1e-4 of packets and a probe crosses up to 8 links each way).
+            link loses 1e-5..1e-4 of packets and a probe crosses up to 8 links each way): the triage's
+            tests and the window's leftovers; the vote's per-link test learns the rate from the window's
+            probes, down to ``VoteConfig.test_floor``.
     """
 
     host_down_ns: int = 20_000_000_000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pytest
 
 from schemas.arrow_pa import table_from_columns
 from streams.pingmesh.context import AnalyzerState
@@ -470,3 +471,54 @@ def test_an_access_links_few_tuples_are_tied_with_the_switch_link_on_all_their_p
     assert got == {"d5->D": ("D->S1", "D->S3"), "C->S1": ()}
     # tied, not taken: D-S1 was left free to be named for failures of its own (C-S1's explain them better)
     assert r.unexplained == 0
+
+
+def _lossy_on_panel1(spread: int) -> tuple[pa.Table, dict[str, int]]:
+    """8 failures on A-S3 (2,000 of 30,000 probes cross it: a 0.4 % loss) and ``spread`` single drops
+    spread evenly over the paths between B, C and D (none through A)."""
+    rows = [(f"a{k % 4 + 1},A,S3,B,b{k % 4 + 1}", "", 1) for k in range(8)]
+    pairs = [(x, y, j) for x in "bcd" for y in "bcd" if x != y for j in (1, 2, 3, 4)]  # each uplink on 4
+    rows += [(f"{x}{k % 4 + 1},{x.upper()},S{j},{y.upper()},{y}{(k + 1) % 4 + 1}", "", 1)
+             for k in range(spread) for x, y, j in (pairs[k % len(pairs)],)]
+    cross = {f"{t}->S{k}": 2000 for t in "ABCD" for k in (1, 2, 3, 4)}
+    cross |= {f"{x}{k}->{x.upper()}": 2500 for x in "abcd" for k in (1, 2, 3, 4)}
+    return _failing(rows), cross
+
+
+def test_a_quiet_window_tests_a_lossy_link_against_what_its_probes_show_not_the_triage_floor():
+    """A quiet window: 2 drops off A-S3 among the 14,000 other probes that leave their ToR (16,000 of
+    30,000; the rest are the ToR mesh's). The background is at most 4.5e-4 a probe there (the 95 % upper
+    bound of 2 events, 6.3, over 14,000), so 8 failures among A-S3's 2,000 probes are its loss (0.9
+    expected: P = 5e-6, under the 1e-3 / 32 links the window's test allows). Against the triage's floor
+    of 1e-3 (2 expected, P = 1.1e-3) they would not be."""
+    from streams.pingmesh.context import log_poisson_tail, poisson_upper
+
+    f, cross = _lossy_on_panel1(2)
+    r = greedy_cover(f, _crossing(cross), probes=30_000, background=1e-3, local_probes=14_000)
+    assert [(s.link, s.votes) for s in r.suspects] == [("A->S3", 8)]
+    assert log_poisson_tail(8, 2000 * 1e-3)[0] > np.log(1e-3 / len(cross))
+    assert log_poisson_tail(8, 2000 * 6.3 / 14_000)[0] < np.log(1e-3 / len(cross))
+    assert float(poisson_upper(2, 1.645)) == pytest.approx(6.30, abs=0.02)
+
+
+def test_a_switch_link_is_tested_against_the_probes_that_leave_their_tor():
+    """The same 8 failures on A-S3 beside 96 drops spread over the paths between B, C and D (16 on each of
+    their uplinks' 2,000 probes; B-S3 has A-S3's 8 besides). Among the 16,000 probes that leave their ToR
+    that is 6.5e-3 a probe, and no uplink stands out: nothing is named. Over all 30,000 probes (the ToR
+    mesh's 14,000 cross no switch link and lose less) the rate would read half that, and B-S3's 24 would
+    be a claim."""
+    f, cross = _lossy_on_panel1(96)
+    assert greedy_cover(f, _crossing(cross), probes=30_000, background=1e-3, local_probes=14_000).suspects == []
+    r = greedy_cover(f, _crossing(cross), probes=30_000, background=1e-3)
+    assert [s.link for s in r.suspects] == ["B->S3"]
+
+
+@pytest.mark.parametrize(("k", "z", "exact"), [(0, 1.645, 2.996), (2, 1.645, 6.296), (10, 1.645, 16.962),
+                                               (0, 3.09, 6.908), (10, 3.09, 24.134), (100, 3.09, 134.924)])
+def test_poisson_upper_bound_is_the_exact_bound_within_a_few_percent(k, z, exact):
+    """The exact one-sided bounds (the mean at which P(X <= k) falls to 5 % or 1e-3), solved by bisection on
+    the Poisson CDF: the approximation is within 1 % under and 2.5 % over each."""
+    from streams.pingmesh.context import poisson_upper
+
+    got = float(poisson_upper(k, z))
+    assert exact * 0.99 <= got <= exact * 1.025
