@@ -60,6 +60,10 @@ BOUNCE_TUPLES = 8
 (selecting a share ``f`` of them by hash) misses all eight with probability ``(1 - f)^8``: 1.7 % at
 f = 0.4, 17 % at f = 0.2."""
 
+GROWTH = 3
+"""A group renewed while still undetermined gets ``1 + generation`` times its tuples (bounced and split), at most
+this many times, at the same probes/s: ``(1 - f)^16`` of the first set, then ``(1 - f)^32`` and ``(1 - f)^48``."""
+
 
 def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, pps: float = BOUNCE_PPS,
                    seed: int = 0, per_link: int = BOUNCE_TUPLES, generation: int = 0,
@@ -128,7 +132,7 @@ class SplitLoop:
         seed: seeds the candidate 5-tuples.
         lifetime_ns: how long a group's entries stay after its last request or naming (two windows).
         max_groups: groups probed at once per fabric (the rate limit).
-        max_tuples: 5-tuples per group.
+        max_tuples: 5-tuples per group (times ``1 + generation``, at most :data:`GROWTH`, once renewed).
         per_member: of them, crossing each member without the whole group (:func:`split_entries`).
         group_pps: probes/s of a group's 5-tuples in all, shared by them (each at most
             ``2 x INTER_TOR_LINK_PPS``, the rate of an Eq. 1 tuple's link pair).
@@ -301,13 +305,17 @@ class SplitLoop:
         # bounced probes (below) then do
         named = self._named(now_ns) - set(switch)
         seed = self.seed + 7919 * generation
-        tries = max(64, 4 * self.max_tuples)
+        # a group still undetermined with the last tuples in force gets more of them, at the same probes/s: a
+        # partial loss selecting 11 % of tuples missed three sets of 16 through its link (seed 15665, scenario
+        # 299), and a selected tuple shows it at any rate
+        grow = min(1 + generation, GROWTH)
+        tries = max(64, 4 * self.max_tuples) * grow
         if len(switch) == 1:  # one switch link tied with access links: tuples through it from other RNICs
             entries = crossing_entries(self.inv, self.reg, switch[0], self.paths_of, seed=seed, avoid=avoid,
-                                       max_tuples=self.max_tuples, tries=tries, avoid_links=named)
+                                       max_tuples=self.max_tuples * grow, tries=tries, avoid_links=named)
             return self._share(entries), "split" if entries else "none"
         entries = split_entries(self.inv, self.reg, switch, self.paths_of, seed=seed, tries=tries,
-                                max_tuples=self.max_tuples, per_member=self.per_member, avoid=avoid,
+                                max_tuples=self.max_tuples * grow, per_member=self.per_member * grow, avoid=avoid,
                                 avoid_links=named)
         if entries:
             return self._share(entries), "split"
@@ -317,7 +325,7 @@ class SplitLoop:
                 # (R-Pingmesh's 10/s) gave a link lossy at 0.8 % two or three failures, too few to set it
                 # apart from its pair (seed 30467, scenario 178); 3,200 at 160/s give sixteen times as many
                 return bounce_entries(self.inv, self.reg, switch, seed=self.seed, generation=generation,
-                                      avoid=avoid, avoid_links=named,
+                                      avoid=avoid, avoid_links=named, per_link=BOUNCE_TUPLES * grow,
                                       pps=max(BOUNCE_PPS, self.group_pps / len(switch))), "bounce"
             except ValueError:  # no RNIC to bounce from under a member's lower end
                 return [], "none"

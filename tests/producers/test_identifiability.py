@@ -183,9 +183,14 @@ def test_split_loop_draws_new_tuples_when_its_probes_did_not_split_the_group():
     # the window that was already running when they came in says nothing about them: same entries
     assert loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 20}], now_ns=50) == []
     again = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 40}], now_ns=70)
-    assert len(again) == len(first) == 16 and loop.log[-1]["generation"] == 1
+    # twice the tuples (a partial loss selects a share of them), at the same probes/s per link
+    assert len(first) == 16 and len(again) == 32 and loop.log[-1]["generation"] == 1
+    assert sum(e["rate_pps"] for e in again) == pytest.approx(sum(e["rate_pps"] for e in first))
     assert {e["src_port"] for e in again}.isdisjoint({e["src_port"] for e in first})
     assert loop.entries(80) == again
+    third = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 80}], now_ns=110)
+    fourth = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 120}], now_ns=150)
+    assert (len(third), len(fourth)) == (48, 48)  # at most GROWTH times the first set
 
 
 def _run(fault, loop, seed=1):
