@@ -110,6 +110,8 @@ class ScenarioResult:
     """fault index → second → probes a partial 5-tuple loss dropped (:attr:`Simulator.tuple_drops`)."""
     link_failures: dict[int, dict[str, int]] = field(default_factory=dict)
     """window start → fault link → timed-out probes that crossed it (:attr:`SimPipeline.link_failures`)."""
+    far_probes: dict[int, int] = field(default_factory=dict)
+    """window start → probes that left their ToR (:attr:`SimPipeline.far_probes`)."""
 
 
 @dataclass
@@ -267,7 +269,7 @@ def run_scenario(sc: Scenario, seed: int, background_loss: tuple[float, float] |
                        loop=split)
     windows = [(ws, res.verdicts.to_pylist()) for ws, res in pipe.run(T0, sc.seconds, tag=f"bench/{sc.index}")]
     return ScenarioResult(sc, truth, windows, time.perf_counter() - t, pipe.link_probes, bg, sim.tuple_drops,
-                          pipe.link_failures)
+                          pipe.link_failures, pipe.far_probes)
 
 
 def _fault_link(f: Fault, tr: dict) -> str | None:
@@ -301,21 +303,36 @@ def expected_failures(f: Fault, tr: dict, link_probes: dict[str, int], overlap_n
     return rate * link_probes.get(lk, 0) * overlap_ns / WINDOW
 
 
-def min_failures_named(crossing: int, links_probed: int, background: float | None = None,
-                       alpha: float | None = None) -> int:
+def link_test_rate(far_probes: int, crossing: int, off_failures: int = 0) -> float:
+    """The per-probe background the vote tests a switch link against in one window
+    (:func:`streams.pingmesh.tomography.greedy_cover`): the 95 % upper bound of the ``off_failures`` that did
+    not cross the link over the ``far_probes - crossing`` probes that left their ToR without crossing it, at
+    least :attr:`streams.pingmesh.tomography.VoteConfig.test_floor`.
+
+    Raises:
+        ValueError: a count < 0.
+    """
+    from streams.pingmesh.context import poisson_upper
+    from streams.pingmesh.tomography import VoteConfig
+
+    if min(far_probes, crossing, off_failures) < 0:
+        raise ValueError(f"link_test_rate: counts must be >= 0 (far_probes {far_probes}, crossing {crossing}, "
+                         f"off_failures {off_failures})")
+    return max(VoteConfig().test_floor, float(poisson_upper(off_failures, 1.645)) / max(far_probes - crossing, 1))
+
+
+def min_failures_named(crossing: int, links_probed: int, background: float, alpha: float | None = None) -> int:
     """The fewest timed-out probes over one link in one window that the per-link low-rate test of the
     switch vote (:func:`streams.pingmesh.tomography.greedy_cover`) names: the smallest ``k`` with
     P(X >= k) < ``alpha / links_probed`` for X ~ Poisson(``crossing`` x ``background``).
 
-    This is the analyzer's detection bound for a lossy link on a fabric whose other failures are fewer
-    than ``background`` per probe: a link with loss rate r is named in a window with probability
-    :func:`lossy_link_named_probability`, not always.
+    This is the analyzer's detection bound for a lossy link: a link with loss rate r is named in a window
+    with probability :func:`lossy_link_named_probability`, not always.
 
     Args:
         crossing: probes whose forward or ACK path crossed the link in the window.
         links_probed: links the window's probes crossed (the Bonferroni family).
-        background: per-probe background rate; default the analyzer's floor
-            (:attr:`streams.pingmesh.triage_config.TriageConfig.background_floor`, 1e-3).
+        background: per-probe background rate the test uses (:func:`link_test_rate` for the window).
         alpha: family-wise false-alarm rate; default :attr:`streams.pingmesh.tomography.VoteConfig.alpha`.
 
     Raises:
@@ -323,23 +340,21 @@ def min_failures_named(crossing: int, links_probed: int, background: float | Non
     """
     from streams.pingmesh.context import log_poisson_tail
     from streams.pingmesh.tomography import VoteConfig
-    from streams.pingmesh.triage_config import TriageConfig
 
     if crossing < 0 or links_probed < 1:
         raise ValueError(f"min_failures_named: crossing {crossing} must be >= 0 and links_probed "
                          f"{links_probed} >= 1")
-    q = TriageConfig().background_floor if background is None else background
     a = VoteConfig().alpha if alpha is None else alpha
     limit, k = np.log(a / links_probed), max(VoteConfig().min_votes, 1)
-    while float(log_poisson_tail(k, crossing * q)[0]) >= limit:
+    while float(log_poisson_tail(k, crossing * background)[0]) >= limit:
         k += 1
     return k
 
 
-def lossy_link_named_probability(rate: float, crossing: int, links_probed: int) -> float:
+def lossy_link_named_probability(rate: float, crossing: int, links_probed: int, background: float) -> float:
     """P(a link dropping ``rate`` of the probes crossing it is named in a window): P(Binomial(``crossing``,
-    ``rate``) >= :func:`min_failures_named`) at the analyzer's default floor and alpha."""
-    k = min_failures_named(crossing, links_probed)
+    ``rate``) >= :func:`min_failures_named`) at per-probe ``background`` and the vote's alpha."""
+    k = min_failures_named(crossing, links_probed, background)
     below = sum(math.comb(crossing, i) * rate**i * (1 - rate) ** (crossing - i) for i in range(min(k, crossing + 1)))
     return max(0.0, 1.0 - below)
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from producers.controller_loop import SplitLoop
 from producers.sim import Simulator
@@ -55,6 +56,9 @@ class SimPipeline:
     bookkeeping of the benchmark: how many probes a fault on that link could fail)."""
     link_failures: dict[int, dict[str, int]] = field(default_factory=dict)
     """window start → link → timed-out probes whose forward or ACK path crossed it (links in ``watch``)."""
+    far_probes: dict[int, int] = field(default_factory=dict)
+    """window start → probes that left their ToR (every pinglist but the ToR mesh; counted with ``watch``): what
+    the vote measures a switch link's background over (:func:`bench.accuracy.link_test_rate`)."""
     offsets: dict[int, int] = field(default_factory=dict)
     """raw partition → next offset (each agent upload is one raw message)."""
     loop: SplitLoop | None = None
@@ -72,6 +76,10 @@ class SimPipeline:
         return self.partition_of(agent) if self.partition_of else i % self.workers
 
     def _count(self, ws: int, partial: object) -> None:
+        pairs = partial.pairs  # type: ignore[attr-defined]
+        if pairs.num_rows:
+            far = pc.sum(pc.if_else(pc.equal(pairs["pinglist"], "tor_mesh"), 0, pairs["n"])).as_py() or 0
+            self.far_probes[ws] = self.far_probes.get(ws, 0) + int(far)
         failed = link_counts(partial.failing) if partial.failing.num_rows else None  # type: ignore[attr-defined]
         for book, table in ((self.link_probes, partial.crossing), (self.link_failures, failed)):  # type: ignore[attr-defined]
             d = book.setdefault(ws, {})

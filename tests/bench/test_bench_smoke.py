@@ -65,28 +65,38 @@ def test_fixed_scenario_gets_exactly_the_right_claims(name, inv, faults, want, s
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_a_1pct_lossy_link_is_named_in_every_window_whose_failures_reach_the_per_link_bound(seed):
-    # ~1,100-1,750 probes cross B->S1 per window: ~11-17 expected failures at 1 %, and the per-link test
-    # against the 1e-3 background floor needs 9-11 of them, so a window misses with probability 4-26 %
-    # (ba.lossy_link_named_probability; 3 of the 24 windows at seeds 0-11). Below the bound the link must not
-    # be named (nor anything else); at or above it, it must be named, alone.
+    # ~1,100-1,750 probes cross B->S1 per window: ~11-17 expected failures at 1 %. No other probe fails, so the
+    # vote tests it against 3.0 (the 95 % bound of none) over the other probes that leave their ToR: 5-7 failures
+    # name it (ba.min_failures_named at ba.link_test_rate), where the triage's 1e-3 floor needed 9-11. Below the
+    # bound the link must not be named (nor anything else); at or above it, it must be named, alone.
     name, inv, faults, _ = FIXED[-1]
     r = ba.run_scenario(ba.Scenario(0, name, inv, faults, 40), seed=seed)
     links = len(inv.links) + len(inv.rnics)  # every switch link and access link is probed
-    want = [{("switch", "B->S1")} if r.link_failures[ws]["B->S1"] >= ba.min_failures_named(
-        r.link_probes[ws]["B->S1"], links) else set() for ws, _ in r.windows]
+    want = []
+    for ws, _ in r.windows:
+        cross = r.link_probes[ws]["B->S1"]
+        bound = ba.min_failures_named(cross, links, ba.link_test_rate(r.far_probes[ws], cross))
+        want.append({("switch", "B->S1")} if r.link_failures[ws]["B->S1"] >= bound else set())
     assert _claims(r) == want
     rep = ba.score([r], seed=seed, wall_s=0.0)
     assert not rep.wrong
 
 
-def test_the_lossy_link_bound_is_the_poisson_tail_against_the_floor():
+def test_the_lossy_link_bound_is_the_poisson_tail_against_the_background():
     # by hand: Poisson(1.067) P(X >= 8) = 1.6e-5, P(X >= 9) = 1.9e-6; alpha / 120 links = 8.3e-6
-    assert ba.min_failures_named(1067, 120) == 9
-    assert ba.min_failures_named(0, 120) == 2  # the vote's own minimum of two failures
+    assert ba.min_failures_named(1067, 120, 1e-3) == 9
+    assert ba.min_failures_named(0, 120, 1e-3) == 2  # the vote's own minimum of two failures
     # P(Binomial(1067, 0.01) >= 9) = 1 - P(X <= 8) = 1 - 0.2613
-    assert ba.lossy_link_named_probability(0.01, 1067, 120) == pytest.approx(0.7387, abs=1e-3)
+    assert ba.lossy_link_named_probability(0.01, 1067, 120, 1e-3) == pytest.approx(0.7387, abs=1e-3)
+    # no failure off the link among 9,000 other probes leaving their ToR: 2.97 / 9,000 = 3.3e-4 a probe
+    assert ba.link_test_rate(10_067, 1067) == pytest.approx(2.9687 / 9000, rel=1e-3)
+    assert ba.link_test_rate(100_000_000, 1067) == 1e-4  # the test's floor
+    # Poisson(0.352): P(X >= 5) = 3.4e-5, P(X >= 6) = 2.0e-6
+    assert ba.min_failures_named(1067, 120, ba.link_test_rate(10_067, 1067)) == 6
     with pytest.raises(ValueError, match="links_probed 0"):
-        ba.min_failures_named(10, 0)
+        ba.min_failures_named(10, 0, 1e-3)
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        ba.link_test_rate(10, -1)
 
 
 def test_panel1_dead_link_report_counts_exactly():
