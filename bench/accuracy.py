@@ -312,13 +312,12 @@ def link_test_rate(far_probes: int, crossing: int, off_failures: int = 0) -> flo
     Raises:
         ValueError: a count < 0.
     """
-    from streams.pingmesh.context import poisson_upper
-    from streams.pingmesh.tomography import VoteConfig
+    from streams.pingmesh.tomography import VoteConfig, link_background
 
     if min(far_probes, crossing, off_failures) < 0:
         raise ValueError(f"link_test_rate: counts must be >= 0 (far_probes {far_probes}, crossing {crossing}, "
                          f"off_failures {off_failures})")
-    return max(VoteConfig().test_floor, float(poisson_upper(off_failures, 1.645)) / max(far_probes - crossing, 1))
+    return float(link_background(off_failures, far_probes - crossing, VoteConfig().test_floor))
 
 
 def min_failures_named(crossing: int, links_probed: int, background: float, alpha: float | None = None) -> int:

@@ -31,6 +31,7 @@ from streams.pingmesh.path_index import PathIndex
 from streams.pingmesh.probe_requests import down_endpoints, named_links, requests_from_verdicts
 from streams.pingmesh.reducer import UploadMark, WindowReducer, worker_step
 from streams.pingmesh.step_message import Step, encode_step
+from streams.pingmesh.tomography import tor_mesh_probes
 
 
 @dataclass
@@ -78,8 +79,8 @@ class SimPipeline:
     def _count(self, ws: int, partial: object) -> None:
         pairs = partial.pairs  # type: ignore[attr-defined]
         if pairs.num_rows:
-            far = pc.sum(pc.if_else(pc.equal(pairs["pinglist"], "tor_mesh"), 0, pairs["n"])).as_py() or 0
-            self.far_probes[ws] = self.far_probes.get(ws, 0) + int(far)
+            far = int(pc.sum(pairs["n"]).as_py() or 0) - tor_mesh_probes(pairs)
+            self.far_probes[ws] = self.far_probes.get(ws, 0) + far
         failed = link_counts(partial.failing) if partial.failing.num_rows else None  # type: ignore[attr-defined]
         for book, table in ((self.link_probes, partial.crossing), (self.link_failures, failed)):  # type: ignore[attr-defined]
             d = book.setdefault(ws, {})

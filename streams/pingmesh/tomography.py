@@ -132,6 +132,15 @@ class CoverResult:
     total_failed: int
 
 
+def link_background(off_failures: np.ndarray | float, off_probes: np.ndarray | float, floor: float) -> np.ndarray:
+    """The per-probe background rate the per-link loss test of :func:`greedy_cover` assumes for a link: the
+    95 % upper bound (:func:`streams.pingmesh.context.poisson_upper`) of ``off_failures`` unexplained failures
+    among the ``off_probes`` probes that did not cross it, at least ``floor`` (``VoteConfig.test_floor``).
+    Vectorised; negative counts read as 0 failures and 1 probe."""
+    k = np.maximum(np.asarray(off_failures, dtype=np.float64), 0.0)
+    return np.maximum(floor, poisson_upper(k, 1.645) / np.maximum(np.asarray(off_probes, dtype=np.float64), 1.0))
+
+
 def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteConfig(),
                  probes: int | None = None, background: float = 0.0,
                  known_links: Sequence[str] = (), local_probes: int = 0) -> CoverResult:
@@ -209,8 +218,7 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
                 sw = far[ok]
                 k_off[sw] = float(left[~local_row].sum()) - votes[far]
                 n_off[sw] = probes - local_probes - cross[far]
-            q = np.maximum(cfg.test_floor,
-                           poisson_upper(np.maximum(k_off, 0.0), 1.645) / np.maximum(n_off, 1.0))
+            q = link_background(k_off, n_off, cfg.test_floor)
             log_p[ok] = log_poisson_tail(votes[ok], cross[ok] * q)
             ok &= log_p < log_alpha
         return votes, ratio, ok, log_p
@@ -724,7 +732,7 @@ def _siblings_clean(ctx: WindowContext, rnic: str, failing: pa.Table, crossing: 
     return all(cmap[lk] > 0 and fmap.get(lk, 0) / cmap[lk] <= ratio for lk in access.values())
 
 
-def _tor_mesh_probes(t: pa.Table) -> int:
+def tor_mesh_probes(t: pa.Table) -> int:
     """Probes (``n``) of ``t``'s ToR-mesh rows (``pinglist`` = ``tor_mesh``); 0 without such a column."""
     if not t.num_rows or "pinglist" not in t.column_names:
         return 0
@@ -756,7 +764,7 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
         crossing = pa.table({"link": j["link"], "n": pc.subtract(j["n"], pc.fill_null(j["_x"], 0))})
     probes = int(ctx.partial.pairs["n"].to_numpy().sum()) if ctx.partial.pairs.num_rows else 0
     probes -= int(excl["n"].to_numpy().sum()) if excl.num_rows else 0
-    local = _tor_mesh_probes(ctx.partial.pairs) - _tor_mesh_probes(excl)
+    local = tor_mesh_probes(ctx.partial.pairs) - tor_mesh_probes(excl)
     cover = greedy_cover(vote, crossing, cfg, probes=probes, background=background,
                          known_links=list(ctx.state.links_seen), local_probes=max(local, 0))
     ctx.vote_crossing = crossing
