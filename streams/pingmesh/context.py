@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from schemas.group_codes import Key, key
 from schemas.verdicts import verdict_id
+from streams.pingmesh.carried_loss import LinkCarry
 from streams.pingmesh.partial import PartialKeys, WindowPartial
 
 __all__ = ["AnalyzerState", "Claim", "WindowContext", "verdict_id"]
@@ -47,6 +48,9 @@ class AnalyzerState:
         links_seen: switch link → start (ns) of the newest window whose probes crossed it on a complete
             trace or that named it; the vote's candidates for the next hop of a trace that stopped
             (:func:`streams.pingmesh.tomography.remember_links`). Forgotten ``LINK_MEMORY_NS`` after that.
+        carried: the last windows' per-link counts (newest first, at most ``CARRY_WINDOWS``) for the vote's
+            pooled test of a low-rate loss (:mod:`streams.pingmesh.carried_loss`); switch links that failed
+            probes only.
     """
 
     charged: dict[str, int] = field(default_factory=dict)
@@ -57,6 +61,7 @@ class AnalyzerState:
     job_seen_ns: dict[str, int] = field(default_factory=dict)
     rnic_host: dict[str, str] = field(default_factory=dict)
     links_seen: dict[str, int] = field(default_factory=dict)
+    carried: tuple[LinkCarry, ...] = ()
 
 
 def isin(t: pa.Table, col: str, values: set[str]) -> np.ndarray:

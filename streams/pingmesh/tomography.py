@@ -43,6 +43,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from streams.pingmesh.carried_loss import CARRY_WINDOWS, LinkCarry, carry_arrays, carry_of_window, consecutive
 from streams.pingmesh.context import AnalyzerState, WindowContext, log_poisson_tail, poisson_upper, significance
 from streams.pingmesh.links import LINK_SEP, NO_ANSWER, probe_links
 from streams.pingmesh.partial import link_counts
@@ -80,6 +81,10 @@ class VoteConfig:
         test_floor: least per-probe background rate of the per-link loss test (1e-4: a healthy link loses
             1e-5..1e-4 of its packets, and a probe crosses several links each way); above it, the 95 %
             upper bound of the rate the window's probes off the link show.
+        carry_screen: p-value under which a link that this window's own test holds back is tested again with
+            the previous window's counts pooled in (:mod:`streams.pingmesh.carried_loss`; 0.01: about four
+            failures where background gives half of one; 0: no pooled test). A fault that ended fails too few
+            probes here to pass the screen, so the last window's failures alone never name it.
     """
 
     min_votes: int = 2
@@ -92,6 +97,7 @@ class VoteConfig:
     same_rows_tie: float = 0.75
     access_claim_ratio: float = 0.9
     test_floor: float = 1e-4
+    carry_screen: float = 0.01
 
 
 @dataclass(frozen=True)
@@ -109,6 +115,8 @@ class Suspect:
         tied_with: links that explain the same failures as well, or nearly as well (``near_tie``).
         few_tuples: the tie is over every link on the paths of a few failing 5-tuples (``few_tuples``),
             not over links whose failures and scores alone are alike.
+        carried: (failures, crossing probes) of the windows before pooled into this link's test, where
+            this window's counts alone did not pass it; None otherwise.
     """
 
     link: str
@@ -120,16 +128,19 @@ class Suspect:
     confidence: float
     tied_with: tuple[str, ...] = ()
     few_tuples: bool = False
+    carried: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
 class CoverResult:
-    """Named links, and the failing probes no link explained (untraced or below the rules)."""
+    """Named links, the failing probes no link explained (untraced or below the rules), and the counts the
+    window leaves for the next one's pooled test (``carry``: None without ``ws``)."""
 
     suspects: list[Suspect]
     unexplained: int
     untraced: int
     total_failed: int
+    carry: LinkCarry | None = None
 
 
 def link_background(off_failures: np.ndarray | float, off_probes: np.ndarray | float, floor: float) -> np.ndarray:
@@ -143,7 +154,8 @@ def link_background(off_failures: np.ndarray | float, off_probes: np.ndarray | f
 
 def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteConfig(),
                  probes: int | None = None, background: float = 0.0,
-                 known_links: Sequence[str] = (), local_probes: int = 0) -> CoverResult:
+                 known_links: Sequence[str] = (), local_probes: int = 0, carry: Sequence[LinkCarry] = (),
+                 ws: int | None = None) -> CoverResult:
     """Name the links that explain a window's failing probes.
 
     Args:
@@ -159,6 +171,13 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
             the next hop of a trace that stopped, beside the links this window's probes crossed.
         local_probes: of ``probes``, those between RNICs of one ToR (the ToR mesh: no switch link on their
             paths; ``failing``'s ``pinglist`` column marks their groups ``tor_mesh``); 0: not told apart.
+        carry: the counts of the windows before, newest first and consecutive
+            (:class:`streams.pingmesh.carried_loss.LinkCarry`): a switch link this window's test holds back, but
+            whose failures pass ``cfg.carry_screen``, is tested again on its counts pooled with those of the
+            windows before in which it failed probes (:func:`streams.pingmesh.carried_loss.carry_arrays`).
+            Only with ``probes``.
+        ws: this window's start (ns): the result's ``carry`` is filled for the next window. Only with
+            ``probes``.
 
     Returns:
         :class:`CoverResult`, suspects in the order chosen. Deterministic: ties
@@ -194,14 +213,18 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     left0 = np.where(traced, n_g, 0).astype(np.float64)
     n_tests = max(len(cmap), len(links), 1)
     log_alpha = math.log(cfg.alpha / n_tests)
+    c_has, c_failed, c_cross, c_off_k, c_off_n = carry_arrays(carry if probes is not None else (), links)
+    c_has &= ~is_access
 
     def passing(left: np.ndarray, cross: np.ndarray, taken: np.ndarray
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Votes, ratio, which links pass the stopping rule and the per-link test, and its log p."""
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Votes, ratio, which links pass the stopping rule and the per-link test, its log p, and which of
+        them passed on the previous window's counts pooled in."""
         votes = np.bincount(l_idx, weights=left[rows] * w, minlength=len(links))
         ratio = np.where(cross > 0, votes / np.maximum(cross, 1), 0.0)
         ok = (votes >= cfg.min_votes) & (ratio >= cfg.min_ratio) & ~taken
         log_p = np.zeros(len(links))
+        pooled = np.zeros(len(links), dtype=bool)
         if probes is not None and ok.any():
             # background under "this link is healthy": the failures no link has explained yet that did not
             # cross it, over the probes that did not. Counting its own failures in would let a lossy link
@@ -220,8 +243,15 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
                 n_off[sw] = probes - local_probes - cross[far]
             q = link_background(k_off, n_off, cfg.test_floor)
             log_p[ok] = log_poisson_tail(votes[ok], cross[ok] * q)
+            again = ok & c_has & (log_p >= log_alpha) & (log_p < math.log(max(cfg.carry_screen, 1e-300)))
+            if cfg.carry_screen > 0 and again.any():
+                sub = again[ok]
+                q2 = link_background(k_off[sub] + c_off_k[again], n_off[sub] + c_off_n[again], cfg.test_floor)
+                lp2 = log_poisson_tail(votes[again] + c_failed[again], (cross[again] + c_cross[again]) * q2)
+                pooled[again] = lp2 < log_alpha
+                log_p[pooled] = lp2[pooled[again]]
             ok &= log_p < log_alpha
-        return votes, ratio, ok, log_p
+        return votes, ratio, ok, log_p, pooled
 
     def cover(first: int | None, banned: np.ndarray | None = None) -> tuple[list[Suspect], np.ndarray]:
         """The greedy cover; ``first``: the link to name first (the parsimony rerun below); ``banned``:
@@ -233,7 +263,7 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         explained_by.clear()
         taken = np.zeros(len(links), dtype=bool) if banned is None else banned.copy()
         while True:
-            votes, ratio, ok, log_p = passing(left, cross, taken)
+            votes, ratio, ok, log_p, pooled = passing(left, cross, taken)
             if not ok.any():
                 break
             score = np.where(ok, votes * ratio, -1.0)
@@ -306,7 +336,8 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
                 conf = conf / (1 + len(tied))
             out.append(Suspect(str(links[i]), access.get(links[i]), int(votes[i]), int(failed_all[i]),
                                int(probed[i]), float(failed_all[i] / max(probed[i], 1)), conf, tied,
-                               few and bool(tied)))
+                               few and bool(tied),
+                               (int(c_failed[i]), int(c_cross[i])) if pooled[i] else None))
             taken[i] = True
             for t in ties:
                 taken[np.searchsorted(links, t)] = True
@@ -324,7 +355,7 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     expected = background * (probes or 0)
     stray_max = expected + 3.0 * math.sqrt(expected) if probes is not None else 0.0
     out, left = _dead_link_first(out, left, left0 >= cfg.min_votes, links, cover, stray_max)
-    start = passing(left0, cross0, np.zeros(len(links), bool))  # the whole window, for both parsimony rules
+    start = passing(left0, cross0, np.zeros(len(links), bool))[:4]  # the whole window, for both parsimony rules
     j, stray = _one_link_for_all(out, left0, left, l_idx, rows, links, start, probes is not None,
                                  cfg.min_votes, stray_max)
     if j is not None:
@@ -340,7 +371,13 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
                 out, left = out2, left2
     if probes is not None:
         out, left = _swap_claim_for_tie(out, left, left0, links, l_idx, rows, cover, cfg.min_votes, stray_max)
-    return CoverResult(out, int(left.sum()), untraced, total)
+    carry_out = None
+    if probes is not None and ws is not None:
+        far_row = ~local_row if local_probes else np.ones(len(n_g), dtype=bool)
+        carry_out = carry_of_window(ws, links, is_access, l_idx, rows, w, left0, left, probed,
+                                    [(s.link, *s.tied_with) for s in out], far_row,
+                                    probes - local_probes if local_probes else probes)
+    return CoverResult(out, int(left.sum()), untraced, total, carry_out)
 
 
 def _dead_link_first(out: list[Suspect], left: np.ndarray, heavy: np.ndarray, links: np.ndarray,
@@ -765,8 +802,11 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
     probes = int(ctx.partial.pairs["n"].to_numpy().sum()) if ctx.partial.pairs.num_rows else 0
     probes -= int(excl["n"].to_numpy().sum()) if excl.num_rows else 0
     local = tor_mesh_probes(ctx.partial.pairs) - tor_mesh_probes(excl)
+    prev = consecutive(ctx.state.carried, ctx.ws, ctx.window_ns)  # for a loss too low to show in one window
     cover = greedy_cover(vote, crossing, cfg, probes=probes, background=background,
-                         known_links=list(ctx.state.links_seen), local_probes=max(local, 0))
+                         known_links=list(ctx.state.links_seen), local_probes=max(local, 0), carry=prev, ws=ctx.ws)
+    if cover.carry is not None:
+        ctx.state.carried = (cover.carry, *prev)[:CARRY_WINDOWS]
     ctx.vote_crossing = crossing
     remember_links(ctx.state, ctx.partial.crossing, [s.link for s in cover.suspects], ctx.ws)
     charged = ctx.charged_rnics()
@@ -781,6 +821,9 @@ def vote_step(ctx: WindowContext, cfg: VoteConfig, background: float, min_unexpl
     paths = failing_paths(vote, named) if named else {}
     for s in cover.suspects:
         ev = {"votes": s.votes, "failed": s.failed, "crossing": s.crossing, "ratio": round(s.ratio, 6)}
+        if s.carried is not None:
+            # too few failures in one window for its test, but not with the windows' before pooled in
+            ev["previous_window"] = {"failed": s.carried[0], "crossing": s.carried[1]}
         if s.link.endswith(LINK_SEP + NO_ANSWER) and s.access_rnic is None:
             ctx.emit("undetermined", s.link, s.ratio, 0.0, s.failed, s.crossing,
                      {**ev, "link_confidence": s.confidence, "tied_with": list(s.tied_with),
