@@ -9,41 +9,49 @@ always left up when the process ends (SIGTERM, SIGINT, or ``--duration``).
 from __future__ import annotations
 
 import argparse
+import math
 import signal
-import subprocess
 import threading
+import time
+
+from pyroute2 import IPRoute
 
 _stop = threading.Event()
-
-
-def _set(netns: str, dev: str, state: str) -> None:
-    subprocess.run(["ip", "netns", "exec", netns, "ip", "link", "set", "dev", dev, state], check=False,
-                   capture_output=True)
 
 
 def flap(netns: str, dev: str, period_s: float, down_s: float, duration_s: float | None = None) -> None:
     """Set ``dev`` in ``netns`` down for ``down_s`` then up for ``period_s - down_s``, until stopped or
     ``duration_s`` has passed; always ends with the link up.
 
+    One netlink socket in the namespace (pyroute2), opened once: this process forks nothing per flap, and
+    it runs no thread of its own, so the one fork pyroute2 makes to enter the namespace is of a
+    single-threaded process.
+
     Raises:
-        ValueError: ``down_s`` not in (0, ``period_s``).
+        ValueError: ``down_s`` not in (0, ``period_s``); ``dev`` not in ``netns``.
     """
     if not 0 < down_s < period_s:
         raise ValueError(f"down_s={down_s} must be in (0, period_s={period_s})")
-    stop_at = threading.Timer(duration_s, _stop.set) if duration_s else None
-    if stop_at:
-        stop_at.start()
-    try:
-        while not _stop.is_set():
-            _set(netns, dev, "down")
-            if _stop.wait(down_s):
-                break
-            _set(netns, dev, "up")
-            _stop.wait(period_s - down_s)
-    finally:
-        _set(netns, dev, "up")
-        if stop_at:
-            stop_at.cancel()
+    deadline = time.monotonic() + duration_s if duration_s else math.inf
+
+    def done_after(s: float) -> bool:
+        """Wait ``s`` seconds or less; True when stopped or past the deadline."""
+        return _stop.wait(max(0.0, min(s, deadline - time.monotonic()))) or time.monotonic() >= deadline
+
+    with IPRoute(netns=netns) as ipr:
+        found = ipr.link_lookup(ifname=dev)
+        if not found:
+            raise ValueError(f"no interface {dev!r} in netns {netns!r}")
+        try:
+            while True:
+                ipr.link("set", index=found[0], state="down")
+                if done_after(down_s):
+                    break
+                ipr.link("set", index=found[0], state="up")
+                if done_after(period_s - down_s):
+                    break
+        finally:
+            ipr.link("set", index=found[0], state="up")
 
 
 def main() -> None:

@@ -75,17 +75,23 @@ def carry_arrays(carries: Sequence[LinkCarry], links: np.ndarray) -> tuple[np.nd
     n = len(links)
     has = np.zeros(n, dtype=bool)
     out = [np.zeros(n, dtype=np.float64) for _ in range(4)]
-    if not carries or not carries[0].failed:
+    if not carries or not carries[0].failed or n == 0:
         return (has, *out)
-    for i, lk in enumerate(links.tolist()):
-        for c in carries:
-            if lk not in c.failed:
-                break
-            has[i] = True
-            out[0][i] += c.failed[lk]
-            out[1][i] += c.crossing.get(lk, 0)
-            out[2][i] += c.off_failures.get(lk, 0)
-            out[3][i] += c.off_probes.get(lk, 0)
+    alive = np.ones(n, dtype=bool)  # still in an unbroken run of windows with failures of its own
+    for c in carries:
+        keys = np.array(list(c.failed), dtype=object)
+        pos = np.minimum(np.searchsorted(links, keys), n - 1)
+        hit = links[pos] == keys
+        present = np.zeros(n, dtype=bool)
+        present[pos[hit]] = True
+        alive &= present
+        if not alive.any():
+            break
+        has |= alive
+        for arr, d in zip(out, (c.failed, c.crossing, c.off_failures, c.off_probes), strict=True):
+            vals = np.zeros(n, dtype=np.float64)
+            vals[pos[hit]] = [d.get(k, 0) for k in keys[hit].tolist()]
+            arr += np.where(alive, vals, 0.0)
     return (has, *out)
 
 
