@@ -121,15 +121,14 @@ def carry_of_window(ws: int, links: np.ndarray, is_access: np.ndarray, l_idx: np
     owner = np.full(n_g, -1, dtype=np.int64)
     explained = left0 > left
     link_pos = {str(lk): i for i, lk in enumerate(links.tolist())}
-    for k, group in enumerate(named):
-        ids = [link_pos[x] for x in group if x in link_pos]
+    on_named = [np.isin(l_idx, [link_pos[x] for x in group if x in link_pos]) for group in named]
+    for k, on_pair in enumerate(on_named):
         on = np.zeros(n_g, dtype=bool)
-        on[rows[np.isin(l_idx, ids)]] = True
+        on[rows[on_pair]] = True
         owner[on & explained & (owner < 0)] = k
     mine = np.zeros(len(rows), dtype=bool)
-    for k, group in enumerate(named):
-        ids = [link_pos[x] for x in group if x in link_pos]
-        mine |= (owner[rows] == k) & np.isin(l_idx, ids)
+    for k, on_pair in enumerate(on_named):
+        mine |= (owner[rows] == k) & on_pair
     own_rows = np.where(mine, left0[rows], left[rows]) * weight
     failed = np.bincount(l_idx, weights=own_rows, minlength=len(links))
     unexpl = np.bincount(l_idx, weights=left[rows] * weight * far_row[rows], minlength=len(links))

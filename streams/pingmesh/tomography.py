@@ -82,9 +82,9 @@ class VoteConfig:
             1e-5..1e-4 of its packets, and a probe crosses several links each way); above it, the 95 %
             upper bound of the rate the window's probes off the link show.
         carry_screen: p-value under which a link that this window's own test holds back is tested again with
-            the previous window's counts pooled in (:mod:`streams.pingmesh.carried_loss`; 0.01: about four
+            the counts of the windows before pooled in (:mod:`streams.pingmesh.carried_loss`; 0.01: about four
             failures where background gives half of one; 0: no pooled test). A fault that ended fails too few
-            probes here to pass the screen, so the last window's failures alone never name it.
+            probes here to pass the screen, so earlier windows' failures alone never name it.
     """
 
     min_votes: int = 2
@@ -215,11 +215,12 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
     log_alpha = math.log(cfg.alpha / n_tests)
     c_has, c_failed, c_cross, c_off_k, c_off_n = carry_arrays(carry if probes is not None else (), links)
     c_has &= ~is_access
+    log_screen = math.log(cfg.carry_screen) if cfg.carry_screen > 0 else -math.inf
 
     def passing(left: np.ndarray, cross: np.ndarray, taken: np.ndarray
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Votes, ratio, which links pass the stopping rule and the per-link test, its log p, and which of
-        them passed on the previous window's counts pooled in."""
+        them passed on the earlier windows' counts pooled in."""
         votes = np.bincount(l_idx, weights=left[rows] * w, minlength=len(links))
         ratio = np.where(cross > 0, votes / np.maximum(cross, 1), 0.0)
         ok = (votes >= cfg.min_votes) & (ratio >= cfg.min_ratio) & ~taken
@@ -243,8 +244,8 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
                 n_off[sw] = probes - local_probes - cross[far]
             q = link_background(k_off, n_off, cfg.test_floor)
             log_p[ok] = log_poisson_tail(votes[ok], cross[ok] * q)
-            again = ok & c_has & (log_p >= log_alpha) & (log_p < math.log(max(cfg.carry_screen, 1e-300)))
-            if cfg.carry_screen > 0 and again.any():
+            again = ok & c_has & (log_p >= log_alpha) & (log_p < log_screen)
+            if again.any():
                 sub = again[ok]
                 q2 = link_background(k_off[sub] + c_off_k[again], n_off[sub] + c_off_n[again], cfg.test_floor)
                 lp2 = log_poisson_tail(votes[again] + c_failed[again], (cross[again] + c_cross[again]) * q2)
