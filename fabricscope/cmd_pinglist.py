@@ -69,6 +69,9 @@ def loop(
                                               help="inventory YAML (default Panel 1)"),
     seed: int = typer.Option(1, help="the controller's seed: QPNs, Eq. 1's source ports, the loop's draw"),
     metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
+    bounce: bool = typer.Option(False, "--bounce", help="answer groups no 5-tuple splits with bounced probes: "
+                                "only where every agent sends IP-in-IP and the switches decapsulate it (the udp "
+                                "agent does not, and refuses them)"),
 ) -> None:
     """The closed loop: answer undetermined verdicts with split probes on the pinglists topic until SIGTERM/SIGINT.
 
@@ -94,7 +97,7 @@ def loop(
     s = load_settings()
     inv = load(inventory_file) if inventory_file else panel1()
     svc = LoopService(inv, s.kafka_bootstrap, s.fabricscope_topic_prefix, seed=seed,
-                      kafka_config=s.kafka_client_config(), origin=s.fabricscope_origin)
+                      kafka_config=s.kafka_client_config(), origin=s.fabricscope_origin, bounce=bounce)
     logging.getLogger("fabricscope.loop").info("answering undetermined verdicts for %d agents", len(svc.hosts))
     try:
         svc.run(stopping)

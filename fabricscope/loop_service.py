@@ -1,11 +1,12 @@
 """The closed loop as a controller service: verdicts in, short-lived split probes out on the pinglists topic.
 
-``fabricscope pinglist loop`` runs :class:`LoopService`. It reads the ``verdicts`` topic in a consumer
-group of its own, turns every ``undetermined`` verdict over a group of switch links into a probe
-request (:func:`streams.pingmesh.probe_requests.requests_from_verdicts`), answers it with
-:class:`producers.controller_loop.SplitLoop`, and republishes the pinglist (``pinglist.v1``, compacted,
-keyed by agent) of every agent whose entries changed: the controller's Eq. 1 lists plus the loop's
-entries in force (Eq. 1's plus :func:`producers.controller_ident.make_identifiable`'s tuples).
+``fabricscope pinglist loop`` runs :class:`LoopService`. It reads the ``verdicts`` topic in a consumer group
+of its own; at start it publishes every agent's list (the one agents that follow the topic, ``pinglist_topic``
+in :mod:`producers.udp_agent`, start from); it turns every ``undetermined`` verdict over a group of switch
+links into a probe request (:func:`streams.pingmesh.probe_requests.requests_from_verdicts`), answers it with
+:class:`producers.controller_loop.SplitLoop`, and republishes the pinglist (``pinglist.v1``, compacted, keyed
+by agent) of every agent whose entries changed: the controller's Eq. 1 lists plus the loop's entries in force
+(Eq. 1's plus :func:`producers.controller_ident.make_identifiable`'s tuples).
 Once per window it publishes an ``identifiability.v1`` row of that plan (the ``identifiability``
 topic, stored in the table of that name). When a group's entries expire (two windows after the
 last verdict that asked for it or named one of its links) the agents' lists are republished
@@ -67,6 +68,8 @@ class LoopService:
         origin: the origin whose verdicts the loop answers (a message without a header is this origin).
         clock: wall clock in ns (tests pass their own).
         loop: a :class:`SplitLoop` to use (default: one over ``inv`` with the documented rate limits).
+        bounce: answer a group no 5-tuple splits with bounced probes (default off: only agents that send
+            IP-in-IP through switches that decapsulate it can, and the udp agent does not; it refuses them).
 
     Attributes:
         published: agent pinglists published so far.
@@ -77,7 +80,7 @@ class LoopService:
     def __init__(self, inv: Inventory, bootstrap: str, prefix: str = "", *, seed: int = 0,
                  group: str = "fabricscope-loop", kafka_config: dict[str, str] | None = None,
                  origin: str = "production", clock: Callable[[], int] = time.time_ns,
-                 loop: SplitLoop | None = None) -> None:
+                 loop: SplitLoop | None = None, bounce: bool = False) -> None:
         from confluent_kafka import Consumer
 
         self.origin = check_origin(origin)
@@ -94,7 +97,7 @@ class LoopService:
         self._base_links = self.paths_of([e for k in ("tor_mesh", "inter_tor", "service") for e in self.base[k]])
         self.hosts = sorted(inv.hosts)
         self._base_of = {h: ctl.pinglist_for_host(self.base, h) for h in self.hosts}  # the plan never changes
-        self.loop = loop or SplitLoop(inv, reg, self.paths_of, seed=seed)
+        self.loop = loop or SplitLoop(inv, reg, self.paths_of, seed=seed, bounce=bounce)
         self._window = -1  # the window whose identifiability row went out last
         self.published = 0
         self.unread = 0
@@ -149,6 +152,24 @@ class LoopService:
         log.info("republished %d agents' pinglists: %d loop entries in force over %d groups", len(lists),
                  sum(len(v) for v in self._in_force.values()), len(self.loop.active))
         return len(lists)
+
+    def publish_all(self, now_ns: int) -> bool:
+        """Publish every agent's list in force (Eq. 1's entries, the builder's and the loop's) and flush: the
+        lists that agents following the topic (``pinglist_topic``) start from. True once delivered; False when
+        the broker did not take them in 2 s (call again)."""
+        loop_of: dict[str, list[dict]] = defaultdict(list)
+        for e in self.loop.entries(now_ns):
+            loop_of[e["prober_host"]].append(e)
+        lists = {h: [*self._base_of.get(h, []), *loop_of.get(h, [])] for h in self.hosts}
+        publish_pinglists(self._producer, self.prefix, lists, now_ns)
+        if self._producer.flush(2.0):
+            log.warning("the pinglists of %d agents not delivered in 2 s: sent again", len(lists))
+            return False
+        self._in_force = {h: v for h, v in loop_of.items() if v}
+        self.published += len(lists)
+        LOOP_PUBLISHED.inc(len(lists))
+        log.info("published the pinglists of %d agents", len(lists))
+        return True
 
     def identifiability_row(self, window_start_ns: int, now_ns: int) -> dict:
         """The ``identifiability.v1`` row of the plan in force at ``now_ns`` (Eq. 1, builder, loop)."""
@@ -226,8 +247,12 @@ class LoopService:
         return rows
 
     def run(self, stop: Callable[[], bool]) -> None:
-        """Loop until ``stop()`` is true (checked at least every half second)."""
+        """Publish every agent's list (:meth:`publish_all`), then loop until ``stop()`` is true (checked at least
+        every half second, and between tries while the broker does not take the lists)."""
+        listed = False
         while not stop():
+            if not listed:
+                listed = self.publish_all(self.clock())
             self.poll_once()
 
     def close(self) -> None:

@@ -27,6 +27,8 @@ def pinglist_columns(host: str, entries: list[dict], now_ns: int) -> dict[str, l
                 cols[name].append(host)
             elif name == "upload_ns":
                 cols[name].append(now_ns)
+            elif name == "bounce_path":
+                cols[name].append(e.get(name))
             else:
                 cols[name].append(e[name])
     return cols

@@ -18,12 +18,22 @@ Config (JSON)::
      "address_names": {"10.1.1.1": "A", ...},
      "pinglist_file": "var/lab/pinglists/H1.json",      # {"entries": [probe.v1-shaped dicts],
                                                         #  "reverse_peers": [probers of this host]}
+     "pinglist_topic": false,          # true: this host's list from the controller's pinglists topic
+     "max_probe_pps": 5000,            # a list from the topic over this many probes/s in all is refused
      "registry_dir": "var/lab/registry", "registry_refresh_s": 30,
      "rates": {"tor_mesh": 10, "inter_tor": 10, "service": 10},   # probes/s per RNIC
      "upload_interval_s": 5, "trace_interval_s": 60, "reverse_trace_interval_s": 20,
      "send_batch_ms": 10,              # probes due within 10 ms of the earliest leave with it (one wakeup)
      "reverse_trace_peers": [],        # more addresses whose ACK paths to trace (the agent's own targets always)
      "output": {"kind": "kafka", "bootstrap": "127.0.0.1:9092", "topic_prefix": ""}}
+
+With ``pinglist_topic`` the agent follows the controller's compacted ``pinglists`` topic on the output's
+broker (:mod:`producers.pinglist_feed`): the newest list keyed by its host replaces the one in force, so the
+closed loop's split probes (``fabricscope pinglist loop``) reach it within a second of their publication. A
+file named too is read at start and whenever it changes: the newer of the two lists is in force. A list from
+the topic is taken only within bounds (entries, ``max_probe_pps``, destinations among ``allowed_sources``).
+Entries of bounced probes (``bounce_path``) are refused, from either source, and counted: the udp backend
+sends no IP-in-IP, so such a probe would never climb the switches it names.
 
 ``role`` is ``prober``, ``responder`` or ``both``; ``output.kind`` is ``kafka``,
 ``dir`` (``{"kind": "dir", "path": ...}``: one ``.arrow`` file per batch) or ``none``.
@@ -49,7 +59,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from producers import udp_prober
 from producers.heap import fix_malloc_thresholds
@@ -57,6 +67,9 @@ from producers.probe_protocol import FinishedProbes, PendingProbe
 from producers.udp_prober import DEFAULT_DST_PORT, TRACE_INTERVAL_S, LocalRnic, UdpEngine
 from schemas.arrow_nano import encode_columns
 from schemas.records import PATH_V1, PROBE_V1, REGISTRY_V1
+
+if TYPE_CHECKING:
+    from producers.pinglist_feed import PinglistFeed
 
 log = logging.getLogger("fabricscope.agent")
 
@@ -194,6 +207,20 @@ class Agent:
         self._retrace_since: dict[str, int] = {}
         self._stop = False
         self.rng = random.Random(config.get("seed"))
+        self.refused_bounces = 0  # bounced entries of the lists set (the udp backend cannot send them)
+        self.feed = self._feed(config) if config.get("pinglist_topic") else None
+
+    def _feed(self, config: dict[str, Any]) -> PinglistFeed:
+        from producers.pinglist_feed import MAX_PPS, PinglistFeed  # only agents that follow the topic load it
+
+        output = config.get("output", {})
+        if output.get("kind") != "kafka":
+            raise ValueError("agent config: pinglist_topic needs output.kind kafka (the topic is on its broker)")
+        known = frozenset(config.get("allowed_sources", []))
+        return PinglistFeed(output.get("bootstrap") or os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"),
+                            output.get("topic_prefix", ""), self.host, kafka_config=output.get("kafka_config"),
+                            max_pps=float(config.get("max_probe_pps", MAX_PPS)),
+                            known_ips=known | {r.ip for r in self.rnics} if known else frozenset())
 
     # ---- pinglist and registry ---------------------------------------------------
 
@@ -207,6 +234,13 @@ class Agent:
         if hasattr(self.engine, "forget_entries"):
             self.engine.forget_entries()
         self.entries = [dict(e) for e in entries if e.get("prober_rnic") in mine]
+        bounced = [e for e in self.entries if e.get("bounce_path")]
+        if bounced:
+            self.refused_bounces += len(bounced)
+            log.warning("%s: %d bounced entries not probed (%s...): the agent sends no IP-in-IP (udp or verbs), "
+                        "so they would not climb the switches they name", self.agent_id, len(bounced),
+                        bounced[0]["bounce_path"])
+            self.entries = [e for e in self.entries if not e.get("bounce_path")]
         groups: dict[tuple[str, str], int] = {}
         for e in self.entries:
             k = (e["prober_rnic"], e.get("pinglist", "tor_mesh"))
@@ -242,6 +276,15 @@ class Agent:
             self._controller_peers = set(data.get("reverse_peers", []))
         self.set_entries(data["entries"] if isinstance(data, dict) else data)
         log.info("%s: %d pinglist entries from %s", self.agent_id, len(self.entries), path)
+
+    def _follow_topic(self) -> None:
+        """Take the newest list the pinglists topic holds for this host, when one came (:attr:`feed`)."""
+        if self.feed is None:
+            return
+        entries = self.feed.poll()
+        if entries is not None:
+            self.set_entries(entries)
+            log.info("%s: %d pinglist entries from topic %s", self.agent_id, len(self.entries), self.feed.topic)
 
     def _reload_registry(self) -> None:
         d = self.cfg.get("registry_dir")
@@ -391,6 +434,7 @@ class Agent:
             if self.role != "responder":
                 if now >= next_pinglist:
                     self._reload_pinglist()
+                    self._follow_topic()
                     next_pinglist = now + 1_000_000_000
                 if now >= next_registry:
                     self._reload_registry()
@@ -398,6 +442,7 @@ class Agent:
                 self.run_due(now, self.send_batch_ns)
             elif self.tracing and now >= next_pinglist:  # the responder's reverse peers come from the pinglist
                 self._reload_pinglist()
+                self._follow_topic()
                 next_pinglist = now + 1_000_000_000
             # responder (alone or with the prober): trace the ACK paths it answered, toward the host's probe targets
             if self.role != "prober" and self.tracing and now >= next_reverse:
@@ -420,6 +465,8 @@ class Agent:
         self.upload()
         self.flush()
         self.engine.close()
+        if self.feed is not None:
+            self.feed.close()
 
 
 def main(argv: list[str] | None = None) -> None:

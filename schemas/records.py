@@ -365,6 +365,9 @@ PINGLIST_V1 = RecordSchema(
         Field("gid_index", "uint16"),
         Field("job_id", "string", nullable=True),
         Field("rate_pps", "float64", doc="probes per second of this entry"),
+        Field("bounce_path", "string", nullable=True,
+              doc="a bounced probe's climb (switches from its ToR up to where it turns, e.g. T1,P0S1,X2); "
+                  "null for a probe to another RNIC"),
     ),
 )
 

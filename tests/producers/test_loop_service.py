@@ -58,7 +58,7 @@ def test_an_undetermined_core_pair_gets_bounced_probes_then_they_are_withdrawn(k
                                                                                    tmp_path):
     inv = SIZES[3][1](1)
     now = [T]
-    svc = LoopService(inv, kafka_bootstrap, topic_prefix, seed=1, clock=lambda: now[0])
+    svc = LoopService(inv, kafka_bootstrap, topic_prefix, seed=1, clock=lambda: now[0], bounce=True)
     try:
         wait_for(lambda: svc.poll_once(0.2) >= 0 and svc.assigned, what="the loop's partitions")
         topic = f"{topic_prefix}verdicts"
