@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -221,6 +222,7 @@ def bench_udp(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rate
     finally:
         lab_infra.down(d)
         delete_topics(bootstrap, prefix)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # ---- one-process udp agents over loopback ---------------------------------------------------
@@ -298,6 +300,7 @@ def bench_host(bootstrap: str, seconds: float = 30.0, warmup_s: float = 5.0, rat
                 p.kill()
                 p.wait()
         delete_topics(bootstrap, prefix)
+        shutil.rmtree(d, ignore_errors=True)  # the agents' configs and logs
 
 
 # ---- sim agent ------------------------------------------------------------------------------
