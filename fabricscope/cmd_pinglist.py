@@ -55,7 +55,8 @@ def explain(
         con.print(f"two-link faults Eq. 1's plan cannot tell from another fault: {x.two_link}")
     structural = set(x.after.structural)
     for g in x.after.groups:
-        why = "no RNIC-to-RNIC 5-tuple splits it" if g in structural else "more 5-tuples would split it"
+        why = ("no RNIC-to-RNIC 5-tuple splits it; bounced probes would, where agents send IP-in-IP (pinglist "
+               "loop --bounce)") if g in structural else "more 5-tuples would split it"
         con.print(f"ambiguous: {'|'.join(g)} ({why}): a fault there is reported undetermined, a probing limit")
     for lk in x.after.uncovered:
         con.print(f"uncovered: {lk}: no probe crosses it")
