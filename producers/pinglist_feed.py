@@ -5,7 +5,12 @@ closed loop's changes to them (``fabricscope pinglist loop``, :mod:`fabricscope.
 ``pinglist.v1`` batch per agent on the compacted ``pinglists`` topic, keyed by host
 (:mod:`producers.controller_publish`). :class:`PinglistFeed` reads that topic from its first offset, so
 a restarted agent gets its newest list back from compaction, and then follows it: the newest batch keyed
-by this host is the list in force.
+by this host is the list in force. It reads only the partition its host's key hashes to (CRC-32 modulo the
+topic's partitions, librdkafka's default partitioner for keyed messages, which the controller's producer
+uses), so an agent reads a sixteenth of the agents' lists, not all of them: at 10,000 hosts about 2.5 MB
+once at start. The partition count comes from the broker's metadata, asked for at most ``METADATA_WAIT_S``
+at a time until it answers, the waits between asks doubling from 1 s to ``METADATA_RETRY_S``: a broker
+that is down holds the agent's loop 50 ms every 10 s.
 
 Whoever can write to the topic chooses what the host sends, so a list is taken only within bounds
 (every refusal logged with partition and offset, and counted in :class:`FeedStats`):
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import logging
 import math
+import time
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +54,10 @@ MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 """The consumer's fetch bound per partition: a larger message is never read into the agent."""
 MESSAGES_PER_POLL = 256
 """Messages read per :meth:`PinglistFeed.poll` (the agent polls once a second)."""
+METADATA_WAIT_S = 0.05
+"""How long one ask for the topic's partition count may hold the agent's loop (s)."""
+METADATA_RETRY_S = 10.0
+"""Longest wait between asks while the broker has not answered (s)."""
 _TYPES = {f.name: f.type for f in nano_schema(PINGLIST).fields}
 _REQUIRED = frozenset(f.name for f in nano_schema(PINGLIST).fields if not f.nullable)
 
@@ -134,23 +145,55 @@ class PinglistFeed:
                 "enable.auto.commit": False, "enable.auto.offset.store": False,
                 "max.partition.fetch.bytes": MAX_MESSAGE_BYTES, "fetch.max.bytes": MAX_MESSAGE_BYTES,
                 "receive.message.max.bytes": MAX_MESSAGE_BYTES + 64 * 1024,
+                # librdkafka prefetches up to 64 MiB and 100,000 messages a partition by default
+                "queued.max.messages.kbytes": MAX_MESSAGE_BYTES // 1024 * 2, "queued.min.messages": MESSAGES_PER_POLL,
                 "topic.metadata.refresh.interval.ms": 10_000}
         conf.update(kafka_config or {})
         self._consumer = k.Consumer(conf)
-        # assigned, not subscribed: no consumer group to coordinate for thousands of agents, and every
-        # start reads the compacted topic from its first offset (the newest list of each agent is there)
-        self._consumer.assign([k.TopicPartition(self.topic, p, k.OFFSET_BEGINNING)
-                               for p in range(PINGLISTS.partitions)])
+        self._k = k
+        self.partition: int | None = None  # this host's partition, once the topic's metadata came
+        self._next_ask = 0.0
+        self._backoff = 1.0
         self._errors_logged = 0
+
+    def _assign(self) -> bool:
+        """Assign this host's partition from its first offset, once the broker says how many the topic has.
+
+        Assigned, not subscribed: no consumer group to coordinate for thousands of agents, and every start
+        reads the compacted partition from its first offset (the newest list of each agent is there)."""
+        now = time.monotonic()
+        if now < self._next_ask:
+            return False
+        self._next_ask = now + self._backoff
+        self._backoff = min(2 * self._backoff, METADATA_RETRY_S)
+        try:
+            md = self._consumer.list_topics(self.topic, timeout=METADATA_WAIT_S)
+        except self._k.KafkaException as err:
+            self._log_error(err)
+            return False
+        t = md.topics.get(self.topic)
+        if t is None or t.error is not None or not t.partitions:
+            self._log_error(t.error if t is not None else "no such topic")
+            return False
+        self.partition = zlib.crc32(self._key) % len(t.partitions)
+        self._consumer.assign([self._k.TopicPartition(self.topic, self.partition, self._k.OFFSET_BEGINNING)])
+        log.info("following %s partition %d of %d for %s", self.topic, self.partition, len(t.partitions),
+                 self.host)
+        return True
+
+    def _log_error(self, err: object) -> None:
+        if self._errors_logged < 5:  # the topic not there yet, a broker gone: asked again, librdkafka retries
+            self._errors_logged += 1
+            log.warning("pinglists topic %s: %s", self.topic, err)
 
     def poll(self) -> list[dict[str, Any]] | None:
         """Read what came (without waiting); this agent's newest acceptable list, or None when none came."""
+        if self.partition is None and not self._assign():
+            return None
         newest = None
         for m in self._consumer.consume(MESSAGES_PER_POLL, timeout=0):
             if m.error():
-                if self._errors_logged < 5:  # the topic not there yet, a broker gone: librdkafka retries
-                    self._errors_logged += 1
-                    log.warning("pinglists topic %s: %s", self.topic, m.error())
+                self._log_error(m.error())
                 continue
             if m.key() != self._key:
                 self.stats.others += 1

@@ -39,7 +39,9 @@ HOSTMETRICS_RAW = Topic(
     "hardware monitor samples (v2 names each reading's source; the sim source still sends v1)",
 )
 REGISTRY = Topic("registry", 1, "rnic", "registry.v1", _COMPACTED, "RNIC registry: GID, QPN per RNIC")
-PINGLISTS = Topic("pinglists", 1, "agent_id", "pinglist.v1", _COMPACTED, "controller pinglists per agent")
+# 16 partitions: an agent reads only its host's partition (CRC-32 of the key, librdkafka's default partitioner),
+# a sixteenth of every agent's lists rather than all of them (producers.pinglist_feed)
+PINGLISTS = Topic("pinglists", 16, "agent_id", "pinglist.v1", _COMPACTED, "controller pinglists per agent")
 WINDOW_PARTIALS = Topic(
     "window.partials", 1, "step", "window_step.v1", _RETAIN_7D,
     "one message per worker step: its window partials (link counts, failing paths), upload marks and raw "
