@@ -19,7 +19,7 @@ Whoever can write to the topic chooses what the host sends, so a list is taken o
 - a list over ``max_entries`` entries or ``max_pps`` probes/s in all, with a rate that is not a positive
   number, with an entry of another agent, or with a destination outside ``known_ips`` (the fabric's RNIC
   addresses the agent's config lists) is refused whole, and the list in force stays;
-- a message is at most ``MAX_MESSAGE_BYTES`` (the consumer's fetch bound).
+- a fetch over ``MAX_MESSAGE_BYTES`` is not read into the agent (librdkafka's receive bound).
 
 Kafka ACLs that let only the controller write the topic are the first line ([docs/security.md]); these
 bounds are what an agent still holds to if that fails. Built on librdkafka's compiled client and
@@ -51,7 +51,7 @@ MAX_ENTRIES = 4096
 MAX_PPS = 5000.0
 """Probes/s of one agent's list in all at most (8 RNICs x 150 probes/s is 1,200, plus the loop's)."""
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-"""The consumer's fetch bound per partition: a larger message is never read into the agent."""
+"""The consumer's fetch and receive bound (bytes): a larger response is not read into the agent."""
 MESSAGES_PER_POLL = 256
 """Messages read per :meth:`PinglistFeed.poll` (the agent polls once a second)."""
 METADATA_WAIT_S = 0.05
