@@ -121,13 +121,18 @@ class LoopService:
         LOOP_REQUESTS.labels("refused").inc(self.loop.refused - before[1])
         self.loop.on_named(named_links(verdicts), now_ns)
 
+    def _loop_by_host(self, now_ns: int) -> dict[str, list[dict]]:
+        """The loop's entries in force at ``now_ns``, by prober host."""
+        by_host: dict[str, list[dict]] = defaultdict(list)
+        for e in self.loop.entries(now_ns):
+            by_host[e["prober_host"]].append(e)
+        return by_host
+
     def changed_lists(self, now_ns: int) -> dict[str, list[dict]]:
         """Every agent whose loop entries differ from the ones last published: its whole list to publish.
 
         A pure view of the loop's state at ``now_ns``; :meth:`publish` records what it sent."""
-        by_host: dict[str, list[dict]] = defaultdict(list)
-        for e in self.loop.entries(now_ns):
-            by_host[e["prober_host"]].append(e)
+        by_host = self._loop_by_host(now_ns)
         out = {}
         for h in set(by_host) | set(self._in_force):
             if by_host.get(h, []) != self._in_force.get(h, []):
@@ -157,9 +162,7 @@ class LoopService:
         """Publish every agent's list in force (Eq. 1's entries, the builder's and the loop's) and flush: the
         lists that agents following the topic (``pinglist_topic``) start from. True once delivered; False when
         the broker did not take them in 2 s (call again)."""
-        loop_of: dict[str, list[dict]] = defaultdict(list)
-        for e in self.loop.entries(now_ns):
-            loop_of[e["prober_host"]].append(e)
+        loop_of = self._loop_by_host(now_ns)
         lists = {h: [*self._base_of.get(h, []), *loop_of.get(h, [])] for h in self.hosts}
         publish_pinglists(self._producer, self.prefix, lists, now_ns)
         if self._producer.flush(2.0):

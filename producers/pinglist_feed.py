@@ -38,6 +38,7 @@ from typing import Any
 import nanoarrow as na
 import nanoarrow.ipc as na_ipc
 
+from producers.controller_publish import PINGLIST
 from producers.kafka_producer import kafka_client
 from schemas.arrow_nano import nano_schema
 from schemas.headers import schema_key_from_headers
@@ -45,7 +46,6 @@ from schemas.topics import PINGLISTS, topic_name
 
 log = logging.getLogger("fabricscope.agent.pinglist")
 
-PINGLIST = "pinglist.v1"
 MAX_ENTRIES = 4096
 """Entries of one agent's list at most (the controller's lists at 10,000 RNICs hold a few hundred)."""
 MAX_PPS = 5000.0

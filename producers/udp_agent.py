@@ -233,14 +233,14 @@ class Agent:
         mine = {r.name for r in self.rnics}
         if hasattr(self.engine, "forget_entries"):
             self.engine.forget_entries()
-        self.entries = [dict(e) for e in entries if e.get("prober_rnic") in mine]
-        bounced = [e for e in self.entries if e.get("bounce_path")]
+        mine_all = [dict(e) for e in entries if e.get("prober_rnic") in mine]
+        self.entries = [e for e in mine_all if not e.get("bounce_path")]
+        bounced = [e for e in mine_all if e.get("bounce_path")]
         if bounced:
             self.refused_bounces += len(bounced)
             log.warning("%s: %d bounced entries not probed (%s...): the agent sends no IP-in-IP (udp or verbs), "
                         "so they would not climb the switches they name", self.agent_id, len(bounced),
                         bounced[0]["bounce_path"])
-            self.entries = [e for e in self.entries if not e.get("bounce_path")]
         groups: dict[tuple[str, str], int] = {}
         for e in self.entries:
             k = (e["prober_rnic"], e.get("pinglist", "tor_mesh"))
