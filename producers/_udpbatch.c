@@ -18,9 +18,10 @@
  * Both receive calls return [] when nothing is queued (EAGAIN) and raise OSError for any other error
  * (a pending socket error, sk_err, surfaces this way on the receive path, as with recvmsg).
  *
- * send_probes([(fd, payload, ip, port, key, tx_flags, probe), ...]) -> int
- *     The probes due now, each on its own socket with its TX timestamp keyed ``key``; each probe's t1 is read
- *     just before its send. Stops at the first the kernel refuses, as send_many.
+ * send_probes([(fd, seq, qpn, prober_qpn, ip, port, key, tx_flags, probe, sent), ...]) -> int
+ *     The probes due now, each on its own socket with its TX timestamp keyed ``key`` (``sent`` then maps the key
+ *     to ("probe", seq)); each probe's t1 is read just before its send. Stops at the first the kernel refuses,
+ *     as send_many.
  *
  * The prober's side, on a prober socket (one per 5-tuple), against the engine's own state (its ``pending``
  * dict seq -> PendingProbe, and the endpoint's ``sent`` dict of TX timestamp keys), with the same outcome as
@@ -1058,22 +1059,24 @@ static PyObject *responder_err(PyObject *self, PyObject *args) {
 }
 
 
-/* send_probes([(fd, payload, ip, port, key, tx_flags, probe), ...]) -> how many were sent, in order: one sendmsg
- * each (every probe has a socket, its 5-tuple, of its own), each asking for its TX timestamp under ``key``; the
- * probe's t1 is the realtime clock read just before its send. Stops at the first the kernel refuses (the caller
- * sends that one alone, to retry once and learn why). */
+/* send_probes([(fd, seq, qpn, prober_qpn, ip, port, key, tx_flags, probe, sent), ...]) -> how many were sent, in
+ * order: one sendmsg each (every probe has a socket, its 5-tuple, of its own) of the probe's payload (built here, as
+ * udp_wire.encode(PROBE, seq, qpn, prober_qpn) builds it), each asking for its TX timestamp under ``key``, which
+ * ``sent`` then maps to ("probe", seq); the probe's t1 is the realtime clock read just before its send. Stops at
+ * the first the kernel refuses (the caller sends that one alone, to retry once and learn why). */
 static PyObject *send_probes(PyObject *self, PyObject *args) {
     PyObject *items;
     if (!PyArg_ParseTuple(args, "O!", &PyList_Type, &items)) return NULL;
     Py_ssize_t total = PyList_GET_SIZE(items), done = 0;
     for (; done < total; done++) {
-        const char *payload, *ip;
-        Py_ssize_t plen;
+        const char *ip;
         int fd, port, tx_flags;
+        unsigned long long seq;
+        unsigned qpn, prober_qpn;
         long long key;
-        PyObject *probe;
-        if (!PyArg_ParseTuple(PyList_GET_ITEM(items, done), "iy#siLiO", &fd, &payload, &plen, &ip, &port, &key,
-                              &tx_flags, &probe))
+        PyObject *probe, *sent;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(items, done), "iKIIsiLiOO!", &fd, &seq, &qpn, &prober_qpn, &ip, &port,
+                              &key, &tx_flags, &probe, &PyDict_Type, &sent))
             return NULL;
         struct sockaddr_in to;
         memset(&to, 0, sizeof(to));
@@ -1081,20 +1084,178 @@ static PyObject *send_probes(PyObject *self, PyObject *args) {
         to.sin_port = htons((unsigned short)port);
         if (inet_pton(AF_INET, ip, &to.sin_addr) != 1)
             return PyErr_Format(PyExc_ValueError, "send_probes: %s is not an IPv4 address", ip);
-        struct iovec iov = {(void *)payload, (size_t)plen};
+        unsigned char payload[PAYLOAD];
+        wire(payload, KIND_PROBE, seq, qpn, prober_qpn, 0, 0, 0);
+        struct iovec iov = {payload, PAYLOAD};
         char ctrl[TS_CTRL];
         memset(ctrl, 0, sizeof(ctrl));
         ts_cmsgs(ctrl, (int)(unsigned)key, tx_flags);
         struct msghdr h = {&to, sizeof(to), &iov, 1, ctrl, sizeof(ctrl), 0};
         long long t1 = now_ns();
-        ssize_t sent;
+        ssize_t n;
         Py_BEGIN_ALLOW_THREADS
-        sent = sendmsg(fd, &h, MSG_DONTWAIT);
+        n = sendmsg(fd, &h, MSG_DONTWAIT);
         Py_END_ALLOW_THREADS
-        if (sent < 0) break;
+        if (n < 0) break;
         if (set_ns(probe, s_t1, t1) < 0) return NULL;
+        PyObject *k = PyLong_FromUnsignedLong((unsigned long)(key & 0xFFFFFFFF));
+        PyObject *ref = Py_BuildValue("(OK)", s_probe, seq);
+        int r = k && ref ? PyDict_SetItem(sent, k, ref) : -1;
+        Py_XDECREF(k);
+        Py_XDECREF(ref);
+        if (r < 0) return NULL;
     }
     return PyLong_FromSsize_t(done);
+}
+
+/* ---- one wakeup's ready sockets in one call (see the top of the file) -------------------------------- */
+
+#define EV_IN 0x001  /* EPOLLIN */
+#define EV_ERR 0x008 /* EPOLLERR */
+#define HANDLER_PROBER 0
+#define HANDLER_RESPONDER 1
+#define LEFT_EVENT 0 /* (0, fd, mask, None, None): a socket the table does not hold; the engine's own steps */
+#define LEFT_ERR 1   /* (1, fd, kept, others, unsent): error-queue entries the engine's steps take */
+#define LEFT_RX 2    /* (2, fd, others, unsent, None): datagrams and unsent replies the engine's steps take */
+#define LEFT_TRIM 3  /* (3, fd, None, None, None): the endpoint's ``sent`` outgrew its bound */
+#define SENT_BOUND 4096
+
+/* Append (kind, fd, a, b, c) to ``left``, stealing a, b and c (NULL: None). Returns 0, or -1 with an exception. */
+static int leave(PyObject *left, int kind, int fd, PyObject *a, PyObject *b, PyObject *c) {
+    PyObject *t = Py_BuildValue("(iiNNN)", kind, fd, a ? a : Py_NewRef(Py_None), b ? b : Py_NewRef(Py_None),
+                                c ? c : Py_NewRef(Py_None));
+    if (t == NULL) return -1;
+    int r = PyList_Append(left, t);
+    Py_DECREF(t);
+    return r;
+}
+
+/* f(args) for one of this module's calls, args stolen (NULL: the exception of building them). */
+static PyObject *call(PyCFunction f, PyObject *args) {
+    if (args == NULL) return NULL;
+    PyObject *r = f(NULL, args);
+    Py_DECREF(args);
+    return r;
+}
+
+/* A call's NULL result: an OSError (a pending socket error surfacing, as in the engine's own steps) is cleared
+ * and 1 returned; any other exception stays, -1. */
+static int os_error(void) {
+    if (!PyErr_ExceptionMatches(PyExc_OSError)) return -1;
+    PyErr_Clear();
+    return 1;
+}
+
+/* One prober socket's event: its TX timestamps, then its ACKs. Returns 0, or -1 with an exception. */
+static int prober_event(int fd, int mask, int hardware, PyObject *sent, PyObject *pending, PyObject *finished,
+                        PyObject *left) {
+    if (mask & EV_ERR) {
+        PyObject *r = call(prober_err, Py_BuildValue("(iiOO)", fd, hardware, pending, sent));
+        if (r == NULL) {
+            if (os_error() < 0) return -1;
+            if (leave(left, LEFT_ERR, fd, PyLong_FromLong(0), PyList_New(0), PyList_New(0)) < 0) return -1;
+        } else {
+            PyObject *kept = PyTuple_GET_ITEM(r, 0), *others = PyTuple_GET_ITEM(r, 1);
+            int rc = 0;
+            if (PyLong_AsLong(kept) == 0 || PyList_GET_SIZE(others))
+                rc = leave(left, LEFT_ERR, fd, Py_NewRef(kept), Py_NewRef(others), PyList_New(0));
+            Py_DECREF(r);
+            if (rc < 0) return -1;
+        }
+    }
+    if (mask & EV_IN) {
+        PyObject *r = call(prober_rx, Py_BuildValue("(iiO)", fd, hardware, pending));
+        if (r == NULL) return os_error() < 0 ? -1 : 0;
+        PyObject *done = PyTuple_GET_ITEM(r, 0), *others = PyTuple_GET_ITEM(r, 1);
+        int rc = PyList_SetSlice(finished, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, done);
+        if (rc == 0 && PyList_GET_SIZE(others)) rc = leave(left, LEFT_RX, fd, Py_NewRef(others), PyList_New(0), NULL);
+        Py_DECREF(r);
+        if (rc < 0) return -1;
+    }
+    return 0;
+}
+
+/* One responder socket's event: its ACK1s' TX timestamps (ACK2s sent), then its requests (ACK1s sent).
+ * h = (1, hardware, endpoint, qpn, local_ip, local_port, sent, tx_flags); shared = (allowed, reverse_peers,
+ * counters, reverse_seen). Returns 0, or -1 with an exception. */
+static int responder_event(int fd, int mask, PyObject *h, PyObject *gate, PyObject *shared, PyObject *left) {
+    int hardware = PyObject_IsTrue(PyTuple_GET_ITEM(h, 1));
+    PyObject *ep = PyTuple_GET_ITEM(h, 2), *qpn = PyTuple_GET_ITEM(h, 3), *sent = PyTuple_GET_ITEM(h, 6);
+    if (mask & EV_ERR) {
+        PyObject *r = call(responder_err, Py_BuildValue("(iiOO)", fd, hardware, qpn, sent));
+        if (r == NULL) {
+            if (os_error() < 0) return -1;
+            if (leave(left, LEFT_ERR, fd, PyLong_FromLong(0), PyList_New(0), PyList_New(0)) < 0) return -1;
+        } else {
+            PyObject *kept = PyTuple_GET_ITEM(r, 0), *others = PyTuple_GET_ITEM(r, 1), *unsent = PyTuple_GET_ITEM(r, 2);
+            int rc = 0;
+            if (PyLong_AsLong(kept) == 0 || PyList_GET_SIZE(others) || PyList_GET_SIZE(unsent))
+                rc = leave(left, LEFT_ERR, fd, Py_NewRef(kept), Py_NewRef(others), Py_NewRef(unsent));
+            Py_DECREF(r);
+            if (rc < 0) return -1;
+        }
+    }
+    if (mask & EV_IN) {
+        PyObject *key = PyObject_GetAttrString(ep, "next_key");
+        if (key == NULL) return -1;
+        PyObject *ctx = Py_BuildValue("(OOOOOOO)", qpn, PyTuple_GET_ITEM(shared, 0), PyTuple_GET_ITEM(shared, 1),
+                                      PyTuple_GET_ITEM(shared, 2), PyTuple_GET_ITEM(shared, 3), PyTuple_GET_ITEM(h, 4),
+                                      PyTuple_GET_ITEM(h, 5));
+        PyObject *r = ctx ? call(responder_rx, Py_BuildValue("(iiOOOOO)", fd, hardware, gate, ctx, sent, key,
+                                                             PyTuple_GET_ITEM(h, 7)))
+                          : NULL;
+        Py_XDECREF(ctx);
+        Py_DECREF(key);
+        if (r == NULL) return os_error() < 0 ? -1 : 0;
+        PyObject *others = PyTuple_GET_ITEM(r, 1), *unsent = PyTuple_GET_ITEM(r, 2);
+        int rc = PyObject_SetAttrString(ep, "next_key", PyTuple_GET_ITEM(r, 0));
+        if (rc == 0 && (PyList_GET_SIZE(others) || PyList_GET_SIZE(unsent)))
+            rc = leave(left, LEFT_RX, fd, Py_NewRef(others), Py_NewRef(unsent), NULL);
+        Py_DECREF(r);
+        if (rc < 0) return -1;
+    }
+    if (PyDict_Size(sent) > SENT_BOUND) return leave(left, LEFT_TRIM, fd, NULL, NULL, NULL);
+    return 0;
+}
+
+static PyObject *dispatch(PyObject *self, PyObject *args) {
+    PyObject *events, *table, *pending, *gate, *shared;
+    if (!PyArg_ParseTuple(args, "O!O!O!OO!", &PyList_Type, &events, &PyDict_Type, &table, &PyDict_Type, &pending,
+                          &gate, &PyTuple_Type, &shared))
+        return NULL;
+    if (PyTuple_GET_SIZE(shared) != 4) return PyErr_Format(PyExc_TypeError, "dispatch: shared is 4 items");
+    PyObject *finished = PyList_New(0), *left = PyList_New(0);
+    int failed = finished == NULL || left == NULL;
+    for (Py_ssize_t i = 0; !failed && i < PyList_GET_SIZE(events); i++) {
+        int fd, mask;
+        if (!PyArg_ParseTuple(PyList_GET_ITEM(events, i), "ii", &fd, &mask)) {
+            failed = 1;
+            break;
+        }
+        PyObject *fd_o = PyLong_FromLong(fd);
+        PyObject *h = fd_o ? PyDict_GetItemWithError(table, fd_o) : NULL; /* borrowed */
+        Py_XDECREF(fd_o);
+        if (h == NULL) {
+            failed = PyErr_Occurred() || leave(left, LEFT_EVENT, fd, PyLong_FromLong(mask), NULL, NULL) < 0;
+        } else if (!PyTuple_Check(h) || PyTuple_GET_SIZE(h) < 3) {
+            PyErr_SetString(PyExc_TypeError, "dispatch: a handler is (0, hardware, sent) or (1, hardware, ...)");
+            failed = 1;
+        } else if (PyLong_AsLong(PyTuple_GET_ITEM(h, 0)) == HANDLER_PROBER) {
+            failed = prober_event(fd, mask, PyObject_IsTrue(PyTuple_GET_ITEM(h, 1)), PyTuple_GET_ITEM(h, 2), pending,
+                                  finished, left) < 0;
+        } else if (PyTuple_GET_SIZE(h) == 8) {
+            failed = responder_event(fd, mask, h, gate, shared, left) < 0;
+        } else {
+            PyErr_SetString(PyExc_TypeError, "dispatch: a responder's handler is 8 items");
+            failed = 1;
+        }
+    }
+    if (failed) {
+        Py_XDECREF(finished);
+        Py_XDECREF(left);
+        return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+    }
+    return Py_BuildValue("(NN)", finished, left);
 }
 
 static PyMethodDef methods[] = {
@@ -1104,7 +1265,8 @@ static PyMethodDef methods[] = {
     {"send_many", send_many, METH_VARARGS,
      "send_many(fd, [(payload, ip, port, ttl, key, tx_flags)]) -> how many were sent, in order"},
     {"send_probes", send_probes, METH_VARARGS,
-     "send_probes([(fd, payload, ip, port, key, tx_flags, probe)]) -> how many were sent, in order (each probe's t1 set)"},
+     "send_probes([(fd, seq, qpn, prober_qpn, ip, port, key, tx_flags, probe, sent)]) -> how many were sent, in order "
+     "(each probe's t1 set, its key in sent)"},
     {"prober_rx", prober_rx, METH_VARARGS,
      "prober_rx(fd, hardware, pending) -> (finished probes, [(payload, ip, port, t_rx_ns | None)] of the rest)"},
     {"prober_err", prober_err, METH_VARARGS,
@@ -1115,6 +1277,9 @@ static PyMethodDef methods[] = {
     {"responder_err", responder_err, METH_VARARGS,
      "responder_err(fd, hardware, qpn, sent) -> (entries kept, [recv_err tuples] of the rest, "
      "[(payload, addr, None)] unsent)"},
+    {"dispatch", dispatch, METH_VARARGS,
+     "dispatch(events, table, pending, gate, (allowed, reverse_peers, counters, reverse_seen)) -> (finished probes, "
+     "[(kind, fd, a, b, c)] left to the engine's steps)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -107,20 +107,34 @@ class FinishedProbes:
 
     def add(self, p: PendingProbe) -> None:
         """Keep finished probe ``p`` (its row as :func:`probe_columns` would give it)."""
-        e = p.entry
-        i = self._slot.get(id(e))
-        if i is None:
-            i = self._slot[id(e)] = len(self._entries)
-            self._entries.append(e)
-        ok = p.t5 is not None and p.t3 is not None and p.t4 is not None
-        self._entry.append(i)
-        self._seq.append(p.seq)
-        t = self._t
-        t[0].append(p.t1)
-        t[1].append(_ABSENT if p.t2 is None else p.t2)
-        for k, v in ((2, p.t3), (3, p.t4), (4, p.t5), (5, p.t6)):
-            t[k].append(v if ok and v is not None else _ABSENT)
-        self._flags.append((_OK if ok else 0) | (_HW if p.hardware else 0) | (_RESPONDER_HW if p.responder_hw else 0))
+        self.add_many((p,))
+
+    def add_many(self, probes: Sequence[PendingProbe]) -> None:
+        """Keep finished probes, in order (:meth:`add` of each; one call per wakeup, not per probe)."""
+        slot, entries, entry, seqs, flags = self._slot, self._entries, self._entry, self._seq, self._flags
+        t1, t2, t3, t4, t5, t6 = self._t
+        for p in probes:
+            e = p.entry
+            i = slot.get(id(e))
+            if i is None:
+                i = slot[id(e)] = len(entries)
+                entries.append(e)
+            entry.append(i)
+            seqs.append(p.seq)
+            t1.append(p.t1)
+            t2.append(_ABSENT if p.t2 is None else p.t2)
+            if p.t5 is not None and p.t3 is not None and p.t4 is not None:
+                t3.append(p.t3)
+                t4.append(p.t4)
+                t5.append(p.t5)
+                t6.append(_ABSENT if p.t6 is None else p.t6)
+                flags.append(_OK | (_HW if p.hardware else 0) | (_RESPONDER_HW if p.responder_hw else 0))
+            else:
+                t3.append(_ABSENT)
+                t4.append(_ABSENT)
+                t5.append(_ABSENT)
+                t6.append(_ABSENT)
+                flags.append((_HW if p.hardware else 0) | (_RESPONDER_HW if p.responder_hw else 0))
 
     def columns(self, agent_id: str, host: str) -> dict[str, Sequence[Any]]:
         """The ``probe.v1`` columns (name -> one value per probe, in the order added); see :func:`probe_columns`.
@@ -177,14 +191,16 @@ class InFlight:
 
     A finished probe (:meth:`finish`, or :meth:`expire` at its deadline) leaves ``pending``
     and its ``probe.v1`` row (:func:`probe_row`) goes to ``on_probe``; or, with ``on_finished``, the
-    probe itself goes there (an agent that builds its batch's columns at once, :func:`probe_columns`).
+    probes themselves go there, a list at a time (an agent that builds its batch's columns at once,
+    :class:`FinishedProbes`).
     ``pending`` may be cleared from outside; a cleared probe's heap entry is skipped when it falls due.
 
     Args:
         agent_id, host: names for the rows.
         on_probe: called with each finished row.
         pending: the dict to keep probes in (default: a new one).
-        on_finished: when given, called with each finished :class:`PendingProbe` instead of ``on_probe``.
+        on_finished: when given, called with lists of finished :class:`PendingProbe` instead of ``on_probe``
+            with each row (a list per :meth:`finish_many` or :meth:`expire`, in the order they finished).
     """
 
     def __init__(
@@ -193,7 +209,7 @@ class InFlight:
         host: str,
         on_probe: Callable[[dict[str, Any]], None],
         pending: dict[int, PendingProbe] | None = None,
-        on_finished: Callable[[PendingProbe], None] | None = None,
+        on_finished: Callable[[list[PendingProbe]], None] | None = None,
     ) -> None:
         self.agent_id, self.host, self.on_probe = agent_id, host, on_probe
         self.on_finished = on_finished
@@ -202,22 +218,35 @@ class InFlight:
 
     def add(self, p: PendingProbe) -> None:
         """Track ``p`` until it finishes or its deadline passes."""
-        self.pending[p.seq] = p
-        heapq.heappush(self._deadlines, (p.deadline, p.seq))
+        self.add_many((p,))
+
+    def add_many(self, probes: Sequence[PendingProbe]) -> None:
+        """Track each of ``probes`` (:meth:`add` of each)."""
+        pending, deadlines, push = self.pending, self._deadlines, heapq.heappush
+        for p in probes:
+            pending[p.seq] = p
+            push(deadlines, (p.deadline, p.seq))
 
     def finish(self, p: PendingProbe) -> None:
         """``p`` is done (answered, or past its deadline): emit its row."""
-        self.pending.pop(p.seq, None)
+        self.finish_many([p])
+
+    def finish_many(self, probes: list[PendingProbe]) -> None:
+        """Each of ``probes`` is done, in order (:meth:`finish` of each; those still in ``pending`` leave it)."""
+        pop = self.pending.pop
+        for p in probes:
+            pop(p.seq, None)
         if self.on_finished is not None:
-            self.on_finished(p)
+            if probes:
+                self.on_finished(probes)
         else:
-            self.on_probe(probe_row(self.agent_id, self.host, p))
+            for p in probes:
+                self.on_probe(probe_row(self.agent_id, self.host, p))
 
     def expire(self, now_ns: int) -> int:
         """Finish every probe whose deadline is at or before ``now_ns`` (monotonic ns); returns how many."""
         expired = pop_expired(self._deadlines, self.pending, now_ns)
-        for p in expired:
-            self.finish(p)
+        self.finish_many(expired)
         return len(expired)
 
 

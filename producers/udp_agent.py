@@ -254,6 +254,9 @@ class Agent:
                 rate = self.rates.get(e.get("pinglist", "tor_mesh"), 10.0)
                 e["_interval_ns"] = int(1e9 * groups[(e["prober_rnic"], e.get("pinglist", "tor_mesh"))] / rate)
             self._schedule.append((now + int(self.rng.random() * e["_interval_ns"]), i))
+            # the 5-tuple its traces are kept under (run_due), or None: an ephemeral source is traced by no key
+            e["_trace_key"] = (self.engine.rnics[e["prober_rnic"]].ip, int(e["src_port"]), e["dst_ip"],
+                               int(e.get("dst_port") or self.engine.dst_port)) if e.get("src_port") else None
         heapq.heapify(self._schedule)
         self._apply_registry()
         if self.tracing:  # reverse traces only toward peers this agent probes, or that the config names
@@ -342,11 +345,13 @@ class Agent:
         if row["status"] == "timeout" and self.tracing:
             self._on_timeout(row, (row["src_ip"], row["src_port"], row["dst_ip"], row["dst_port"]))
 
-    def _on_finished(self, p: PendingProbe) -> None:
-        self._finished.add(p)
-        if self.tracing and (p.t5 is None or p.t3 is None or p.t4 is None):  # a timeout (see probe_columns)
-            e = p.entry
-            self._on_timeout(e, (e["src_ip"], e["src_port"], e["dst_ip"], e["dst_port"]))
+    def _on_finished(self, probes: list[PendingProbe]) -> None:
+        self._finished.add_many(probes)
+        if self.tracing:
+            for p in probes:
+                if p.t5 is None or p.t3 is None or p.t4 is None:  # a timeout (see probe_columns)
+                    e = p.entry
+                    self._on_timeout(e, (e["src_ip"], e["src_port"], e["dst_ip"], e["dst_port"]))
 
     def _on_timeout(self, e: dict[str, Any], key: tuple[str, int, str, int]) -> None:
         now = time.monotonic_ns()
@@ -381,16 +386,14 @@ class Agent:
             heapq.heappush(self._schedule, (nxt if nxt > now else now + e["_interval_ns"], i))
         if batch:
             self.engine.send_probes(batch)
+        if not self.tracing:
+            return
+        traced, since = self._traced, self._retrace_since
         for e in batch:
-            if self.tracing and e.get("src_port"):
-                key = (
-                    self.engine.rnics[e["prober_rnic"]].ip,
-                    int(e["src_port"]),
-                    e["dst_ip"],
-                    int(e.get("dst_port") or self.engine.dst_port),
-                )
-                last = self._traced.get(key, -(2**62))
-                if now - last > trace_ns or last < self._retrace_since.get(e["prober_rnic"], -(2**62)):
+            key = e["_trace_key"]
+            if key is not None:
+                last = traced.get(key, -(2**62))
+                if now - last > trace_ns or last < since.get(e["prober_rnic"], -(2**62)):
                     self._trace_entry(e)
 
     def upload(self) -> None:
@@ -435,6 +438,7 @@ class Agent:
                 if now >= next_pinglist:
                     self._reload_pinglist()
                     self._follow_topic()
+                    self.engine.trim_sent()
                     next_pinglist = now + 1_000_000_000
                 if now >= next_registry:
                     self._reload_registry()

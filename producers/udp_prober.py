@@ -208,8 +208,8 @@ class UdpEngine:
         rate_limit: per-source responder limit, packets/s (burst = the same number).
         address_names: interface address -> node name, to name traced hops.
         on_probe, on_path: called with each finished ``probe.v1`` / ``path.v1`` row (a dict).
-        on_finished: when given, called with each finished probe (a :class:`PendingProbe`) instead of
-            ``on_probe``: the caller builds a batch's columns at once (:func:`probe_columns`).
+        on_finished: when given, called with lists of finished probes (:class:`PendingProbe`) instead of
+            ``on_probe`` with each row: the caller builds a batch's columns at once (:class:`FinishedProbes`).
     """
 
     def __init__(
@@ -229,7 +229,7 @@ class UdpEngine:
         address_names: dict[str, str] | None = None,
         on_probe: Callable[[dict[str, Any]], None] | None = None,
         on_path: Callable[[dict[str, Any]], None] | None = None,
-        on_finished: Callable[[PendingProbe], None] | None = None,
+        on_finished: Callable[[list[PendingProbe]], None] | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.host = host
@@ -244,6 +244,8 @@ class UdpEngine:
         self.on_path = on_path or (lambda row: None)
         self._epoll = select.epoll()
         self._by_fd: dict[int, Endpoint] = {}
+        self._table: dict[int, tuple[Any, ...]] | None = None  # see _dispatch_table
+        self._table_keys: bool | None = None
         self._busy: list[Endpoint] = []  # endpoints with queued replies (flush)
         self.endpoints: dict[tuple[str, int, int], Endpoint] = {}
         # id(entry) -> (entry, its QPN, endpoint, destination, own QPN, row fields): see send_probe
@@ -308,6 +310,7 @@ class UdpEngine:
         ep = Endpoint(s, r.ip, s.getsockname()[1], tos, rnic, hw, responder)
         self.endpoints[(r.ip, ep.port, tos)] = ep
         self._by_fd[s.fileno()] = ep
+        self._table = None
         self._epoll.register(s.fileno(), _EPOLLIN)  # EPOLLERR (the error queue) is always reported
         return ep
 
@@ -318,6 +321,7 @@ class UdpEngine:
             ep.sock.close()
         self.endpoints.clear()
         self._by_fd.clear()
+        self._table = None
         self._resolved.clear()
         self._epoll.close()
 
@@ -346,8 +350,9 @@ class UdpEngine:
         each probe's t1 read just before its send; a probe the kernel refuses is sent again alone (retried once,
         its error learned), and the rest after it.
         """
-        seqs, items, owners = [], [], []
+        seqs, items, owners, probes = [], [], [], []
         compiled = _udpbatch is not None and Endpoint.explicit_keys
+        deadline = time.monotonic_ns() + TIMEOUT_NS  # one round's probes leave within microseconds of each other
         for entry in entries:
             # An entry with a fixed source port resolves to the same socket, row fields and QPNs every time: kept
             # (by the entry's identity, while its QPN is unchanged), so a probe copies no dict and opens nothing.
@@ -366,30 +371,37 @@ class UdpEngine:
             _, _, ep, dst, own_qpn, row = hit
             self._seq = seq = (self._seq + 1) & 0xFFFF_FFFF_FFFF_FFFF
             seqs.append(seq)
-            p = PendingProbe(row, seq, 0, time.monotonic_ns() + TIMEOUT_NS, ep.hardware)
-            self.inflight.add(p)
-            payload = encode(PROBE, seq, qpn, own_qpn)
+            p = PendingProbe(row, seq, 0, deadline, ep.hardware)
+            probes.append(p)
             if compiled:
                 key = ep.next_key & 0xFFFF_FFFF
                 ep.next_key += 1
-                items.append((ep.sock.fileno(), payload, dst[0], dst[1], key, _TX_FLAGS[ep.hardware], p))
-                owners.append((ep, key, seq, payload, dst))
+                items.append((ep.sock.fileno(), seq, qpn, own_qpn, dst[0], dst[1], key, _TX_FLAGS[ep.hardware], p,
+                              ep.sent))
+                owners.append((ep, seq, qpn, own_qpn, dst))
             else:
+                owners.append((ep, seq, qpn, own_qpn, dst))
+        self.inflight.add_many(probes)
+        if not compiled:
+            for p, (ep, seq, qpn, own_qpn, dst) in zip(probes, owners, strict=True):
                 p.t1 = time.time_ns()
-                ep.send(payload, dst, ("probe", seq))
+                ep.send(encode(PROBE, seq, qpn, own_qpn), dst, ("probe", seq))
+            return seqs
         start = 0
         while start < len(items):
-            n = _udpbatch.send_probes(items[start:] if start else items)
-            for ep, key, seq, _, _ in owners[start:start + n]:
-                ep.sent[key] = ("probe", seq)
-                ep._trim()
-            start += n
+            start += _udpbatch.send_probes(items[start:] if start else items)  # each key in its socket's sent
             if start < len(items):  # refused: alone, to retry once and learn why (send keeps its own keys)
-                ep, _, seq, payload, dst = owners[start]
-                items[start][-1].t1 = time.time_ns()
-                ep.send(payload, dst, ("probe", seq))
+                ep, seq, qpn, own_qpn, dst = owners[start]
+                probes[start].t1 = time.time_ns()
+                ep.send(encode(PROBE, seq, qpn, own_qpn), dst, ("probe", seq))
                 start += 1
         return seqs
+
+    def trim_sent(self) -> None:
+        """Bound every socket's map of TX timestamp keys (:meth:`Endpoint._trim`): timestamps the kernel never
+        gave stay there. The probes' sends add keys without trimming; the agent calls this once a second."""
+        for ep in self.endpoints.values():
+            ep._trim()
 
     def expire(self, now_mono: int | None = None) -> int:
         """Finish probes past their deadline (timeouts, or ok without ACK2); returns how many."""
@@ -580,20 +592,75 @@ class UdpEngine:
         they follow.
         """
         events = self._epoll.poll(timeout_s)
-        by_fd, rounds = self._by_fd, 0
+        rounds = 0
         while events and rounds < MAX_ROUNDS:
-            for fd, ev in events:
-                ep = by_fd.get(fd)
-                if ep is None:
-                    continue
-                if ev & _EPOLLERR:
-                    self._read_errqueue(ep)
-                if ev & _EPOLLIN:
-                    self._read_rx(ep)
+            if _udpbatch is not None:
+                self._dispatch(events)
+            else:
+                for fd, ev in events:
+                    self._on_event(fd, ev)
             self.flush()
             events = self._epoll.poll(0)
             rounds += 1
         self.expire()
+
+    def _on_event(self, fd: int, ev: int) -> None:
+        ep = self._by_fd.get(fd)
+        if ep is None:
+            return
+        if ev & _EPOLLERR:
+            self._read_errqueue(ep)
+        if ev & _EPOLLIN:
+            self._read_rx(ep)
+
+    def _dispatch_table(self) -> dict[int, tuple[Any, ...]]:
+        """fd -> how :func:`producers._udpbatch.dispatch` serves the socket: every prober socket, and the responder
+        sockets whose steps are compiled (:meth:`_compiled_responder`); the rest is left to the engine's steps."""
+        if self._table is None or self._table_keys is not Endpoint.explicit_keys:
+            table: dict[int, tuple[Any, ...]] = {}
+            for fd, ep in self._by_fd.items():
+                if not ep.responder:
+                    table[fd] = (0, ep.hardware, ep.sent)
+                elif self._compiled_responder(ep):
+                    table[fd] = (1, ep.hardware, ep, self.qpns[ep.rnic], ep.ip, ep.port, ep.sent,
+                                 _TX_FLAGS[ep.hardware])
+            self._table, self._table_keys = table, Endpoint.explicit_keys
+        return self._table
+
+    def _dispatch(self, events: list[tuple[int, int]]) -> None:
+        # One C call serves every ready socket of the wakeup (the per-socket steps of _read_rx and _read_errqueue);
+        # what it leaves is what those steps would have handed to Python anyway (traces, ICMP, unsent replies).
+        finished, left = _udpbatch.dispatch(events, self._dispatch_table(), self.pending, self.budget,
+                                            (self.allowed, self.reverse_peers, self.counters, self.reverse_seen))
+        if finished:
+            self.inflight.finish_many(finished)
+        for kind, fd, a, b, c in left:
+            ep = self._by_fd.get(fd)
+            if ep is None:
+                continue
+            if kind == 0:
+                self._on_event(fd, a)
+            elif kind == 1:
+                self._unsent(ep, c)
+                self._errqueue_entries(ep, a, b)
+            elif kind == 2:
+                self._unsent(ep, b)
+                self._rx_datagrams(ep, a)
+            else:
+                ep._trim()
+
+    def _unsent(self, ep: Endpoint, unsent: list[tuple[bytes, tuple[str, int], tuple[str, Any] | None]]) -> None:
+        for payload, addr, ref in unsent:
+            self._reply(ep, payload, addr, ref)
+
+    def _rx_datagrams(self, ep: Endpoint, batch: list[tuple[bytes, str, int, int | None]]) -> None:
+        # what the compiled steps left: a responder's replies of its reverse traces, a prober's trace replies
+        t_user = time.time_ns()
+        for data, ip, port, t_rx in batch:
+            if ep.responder and self._compiled_responder(ep):  # they add nothing to the budget
+                self._on_packet(ep, fields(data), (ip, port), t_rx, t_user)
+            else:
+                self._on_datagram(ep, data, (ip, port), t_rx, t_user)
 
     def flush(self) -> None:
         """Send every endpoint's queued replies (:meth:`Endpoint.flush`)."""
@@ -623,11 +690,8 @@ class UdpEngine:
             except OSError:  # as below
                 return
             ep._trim()
-            for payload, addr, ref in unsent:
-                self._reply(ep, payload, addr, ref)
-            t_user = time.time_ns()
-            for data, ip, port, t_rx in batch:  # replies (the reverse traces'): they add nothing to the budget
-                self._on_packet(ep, fields(data), (ip, port), t_rx, t_user)
+            self._unsent(ep, unsent)
+            self._rx_datagrams(ep, batch)
             return
         if _udpbatch is not None:
             try:
@@ -635,13 +699,10 @@ class UdpEngine:
                     batch = _udpbatch.recv_rx(ep.sock.fileno(), ep.hardware)
                 else:  # a prober socket: its ACK1s and ACK2s are handled in C, the rest (trace replies) here
                     finished, batch = _udpbatch.prober_rx(ep.sock.fileno(), ep.hardware, self.pending)
-                    for p in finished:
-                        self.inflight.finish(p)
+                    self.inflight.finish_many(finished)
             except OSError:  # a queued ICMP error surfaced as sk_err (now cleared); the error queue has it
                 return
-            t_user = time.time_ns()
-            for data, ip, port, t_rx in batch:
-                self._on_datagram(ep, data, (ip, port), t_rx, t_user)
+            self._rx_datagrams(ep, batch)
             return
         try:
             data, anc, _flags, addr = ep.sock.recvmsg(256, kernel_ts.ANCBUF)
@@ -668,8 +729,7 @@ class UdpEngine:
             with contextlib.suppress(OSError):  # ACK2 for each ACK1's TX timestamp, sent in C
                 kept, entries, unsent = _udpbatch.responder_err(ep.sock.fileno(), ep.hardware, self.qpns[ep.rnic],
                                                                 ep.sent)
-                for payload, addr, ref in unsent:
-                    self._reply(ep, payload, addr, ref)
+                self._unsent(ep, unsent)
         elif _udpbatch is not None:
             with contextlib.suppress(OSError):
                 if ep.responder:
@@ -686,6 +746,10 @@ class UdpEngine:
                 if e is None:
                     return
                 entries = [e]
+        self._errqueue_entries(ep, kept, entries)
+
+    def _errqueue_entries(self, ep: Endpoint, kept: int,
+                          entries: list[tuple[int, int | None, int, int, int, str, bytes, str, int]]) -> None:
         if not entries and not kept:
             # EPOLLERR with an empty error queue: a pending socket error; reading it clears it (else epoll
             # would report it again at once, for ever)

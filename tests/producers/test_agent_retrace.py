@@ -34,7 +34,7 @@ def _key(e: dict) -> tuple[str, int, str, int]:
 def _time_out(agent: Agent, e: dict) -> None:
     """The agent's callback for a probe of ``e`` that got no answer (t3-t6 unset)."""
     row = dict(e, src_ip=_key(e)[0])
-    agent._on_finished(PendingProbe(row, 1, 0, 0, False))
+    agent._on_finished([PendingProbe(row, 1, 0, 0, False)])
 
 
 def test_a_timeout_retraces_its_rnic_s_tuples_at_their_next_probe_once_per_window() -> None:
