@@ -164,3 +164,50 @@ def test_the_prober_calls_fill_in_pending_probes_as_the_python_steps_do() -> Non
     finally:
         for s in (prober, responder, stranger):
             s.close()
+
+
+def test_dispatch_serves_a_wakeup_s_sockets_and_leaves_the_rest_to_the_engine_s_steps() -> None:
+    """One ``dispatch`` call per wakeup: a prober socket's TX stamp and ACKs finish its probe (as prober_err and
+    prober_rx do), its trace reply is left (kind 2), and a socket the table does not hold is left as its event
+    (kind 0), untouched; an empty error queue is left (kind 1, 0 kept) for the engine to clear the socket error."""
+    import select
+
+    prober, responder, other = _sock(), _sock(), _sock()
+    ep_poll = select.epoll()
+    try:
+        dst = responder.getsockname()
+        ep = Endpoint(prober, "127.0.0.1", prober.getsockname()[1], 0, "A1", hardware=False)
+        pending = {7: PendingProbe({"dst_ip": "127.0.0.1"}, 7, 1_000, 2_000, False)}
+        assert ep.send(encode(PROBE, 7, 5, 6), dst, ("probe", 7))
+        here = prober.getsockname()
+        responder.sendto(encode(ACK1, 7, 5, 6), here)
+        responder.sendto(encode(ACK2, 7, 5, 6, 333, 444), here)
+        responder.sendto(encode(TRACE_REPLY, 9, 0), here)
+        responder.sendto(encode(ACK1, 1, 5, 6), other.getsockname())
+        for s in (prober, other):
+            ep_poll.register(s.fileno(), select.EPOLLIN)
+        table = {prober.fileno(): (0, False, ep.sent)}
+        shared = (set(), set(), {}, {})
+        finished: list = []
+        left: list = []
+
+        def served() -> bool:
+            f, rest = batch.dispatch(ep_poll.poll(0), table, pending, batch.Gate(100.0), shared)
+            finished.extend(f)
+            left.extend(rest)
+            return bool(finished) and any(k == 2 for k, *_ in left)
+
+        wait_for(served, timeout=10, every=0.01, what="the probe finished and its trace reply left")
+        assert [p.seq for p in finished] == [7] and pending == {} and ep.sent == {}
+        assert (finished[0].t3, finished[0].t4) == (333, 444) and finished[0].t2 is not None
+        rx = [(a, b) for k, fd, a, b, _ in left if k == 2]
+        assert [(fields(d[0])[0], d[1]) for d in rx[0][0]] == [(TRACE_REPLY, "127.0.0.1")] and rx[0][1] == []
+        assert (0, other.fileno(), select.EPOLLIN, None, None) in left  # not in the table: the engine's steps
+        assert batch.recv_rx(other.fileno(), False)[0][0] == encode(ACK1, 1, 5, 6)  # left unread
+        # EPOLLERR with nothing queued (a pending socket error, as the kernel reports it): left, 0 kept
+        _, rest = batch.dispatch([(prober.fileno(), select.EPOLLERR)], table, pending, batch.Gate(100.0), shared)
+        assert rest == [(1, prober.fileno(), 0, [], [])]
+    finally:
+        ep_poll.close()
+        for s in (prober, responder, other):
+            s.close()
