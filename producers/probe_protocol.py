@@ -9,7 +9,6 @@ responder answers and what row it yields are defined here once.
 
 from __future__ import annotations
 
-import heapq
 from array import array
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -56,14 +55,16 @@ class PendingProbe:
     responder_hw: bool | None = None
 
 
-def pop_expired(deadlines: list[tuple[int, int]], pending: dict[int, PendingProbe], now_ns: int) -> list[PendingProbe]:
-    """Pop every deadline heap entry at or before ``now_ns`` (monotonic ns); return the probes still pending.
+def pop_expired(deadlines: deque[tuple[int, int]], pending: dict[int, PendingProbe], now_ns: int
+                ) -> list[PendingProbe]:
+    """Take every deadline at or before ``now_ns`` (monotonic ns) off the front of ``deadlines``; return the
+    probes still pending.
 
-    ``deadlines`` is a heap of ``(deadline, seq)`` beside ``pending`` (see :class:`InFlight`).
+    ``deadlines`` holds ``(deadline, seq)`` in deadline order beside ``pending`` (see :class:`InFlight`).
     """
     out = []
     while deadlines and deadlines[0][0] <= now_ns:
-        _, seq = heapq.heappop(deadlines)
+        _, seq = deadlines.popleft()
         p = pending.get(seq)
         if p is not None:
             out.append(p)
@@ -187,13 +188,13 @@ def probe_row(agent_id: str, host: str, p: PendingProbe) -> dict[str, Any]:
 
 
 class InFlight:
-    """A prober's probes in flight: ``pending`` by seq, and a ``(deadline, seq)`` heap beside it.
+    """A prober's probes in flight: ``pending`` by seq, and their ``(deadline, seq)`` in deadline order beside it.
 
     A finished probe (:meth:`finish`, or :meth:`expire` at its deadline) leaves ``pending``
     and its ``probe.v1`` row (:func:`probe_row`) goes to ``on_probe``; or, with ``on_finished``, the
     probes themselves go there, a list at a time (an agent that builds its batch's columns at once,
     :class:`FinishedProbes`).
-    ``pending`` may be cleared from outside; a cleared probe's heap entry is skipped when it falls due.
+    ``pending`` may be cleared from outside; a cleared probe's deadline entry is skipped when it falls due.
 
     Args:
         agent_id, host: names for the rows.
@@ -214,7 +215,9 @@ class InFlight:
         self.agent_id, self.host, self.on_probe = agent_id, host, on_probe
         self.on_finished = on_finished
         self.pending: dict[int, PendingProbe] = {} if pending is None else pending
-        self._deadlines: list[tuple[int, int]] = []
+        # (deadline, seq) in deadline order: every probe's deadline is its send time plus the one timeout, so
+        # they come in order and a deque does what a heap would, without its comparisons
+        self._deadlines: deque[tuple[int, int]] = deque()
 
     def add(self, p: PendingProbe) -> None:
         """Track ``p`` until it finishes or its deadline passes."""
@@ -222,10 +225,13 @@ class InFlight:
 
     def add_many(self, probes: Sequence[PendingProbe]) -> None:
         """Track each of ``probes`` (:meth:`add` of each)."""
-        pending, deadlines, push = self.pending, self._deadlines, heapq.heappush
+        pending, deadlines = self.pending, self._deadlines
         for p in probes:
             pending[p.seq] = p
-            push(deadlines, (p.deadline, p.seq))
+            if deadlines and p.deadline < deadlines[-1][0]:  # out of order (a caller's own deadline): sorted in
+                self._deadlines = deadlines = deque(sorted([*deadlines, (p.deadline, p.seq)]))
+            else:
+                deadlines.append((p.deadline, p.seq))
 
     def finish(self, p: PendingProbe) -> None:
         """``p`` is done (answered, or past its deadline): emit its row."""

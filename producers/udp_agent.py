@@ -378,12 +378,13 @@ class Agent:
         trace_ns = float(self.cfg.get("trace_interval_s", TRACE_INTERVAL_S)) * 1e9
         horizon = now + ahead_ns
         batch = []
-        while self._schedule and self._schedule[0][0] <= horizon:
-            due, i = heapq.heappop(self._schedule)
-            e = self.entries[i]
+        schedule, entries = self._schedule, self.entries
+        while schedule and schedule[0][0] <= horizon:
+            due, i = schedule[0]
+            e = entries[i]
             batch.append(e)
             nxt = due + e["_interval_ns"]
-            heapq.heappush(self._schedule, (nxt if nxt > now else now + e["_interval_ns"], i))
+            heapq.heapreplace(schedule, (nxt if nxt > now else now + e["_interval_ns"], i))  # one sift, not two
         if batch:
             self.engine.send_probes(batch)
         if not self.tracing:
