@@ -103,6 +103,8 @@ class LoopService:
         self.unread = 0
         self.other_origin = 0
         self._in_force: dict[str, list[dict]] = {}  # host -> loop entries last published for it
+        self._undelivered: dict[str, list[dict]] | None = None  # lists published, not yet taken by the broker
+        self._undelivered_all = False  # whether those are publish_all's
         conf = {"bootstrap.servers": bootstrap, "group.id": f"{prefix}{group}", "enable.auto.commit": False,
                 "auto.offset.reset": "latest", "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000}
         conf.update(kafka_config or {})
@@ -140,20 +142,19 @@ class LoopService:
         return out
 
     def publish(self, now_ns: int) -> int:
-        """Publish the lists :meth:`changed_lists` returns and flush; returns the agents published."""
+        """Publish the lists :meth:`changed_lists` returns and flush; returns the agents published.
+
+        Lists the broker has not taken yet stay in the producer, which sends them until it does: they are
+        waited for (:meth:`_delivered`), never published a second time."""
+        if self._undelivered is not None and not self._delivered():
+            return 0
         lists = self.changed_lists(now_ns)
         if not lists:
             return 0
         publish_pinglists(self._producer, self.prefix, lists, now_ns)
-        if self._producer.flush(2.0):  # bounded: a stop request is checked between polls
-            log.warning("pinglists of %d agents not delivered in 2 s: sent again at the next poll", len(lists))
+        self._undelivered, self._undelivered_all = lists, False
+        if not self._delivered():
             return 0
-        for h, entries in lists.items():
-            self._in_force[h] = entries[len(self._base_of.get(h, [])):]
-            if not self._in_force[h]:
-                del self._in_force[h]
-        self.published += len(lists)
-        LOOP_PUBLISHED.inc(len(lists))
         log.info("republished %d agents' pinglists: %d loop entries in force over %d groups", len(lists),
                  sum(len(v) for v in self._in_force.values()), len(self.loop.active))
         return len(lists)
@@ -161,17 +162,41 @@ class LoopService:
     def publish_all(self, now_ns: int) -> bool:
         """Publish every agent's list in force (Eq. 1's entries, the builder's and the loop's) and flush: the
         lists that agents following the topic (``pinglist_topic``) start from. True once delivered; False when
-        the broker did not take them in 2 s (call again)."""
+        the broker did not take them in 2 s (call again: it waits for those, it does not publish them twice)."""
+        if self._undelivered is not None:
+            was_all = self._undelivered_all
+            if not self._delivered():
+                return False
+            if was_all:
+                return True
         loop_of = self._loop_by_host(now_ns)
         lists = {h: [*self._base_of.get(h, []), *loop_of.get(h, [])] for h in self.hosts}
         publish_pinglists(self._producer, self.prefix, lists, now_ns)
-        if self._producer.flush(2.0):
-            log.warning("the pinglists of %d agents not delivered in 2 s: sent again", len(lists))
+        self._undelivered, self._undelivered_all = lists, True
+        if not self._delivered():
             return False
-        self._in_force = {h: v for h, v in loop_of.items() if v}
+        log.info("published the pinglists of %d agents", len(lists))
+        return True
+
+    def _delivered(self) -> bool:
+        """Wait up to 2 s (a stop request is checked between polls) for the lists last published; once the broker
+        has them, they are the ones in force. False while some are still in the producer."""
+        lists = self._undelivered
+        if lists is None:
+            return True
+        if self._producer.flush(2.0):
+            log.warning("pinglists of %d agents not delivered in 2 s: still queued, waited for at the next poll",
+                        len(lists))
+            return False
+        self._undelivered = None
+        for h, entries in lists.items():
+            loop = entries[len(self._base_of.get(h, [])):]
+            if loop:
+                self._in_force[h] = loop
+            else:
+                self._in_force.pop(h, None)
         self.published += len(lists)
         LOOP_PUBLISHED.inc(len(lists))
-        log.info("published the pinglists of %d agents", len(lists))
         return True
 
     def identifiability_row(self, window_start_ns: int, now_ns: int) -> dict:

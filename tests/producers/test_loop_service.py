@@ -123,3 +123,49 @@ def test_the_loop_command_stops_on_sigterm(pipeline_env):
     assert p.poll() is None, log.read_text()
     p.send_signal(signal.SIGTERM)
     assert p.wait(timeout=15) == 0, log.read_text()
+
+
+class _SlowBroker:
+    """The service's producer against a broker that takes a while: each of the first ``slow`` flushes
+    returns with everything still queued (as the real producer does, which keeps sending until the broker
+    takes the batches); ``produced`` counts the lists handed to it."""
+
+    def __init__(self, slow: int) -> None:
+        self.slow, self.produced, self.queued = slow, 0, 0
+
+    def publish(self, topic: str, payload: bytes, schema_key: str, key: str | None = None) -> None:
+        self.produced += 1
+        self.queued += 1
+
+    def flush(self, timeout: float = 30.0) -> int:
+        if self.slow:
+            self.slow -= 1
+            return self.queued
+        self.queued = 0
+        return 0
+
+    def close(self, timeout: float = 0.0) -> int:
+        return self.queued
+
+
+def test_lists_the_broker_has_not_taken_are_waited_for_never_published_twice() -> None:
+    inv = SIZES[3][1](1)
+    svc = LoopService(inv, "127.0.0.1:9", "slow.", seed=1, clock=lambda: T, bounce=True)
+    svc._producer.close()
+    svc._producer = slow = _SlowBroker(slow=1)
+    try:
+        assert not svc.publish_all(T)  # handed over, not yet taken: not in force, not counted
+        hosts = slow.produced
+        assert hosts == len(svc.hosts) and svc.published == 0
+        assert svc.publish_all(T) and slow.produced == hosts and svc.published == hosts  # waited for
+        svc.on_verdicts(pa.Table.from_pylist([_verdict(1, "undetermined", GROUP, T - WINDOW_NS)],
+                                             schema=arrow_schema("verdict.v1")), T)
+        slow.slow = 2
+        assert svc.publish(T) == 0  # the loop's lists handed over; the broker is slow again
+        changed = slow.produced - hosts
+        assert changed > 0 and not svc._in_force
+        assert svc.publish(T) == 0 and slow.produced == hosts + changed  # still queued: not sent again
+        assert svc.publish(T) == 0 and slow.produced == hosts + changed  # taken: in force, nothing changed since
+        assert svc.published == hosts + changed and sum(map(len, svc._in_force.values())) == 16
+    finally:
+        svc.close()
