@@ -310,7 +310,10 @@ class UdpEngine:
         ep = Endpoint(s, r.ip, s.getsockname()[1], tos, rnic, hw, responder)
         self.endpoints[(r.ip, ep.port, tos)] = ep
         self._by_fd[s.fileno()] = ep
-        self._table = None
+        if self._table is not None:  # one socket more (a new 5-tuple): added, not the whole table again
+            h = self._handler(ep)
+            if h is not None:
+                self._table[s.fileno()] = h
         self._epoll.register(s.fileno(), _EPOLLIN)  # EPOLLERR (the error queue) is always reported
         return ep
 
@@ -614,18 +617,25 @@ class UdpEngine:
             self._read_rx(ep)
 
     def _dispatch_table(self) -> dict[int, tuple[Any, ...]]:
-        """fd -> how :func:`producers._udpbatch.dispatch` serves the socket: every prober socket, and the responder
-        sockets whose steps are compiled (:meth:`_compiled_responder`); the rest is left to the engine's steps."""
+        """fd -> how :func:`producers._udpbatch.dispatch` serves the socket (:meth:`_handler`); built again only
+        when the kernel turns out to lack ``SCM_TS_OPT_ID`` (the responders' steps go back to Python)."""
         if self._table is None or self._table_keys is not Endpoint.explicit_keys:
             table: dict[int, tuple[Any, ...]] = {}
             for fd, ep in self._by_fd.items():
-                if not ep.responder:
-                    table[fd] = (0, ep.hardware, ep.sent)
-                elif self._compiled_responder(ep):
-                    table[fd] = (1, ep.hardware, ep, self.qpns[ep.rnic], ep.ip, ep.port, ep.sent,
-                                 _TX_FLAGS[ep.hardware])
+                h = self._handler(ep)
+                if h is not None:
+                    table[fd] = h
             self._table, self._table_keys = table, Endpoint.explicit_keys
         return self._table
+
+    def _handler(self, ep: Endpoint) -> tuple[Any, ...] | None:
+        # every prober socket, and the responder sockets whose steps are compiled (_compiled_responder); None:
+        # the socket is left to the engine's steps
+        if not ep.responder:
+            return (0, ep.hardware, ep.sent)
+        if self._compiled_responder(ep):
+            return (1, ep.hardware, ep, self.qpns[ep.rnic], ep.ip, ep.port, ep.sent, _TX_FLAGS[ep.hardware])
+        return None
 
     def _dispatch(self, events: list[tuple[int, int]]) -> None:
         # One C call serves every ready socket of the wakeup (the per-socket steps of _read_rx and _read_errqueue);
