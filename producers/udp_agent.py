@@ -254,7 +254,7 @@ class Agent:
                 rate = self.rates.get(e.get("pinglist", "tor_mesh"), 10.0)
                 e["_interval_ns"] = int(1e9 * groups[(e["prober_rnic"], e.get("pinglist", "tor_mesh"))] / rate)
             self._schedule.append((now + int(self.rng.random() * e["_interval_ns"]), i))
-            # the 5-tuple its traces are kept under (run_due), or None: an ephemeral source is traced by no key
+            # the 5-tuple its traces are kept under (run_due); an ephemeral source port's once its socket is open
             e["_trace_key"] = (self.engine.rnics[e["prober_rnic"]].ip, int(e["src_port"]), e["dst_ip"],
                                int(e.get("dst_port") or self.engine.dst_port)) if e.get("src_port") else None
         heapq.heapify(self._schedule)
@@ -367,8 +367,7 @@ class Agent:
         self.path_rows.append(row)
 
     def _trace_entry(self, e: dict[str, Any]) -> None:
-        ep = self.engine.endpoint(e["prober_rnic"], int(e.get("src_port") or 0), int(e.get("traffic_class") or 0))
-        dst = (e["dst_ip"], int(e.get("dst_port") or self.engine.dst_port))
+        _, _, ep, dst, _, _ = self.engine.resolve(e)  # the socket its probes leave from (an ephemeral port's too)
         self._traced[(ep.ip, ep.port, dst[0], dst[1])] = time.monotonic_ns()
         self.engine.trace(ep, dst, e.get("responder_rnic") or dst[0])
 
@@ -392,10 +391,12 @@ class Agent:
         traced, since = self._traced, self._retrace_since
         for e in batch:
             key = e["_trace_key"]
-            if key is not None:
-                last = traced.get(key, -(2**62))
-                if now - last > trace_ns or last < since.get(e["prober_rnic"], -(2**62)):
-                    self._trace_entry(e)
+            if key is None:  # an ephemeral source port: known once its socket is open, then kept
+                _, _, ep, dst, _, _ = self.engine.resolve(e)
+                key = e["_trace_key"] = (ep.ip, ep.port, dst[0], dst[1])
+            last = traced.get(key, -(2**62))
+            if now - last > trace_ns or last < since.get(e["prober_rnic"], -(2**62)):
+                self._trace_entry(e)
 
     def upload(self) -> None:
         """Upload the probe rows (always: the heartbeat) and path rows gathered since the last upload."""

@@ -346,6 +346,28 @@ class UdpEngine:
         """
         return self.send_probes([entry])[0]
 
+    def resolve(self, entry: dict[str, Any]) -> tuple[dict[str, Any], int, Endpoint, tuple[str, int], int,
+                                                     dict[str, Any]]:
+        """``(entry, its QPN, endpoint, destination, own QPN, row fields)`` of pinglist ``entry``: its socket
+        (opened on first use) and what its probes' rows carry.
+
+        Kept by the entry's identity while its QPN is unchanged (a restarted responder's changes it), so a probe
+        copies no dict and opens nothing. An entry without a source port gets an ephemeral one once, kept like a
+        fixed one: its probes share one 5-tuple, whose path can be traced, and a socket is not opened per probe.
+        """
+        qpn = int(entry.get("qpn") or 0)
+        hit = self._resolved.get(id(entry))
+        if hit is None or hit[0] is not entry or hit[1] != qpn or hit[2].sock.fileno() < 0:
+            ep = hit[2] if hit is not None and hit[0] is entry and hit[2].sock.fileno() >= 0 else self.endpoint(
+                entry["prober_rnic"], int(entry.get("src_port") or 0), int(entry.get("traffic_class") or 0))
+            dst = (entry["dst_ip"], int(entry.get("dst_port") or self.dst_port))
+            row = dict(entry, src_ip=ep.ip, src_port=ep.port, dst_port=dst[1])
+            hit = (entry, qpn, ep, dst, self.qpns[ep.rnic], row)
+            if len(self._resolved) > 65_536:
+                self._resolved.clear()
+            self._resolved[id(entry)] = hit
+        return hit
+
     def send_probes(self, entries: list[dict[str, Any]]) -> list[int]:
         """Send one probe for each pinglist entry (as :meth:`send_probe`), in order; returns their seqs.
 
@@ -356,22 +378,12 @@ class UdpEngine:
         seqs, items, owners, probes = [], [], [], []
         compiled = _udpbatch is not None and Endpoint.explicit_keys
         deadline = time.monotonic_ns() + TIMEOUT_NS  # one round's probes leave within microseconds of each other
+        resolved = self._resolved
         for entry in entries:
-            # An entry with a fixed source port resolves to the same socket, row fields and QPNs every time: kept
-            # (by the entry's identity, while its QPN is unchanged), so a probe copies no dict and opens nothing.
-            qpn = int(entry.get("qpn") or 0)
-            hit = self._resolved.get(id(entry))
-            if hit is None or hit[0] is not entry or hit[1] != qpn or hit[2].sock.fileno() < 0:
-                ep = self.endpoint(entry["prober_rnic"], int(entry.get("src_port") or 0),
-                                   int(entry.get("traffic_class") or 0))
-                dst = (entry["dst_ip"], int(entry.get("dst_port") or self.dst_port))
-                row = dict(entry, src_ip=ep.ip, src_port=ep.port, dst_port=dst[1])
-                hit = (entry, qpn, ep, dst, self.qpns[ep.rnic], row)
-                if entry.get("src_port"):  # an ephemeral source is a new socket (a new 5-tuple) for each probe
-                    if len(self._resolved) > 65_536:
-                        self._resolved.clear()
-                    self._resolved[id(entry)] = hit
-            _, _, ep, dst, own_qpn, row = hit
+            hit = resolved.get(id(entry))  # resolve's fast path, inline: it runs per probe
+            if hit is None or hit[0] is not entry or hit[1] != int(entry.get("qpn") or 0) or hit[2].sock.fileno() < 0:
+                hit = self.resolve(entry)
+            _, qpn, ep, dst, own_qpn, row = hit
             self._seq = seq = (self._seq + 1) & 0xFFFF_FFFF_FFFF_FFFF
             seqs.append(seq)
             p = PendingProbe(row, seq, 0, deadline, ep.hardware)

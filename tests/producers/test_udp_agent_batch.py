@@ -174,3 +174,23 @@ def test_finished_probes_kept_compact_give_the_rows_of_their_probes() -> None:
     table = ipc.open_stream(encode_columns("probe.v1", cols)).read_all()
     assert table["seq"].to_pylist() == [10, 11, 12] and table["t2"].to_pylist() == [110, 130, None]
     assert FinishedProbes().columns("H1", "H1")["seq"] == array("Q")
+
+
+def test_an_entry_without_a_source_port_probes_from_one_ephemeral_socket() -> None:
+    """An entry that names no source port gets one from the kernel once and keeps it: 40 probes of it are
+    answered over one 5-tuple (its path can be traced), and the engine holds two sockets, not one per probe."""
+    port = _port()
+    finished: list = []
+    engine = UdpEngine("H1", "H1", [LocalRnic("A1", "127.0.0.1")], dst_port=port, allowed_sources=["127.0.0.1"],
+                       on_finished=finished.extend)
+    try:
+        entry = {"prober_rnic": "A1", "dst_ip": "127.0.0.1", "qpn": engine.qpns["A1"]}
+        for _ in range(40):
+            engine.send_probes([entry])
+            engine.poll(0.001)
+        wait_for(lambda: engine.poll(0.01) or len(finished) == 40, timeout=10, every=0.0, what="40 answers")
+        assert {p.entry["src_port"] for p in finished} == {engine.resolve(entry)[2].port}
+        assert all(p.t3 is not None and p.t5 is not None for p in finished)  # answered, not timed out
+        assert len(engine.endpoints) == 2  # the responder's and the entry's
+    finally:
+        engine.close()
