@@ -81,6 +81,25 @@ def failure_onset(slots: pa.Table, hosts: set[str], share: float = 0.5) -> dict[
     return out
 
 
+def fleet_baseline(p50: Mapping[tuple[str, str], float], baseline: Mapping[tuple[str, str], float]
+                   ) -> dict[str, float]:
+    """The delay baseline (ns) per role of a host that has none of its own: the median of the baselines
+    learned for that role (``baseline``: EWMAs over windows in which the host was not judged busy), else,
+    before any is learned, the median of the window's ``p50`` per (host, role).
+
+    The window's median counts the busy hosts' delays: with half of a fleet busy (Panel 1, three of six
+    hosts) it lies between the healthy and the busy delays, and a host busy since before its baseline was
+    learned is then not 10x over it, window after window (seed 1317, scenario 145: ``H5`` named in the
+    first window only, when it was the one busy host). The learned baselines leave busy windows out.
+    """
+    out: dict[str, float] = {}
+    for role in ("responder", "prober"):
+        vals = [v for (_, r), v in baseline.items() if r == role] or [v for (_, r), v in p50.items() if r == role]
+        if vals:
+            out[role] = float(np.median(vals))
+    return out
+
+
 @dataclass(frozen=True)
 class BusyHost:
     """A host vetoed as busy: its flagged RNICs and the delay evidence (ns)."""
@@ -101,7 +120,7 @@ def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], de
     RNICs are flagged and the p50 responder or prober delay of its successful
     probes in the window exceeds ``busy_delay_factor`` × baseline and
     ``busy_min_delay_ns``. The baseline of a (host, role) is the given one when
-    known, else the fleet median of that role in the window. Timed-out probes
+    known, else the fleet's (:func:`fleet_baseline`). Timed-out probes
     carry no t4−t3, so only successful probes count. With ``onset`` (host → first slot of
     its failures, :func:`failure_onset`) a host's median counts from its onset. ``keys``: as
     :func:`host_delay_p50`'s.
@@ -109,11 +128,7 @@ def busy_host_veto(findings: list[RnicFinding], rnic_host: Mapping[str, str], de
     if not cfg.busy_host_veto or not findings:
         return []
     p50 = host_delay_p50(delays, keys=keys)
-    fleet: dict[str, float] = {}
-    for role in ("responder", "prober"):
-        vals = [v for (h, r), v in p50.items() if r == role]
-        if vals:
-            fleet[role] = float(np.median(vals))
+    fleet = fleet_baseline(p50, baseline)
     if onset:
         p50.update(host_delay_p50(delays, onset, keys))
     n_rnics: dict[str, int] = {}
@@ -152,8 +167,7 @@ def busy_by_delay(delays: pa.Table, baseline: Mapping[tuple[str, str], float], e
     if not cfg.busy_host_veto:
         return []
     p50 = host_delay_p50(delays, keys=keys)
-    fleet = {role: float(np.median([v for (h, r), v in p50.items() if r == role]))
-             for role in ("responder", "prober") if any(r == role for (_, r) in p50)}
+    fleet = fleet_baseline(p50, baseline)
     if onset:
         p50.update(host_delay_p50(delays, onset, keys))
     out = []
