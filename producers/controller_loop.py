@@ -24,11 +24,12 @@ request with ``verify`` = the claimed link): :class:`SplitLoop` probes each of t
 off every named link, new ones each window the claim stands (but a verified link that a window named keeps
 its own: they showed its loss), and withdraws them ``lifetime_ns`` after the last claim.
 
-A group is renewed while windows keep naming one of its links or stay ``undetermined`` over it, and
-withdrawn ``lifetime_ns`` after the last of those. Rate-limited per fabric: at most ``max_groups``
-groups at once, ``max_tuples`` 5-tuples per group at ``group_pps`` probes/s in all; a request beyond that is
-refused (counted). Verification has caps of its own (``max_verify`` claims, ``verify_per_link`` tuples
-per link at ``verify_pps`` in all per claim), so it never takes a tie's place.
+A group is renewed while windows keep naming one of its links or stay ``undetermined`` over it (or over
+more links, all of its among them), drawn anew when such a window had its entries in force for
+``min_in_force_ns``, and withdrawn ``lifetime_ns`` after the last of those. Rate-limited per fabric: at
+most ``max_groups`` groups at once, ``max_tuples`` 5-tuples per group at ``group_pps`` probes/s in all; a
+request beyond that is refused (counted). Verification has caps of its own (``max_verify`` claims,
+``verify_per_link`` tuples per link at ``verify_pps`` in all per claim), so it never takes a tie's place.
 """
 
 from __future__ import annotations
@@ -141,6 +142,9 @@ class SplitLoop:
         verify_per_link: 5-tuples per link verified, each keeping off the named links.
         verify_pps: probes/s of one claim's verification tuples in all.
         verify_generations: sets of verification tuples drawn per claim while it stands.
+        window_ns: the analyzer's window (a request's ``window_start_ns`` + this is its end).
+        min_in_force_ns: how long a group's entries must have been in force in a window that still ended
+            undetermined over it before they are drawn anew (a quarter window: one 5 s upload round).
     """
 
     inv: Inventory
@@ -157,6 +161,8 @@ class SplitLoop:
     verify_per_link: int = 6
     verify_pps: float = GROUP_PPS / 2
     verify_generations: int = 4
+    window_ns: int = WINDOW_NS
+    min_in_force_ns: int = WINDOW_NS // 4
     active: dict[tuple[str, ...], _Active] = field(default_factory=dict)
     verifying: dict[str, _Active] = field(default_factory=dict)
     """Claimed link → the probes verifying the links its failing probes also crossed."""
@@ -197,26 +203,51 @@ class SplitLoop:
             if len(group) < 2 or self._parts(group) is None:
                 self.refused += 1
                 continue
+            # a tie over more links than an active group, all of its among them (its split tuples or bounces
+            # were in force, and the window's failing probes still crossed its links together): the group's
+            # probes did not split it either (seed 1317, scenario 33: a partial loss on P0S2->X3 spared the
+            # core pair's eight bounced tuples, and the next window tied the pair with T4's links instead)
+            for sub in [g for g in self.active if len(g) < len(group) and set(g) <= set(group)]:
+                gen = self._renew(self.active[sub], req, now_ns)
+                if gen is not None:
+                    added += self._draw(sub, gen, now_ns, req)
             gen = 0
             if group in self.active:
-                a = self.active[group]
-                a.until_ns = now_ns + self.lifetime_ns
-                # still undetermined over a window that began with these probes in force: they did not
-                # split it (a partial loss that spares their 5-tuples); draw new ones
-                if a.how == "none" or int(req.get("window_start_ns", -1)) < a.since_ns:
+                gen = self._renew(self.active[group], req, now_ns)
+                if gen is None:
                     continue
-                gen = a.generation + 1
-                del self.active[group]
             elif len(self.active) >= self.max_groups:
                 self.refused += 1
                 continue
-            entries, how = self._answer(group, gen, now_ns)
-            self.active[group] = _Active(group, entries, now_ns + self.lifetime_ns, how, now_ns, gen)
-            self.answered += 1
-            self.log.append({"at_ns": now_ns, "links": list(group), "how": how, "entries": len(entries),
-                             "generation": gen, "request": req.get("request_id")})
-            added += entries
+            added += self._draw(group, gen, now_ns, req)
         return added
+
+    def _renew(self, a: _Active, req: dict, now_ns: int) -> int | None:
+        """Keep group ``a`` for another ``lifetime_ns`` (a request's window was still undetermined over it);
+        the generation to draw it again at when that window had its entries in force for
+        ``min_in_force_ns`` or more, else None (they stay).
+
+        In force for part of the window is enough: a 5-tuple a partial loss selects fails every probe it
+        sends, tens in 5 s. A window closes once every agent has uploaded past its end (a grace after it
+        while one is silent) and the entries reach the agents after that, so on a live pipeline the window
+        after a request has them from a few seconds in, never from its start; waiting for a window that
+        began with them wasted that window (in the simulator they mostly come in force at the next
+        window's start; seed 1317, scenario 128: 5 s in).
+        """
+        a.until_ns = now_ns + self.lifetime_ns
+        ws = int(req.get("window_start_ns", -1))
+        if a.how == "none" or ws < 0 or ws + self.window_ns - a.since_ns < self.min_in_force_ns:
+            return None
+        return a.generation + 1
+
+    def _draw(self, group: tuple[str, ...], gen: int, now_ns: int, req: dict) -> list[dict]:
+        """Put ``group``'s entries of generation ``gen`` in force (in place of any it had); returns them."""
+        entries, how = self._answer(group, gen, now_ns)
+        self.active[group] = _Active(group, entries, now_ns + self.lifetime_ns, how, now_ns, gen)
+        self.answered += 1
+        self.log.append({"at_ns": now_ns, "links": list(group), "how": how, "entries": len(entries),
+                         "generation": gen, "request": req.get("request_id")})
+        return entries
 
     def _verify(self, req: dict, now_ns: int, claimed: AbstractSet[str] = frozenset()) -> list[dict]:
         """Answer a verification request (``verify``: the claimed link; ``links``: the links to verify).

@@ -179,18 +179,48 @@ def test_split_loop_draws_new_tuples_when_its_probes_did_not_split_the_group():
     inv = THREE_TIER(1)
     reg = ctl.Registry.from_inventory(inv, seed=1)
     loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1)
-    first = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 0}], now_ns=30)
-    # the window that was already running when they came in says nothing about them: same entries
-    assert loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 20}], now_ns=50) == []
-    again = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 40}], now_ns=70)
+    s = 1_000_000_000
+    # window [20 s, 40 s) asked and closed 10 s after its end (a silent agent's grace): in force from 50 s
+    first = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 20 * s}], now_ns=50 * s)
+    # a window that ended before they came in says nothing about them: same entries
+    assert loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 0}], now_ns=50 * s) == []
+    # window [40 s, 60 s) had them for its last 10 s (a quarter or more) and still tied the pair: new ones
+    again = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 40 * s}], now_ns=70 * s)
     # twice the tuples (a partial loss selects a share of them), at the same probes/s per link
     assert len(first) == 16 and len(again) == 32 and loop.log[-1]["generation"] == 1
     assert sum(e["rate_pps"] for e in again) == pytest.approx(sum(e["rate_pps"] for e in first))
     assert {e["src_port"] for e in again}.isdisjoint({e["src_port"] for e in first})
-    assert loop.entries(80) == again
-    third = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 80}], now_ns=110)
-    fourth = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 120}], now_ns=150)
+    assert loop.entries(80 * s) == again
+    third = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 60 * s}], now_ns=90 * s)
+    fourth = loop.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 80 * s}], now_ns=110 * s)
     assert (len(third), len(fourth)) == (48, 48)  # at most GROWTH times the first set
+    # in force for the last 3 s of a window only (under a quarter of it): kept, renewed until 70 s + 40 s
+    late = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1)
+    kept = late.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 20 * s}], now_ns=57 * s)
+    assert late.on_requests([{"links": list(CORE_PAIRS[1]), "window_start_ns": 40 * s}], now_ns=70 * s) == []
+    assert late.entries(100 * s) == kept and late.active[CORE_PAIRS[1]].until_ns == 110 * s
+
+
+def test_a_tie_holding_an_active_group_draws_that_group_anew():
+    # seed 1317, scenario 33: the core pair P0S2-X3 was bounced; the next window tied it with T4's links
+    # (the partial loss spared the eight bounced tuples of P0S2->X3), so the pair's bounces are drawn anew
+    inv = THREE_TIER(1)
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    loop = SplitLoop(inv, reg, entry_links(Topology(inv, 1)), seed=1)
+    s = 1_000_000_000
+    first = loop.on_requests([{"links": list(CORE_PAIRS[2]), "window_start_ns": 20 * s}], now_ns=50 * s)
+    wider = ["P0S2->X3", "P1S2->X3", "T4->P0S2", "T4r3->T4"]
+    # from a window that ended before the bounces came in: the pair is renewed, its bounces kept
+    before = loop.on_requests([{"links": wider, "window_start_ns": 0}], now_ns=50 * s)
+    assert loop.active[CORE_PAIRS[2]].entries == first and loop.active[CORE_PAIRS[2]].until_ns == 90 * s
+    assert [x["how"] for x in loop.log] == ["bounce", "split"] and before == loop.active[tuple(sorted(wider))].entries
+    added = loop.on_requests([{"links": wider, "window_start_ns": 40 * s}], now_ns=70 * s)
+    pair = loop.active[CORE_PAIRS[2]]
+    assert (pair.generation, pair.how, len(pair.entries), pair.until_ns) == (1, "bounce", 32, 110 * s)
+    assert {e["src_port"] for e in pair.entries}.isdisjoint({e["src_port"] for e in first})
+    # the wider group itself was already probed from 50 s, for 10 s of that window: drawn anew too
+    assert [(x["links"], x["generation"]) for x in loop.log[2:]] == [(list(CORE_PAIRS[2]), 1), (sorted(wider), 1)]
+    assert added == [*pair.entries, *loop.active[tuple(sorted(wider))].entries]
 
 
 def _run(fault, loop, seed=1):
