@@ -1146,23 +1146,29 @@ static int os_error(void) {
     return 1;
 }
 
+/* An error-queue call's result r (stolen; NULL: its exception) for socket fd: left to the engine's steps when
+ * something is (an entry it did not take, a reply it could not send, or no entry at all: a pending socket
+ * error to clear). r is (kept, others) or (kept, others, unsent). Returns 0, or -1 with an exception. */
+static int err_result(PyObject *left, int fd, PyObject *r) {
+    if (r == NULL) {
+        if (os_error() < 0) return -1;
+        return leave(left, LEFT_ERR, fd, PyLong_FromLong(0), PyList_New(0), PyList_New(0));
+    }
+    PyObject *kept = PyTuple_GET_ITEM(r, 0), *others = PyTuple_GET_ITEM(r, 1);
+    PyObject *unsent = PyTuple_GET_SIZE(r) > 2 ? PyTuple_GET_ITEM(r, 2) : NULL;
+    int rc = 0;
+    if (PyLong_AsLong(kept) == 0 || PyList_GET_SIZE(others) || (unsent && PyList_GET_SIZE(unsent)))
+        rc = leave(left, LEFT_ERR, fd, Py_NewRef(kept), Py_NewRef(others), unsent ? Py_NewRef(unsent) : PyList_New(0));
+    Py_DECREF(r);
+    return rc;
+}
+
 /* One prober socket's event: its TX timestamps, then its ACKs. Returns 0, or -1 with an exception. */
 static int prober_event(int fd, int mask, int hardware, PyObject *sent, PyObject *pending, PyObject *finished,
                         PyObject *left) {
-    if (mask & EV_ERR) {
-        PyObject *r = call(prober_err, Py_BuildValue("(iiOO)", fd, hardware, pending, sent));
-        if (r == NULL) {
-            if (os_error() < 0) return -1;
-            if (leave(left, LEFT_ERR, fd, PyLong_FromLong(0), PyList_New(0), PyList_New(0)) < 0) return -1;
-        } else {
-            PyObject *kept = PyTuple_GET_ITEM(r, 0), *others = PyTuple_GET_ITEM(r, 1);
-            int rc = 0;
-            if (PyLong_AsLong(kept) == 0 || PyList_GET_SIZE(others))
-                rc = leave(left, LEFT_ERR, fd, Py_NewRef(kept), Py_NewRef(others), PyList_New(0));
-            Py_DECREF(r);
-            if (rc < 0) return -1;
-        }
-    }
+    if ((mask & EV_ERR) &&
+        err_result(left, fd, call(prober_err, Py_BuildValue("(iiOO)", fd, hardware, pending, sent))) < 0)
+        return -1;
     if (mask & EV_IN) {
         PyObject *r = call(prober_rx, Py_BuildValue("(iiO)", fd, hardware, pending));
         if (r == NULL) return os_error() < 0 ? -1 : 0;
@@ -1181,20 +1187,9 @@ static int prober_event(int fd, int mask, int hardware, PyObject *sent, PyObject
 static int responder_event(int fd, int mask, PyObject *h, PyObject *gate, PyObject *shared, PyObject *left) {
     int hardware = PyObject_IsTrue(PyTuple_GET_ITEM(h, 1));
     PyObject *ep = PyTuple_GET_ITEM(h, 2), *qpn = PyTuple_GET_ITEM(h, 3), *sent = PyTuple_GET_ITEM(h, 6);
-    if (mask & EV_ERR) {
-        PyObject *r = call(responder_err, Py_BuildValue("(iiOO)", fd, hardware, qpn, sent));
-        if (r == NULL) {
-            if (os_error() < 0) return -1;
-            if (leave(left, LEFT_ERR, fd, PyLong_FromLong(0), PyList_New(0), PyList_New(0)) < 0) return -1;
-        } else {
-            PyObject *kept = PyTuple_GET_ITEM(r, 0), *others = PyTuple_GET_ITEM(r, 1), *unsent = PyTuple_GET_ITEM(r, 2);
-            int rc = 0;
-            if (PyLong_AsLong(kept) == 0 || PyList_GET_SIZE(others) || PyList_GET_SIZE(unsent))
-                rc = leave(left, LEFT_ERR, fd, Py_NewRef(kept), Py_NewRef(others), Py_NewRef(unsent));
-            Py_DECREF(r);
-            if (rc < 0) return -1;
-        }
-    }
+    if ((mask & EV_ERR) &&
+        err_result(left, fd, call(responder_err, Py_BuildValue("(iiOO)", fd, hardware, qpn, sent))) < 0)
+        return -1;
     if (mask & EV_IN) {
         PyObject *key = PyObject_GetAttrString(ep, "next_key");
         if (key == NULL) return -1;

@@ -393,9 +393,7 @@ class UdpEngine:
                 ep.next_key += 1
                 items.append((ep.sock.fileno(), seq, qpn, own_qpn, dst[0], dst[1], key, _TX_FLAGS[ep.hardware], p,
                               ep.sent))
-                owners.append((ep, seq, qpn, own_qpn, dst))
-            else:
-                owners.append((ep, seq, qpn, own_qpn, dst))
+            owners.append((ep, seq, qpn, own_qpn, dst))
         self.inflight.add_many(probes)
         if not compiled:
             for p, (ep, seq, qpn, own_qpn, dst) in zip(probes, owners, strict=True):
@@ -678,8 +676,9 @@ class UdpEngine:
     def _rx_datagrams(self, ep: Endpoint, batch: list[tuple[bytes, str, int, int | None]]) -> None:
         # what the compiled steps left: a responder's replies of its reverse traces, a prober's trace replies
         t_user = time.time_ns()
+        replies = ep.responder and self._compiled_responder(ep)  # they add nothing to the budget
         for data, ip, port, t_rx in batch:
-            if ep.responder and self._compiled_responder(ep):  # they add nothing to the budget
+            if replies:
                 self._on_packet(ep, fields(data), (ip, port), t_rx, t_user)
             else:
                 self._on_datagram(ep, data, (ip, port), t_rx, t_user)
