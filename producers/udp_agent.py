@@ -373,12 +373,17 @@ class Agent:
         self.engine.trace(ep, dst, e.get("responder_rnic") or dst[0])
 
     def run_due(self, now: int, ahead_ns: int = 0) -> None:
-        """Send every probe whose time has come, or comes within ``ahead_ns`` (one batch); trace 5-tuples not
-        traced for ``trace_interval_s`` or since their RNIC's latest retrace wave (``RETRACE_AFTER_TIMEOUT_S``)."""
+        """When the earliest probe's time has come, send it and every probe due within ``ahead_ns`` of ``now``
+        (one batch; nothing before then); trace 5-tuples not traced for ``trace_interval_s`` or since their
+        RNIC's latest retrace wave (``RETRACE_AFTER_TIMEOUT_S``)."""
+        schedule, entries = self._schedule, self.entries
+        if not schedule or schedule[0][0] > now:
+            # a batch leaves when its earliest probe is due; the wakeups replies cause in between send nothing,
+            # or every wakeup would send a small batch and the replies come back spread over many more
+            return
         trace_ns = float(self.cfg.get("trace_interval_s", TRACE_INTERVAL_S)) * 1e9
         horizon = now + ahead_ns
         batch = []
-        schedule, entries = self._schedule, self.entries
         while schedule and schedule[0][0] <= horizon:
             due, i = schedule[0]
             e = entries[i]

@@ -59,6 +59,8 @@ def test_probes_due_within_one_batch_leave_together_and_keep_their_rate() -> Non
                             "rate_pps": 1} for _ in range(4)])
         t0 = time.monotonic_ns()
         agent._schedule = [(t0, 0), (t0 + 3_000_000, 1), (t0 + 9_000_000, 2), (t0 + 15_000_000, 3)]
+        agent.run_due(t0 - 1, 10_000_000)
+        assert not agent.engine.pending  # nothing due yet: a wakeup before the earliest probe sends nothing
         agent.run_due(t0, 10_000_000)
         assert len(agent.engine.pending) == 3  # the three due by t0 + 10 ms, in one wakeup
         assert sorted(agent._schedule) == [(t0 + 15_000_000, 3), (t0 + 1_000_000_000, 0),
