@@ -196,3 +196,32 @@ def test_an_entry_without_a_source_port_probes_from_one_ephemeral_socket() -> No
         assert len(engine.endpoints) == 2  # the responder's and the entry's
     finally:
         engine.close()
+
+
+@pytest.mark.skipif(not hasattr(socket, "AF_PACKET"), reason="AF_PACKET is Linux's")
+def test_probes_leave_with_dont_fragment_set_as_rocev2_packets_do() -> None:
+    """Read off the loopback device: a probe's IPv4 header has DF set (RoCEv2 sets it on every packet); the
+    kernel then gives it IP ID 0 instead of hashing a random one per datagram."""
+    try:
+        raw = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
+    except PermissionError:
+        pytest.skip("reading the loopback device needs CAP_NET_RAW")
+    dst = _port()
+    engine = UdpEngine("H1", "H1", [LocalRnic("A1", "127.0.0.1")], responder=False)
+    try:
+        raw.bind(("lo", 0))
+        raw.settimeout(5)
+        engine.send_probe({"prober_rnic": "A1", "dst_ip": "127.0.0.1", "dst_port": dst, "qpn": 9})
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            ip = raw.recv(2048)  # SOCK_DGRAM: from the IPv4 header on
+            ihl = (ip[0] & 0x0F) * 4
+            if ip[9] == socket.IPPROTO_UDP and int.from_bytes(ip[ihl + 2:ihl + 4], "big") == dst:
+                break
+        else:
+            pytest.fail("the probe was not seen on lo")
+        assert ip[6] & 0x40, "DF not set"
+        assert ip[4:6] == b"\0\0"  # IP ID 0: no per-datagram hash
+    finally:
+        engine.close()
+        raw.close()
