@@ -34,6 +34,7 @@ request beyond that is refused (counted). Verification has caps of its own (``ma
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
@@ -68,7 +69,8 @@ this many times, at the same probes/s: ``(1 - f)^16`` of the first set, then ``(
 
 def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, pps: float = BOUNCE_PPS,
                    seed: int = 0, per_link: int = BOUNCE_TUPLES, generation: int = 0,
-                   avoid: frozenset[str] = frozenset(), avoid_links: frozenset[str] = frozenset()) -> list[dict]:
+                   avoid: frozenset[str] = frozenset(), avoid_links: frozenset[str] = frozenset(),
+                   others: frozenset[str] = frozenset()) -> list[dict]:
     """``per_link`` bounced probes per link ``a->b`` of ``group``: from an RNIC under ``a`` up to ``b`` and
     back, each at ``pps / per_link`` probes/s (the link sees ``pps`` bounced probes/s in all).
 
@@ -78,12 +80,14 @@ def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, p
     are drawn from ``(seed, generation, link, j)``: a new ``generation`` gives new source ports (the
     loop's answer when a group stays undetermined with its probes in force). RNICs of ``avoid`` (judged down
     or busy) bounce nothing while their ToR has others; a climb keeps off the links of ``avoid_links`` (named
-    faulty: a bounce through one fails there and says nothing of the member) while another ToR is below.
+    faulty: a bounce through one fails there and says nothing of the member), and then off the group's other
+    members and the links of ``others`` (the rest of a tie whose other links are split otherwise), while another
+    ToR is below.
 
     Raises:
         ValueError: a link is not a switch link of ``inv``, or no ToR with RNICs is under its lower end.
     """
-    known = set(switch_links(inv))
+    known, members = set(switch_links(inv)), set(group) | others
     up: dict[str, list[str]] = {}
     for ln in inv.links:
         up.setdefault(ln.b, []).append(ln.a)  # upper -> lower ends
@@ -96,7 +100,10 @@ def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, p
         while climb[0] not in inv.tors:  # down to a ToR with RNICs, first in name order
             below = sorted(x for x in up.get(climb[0], []) if x in inv.tors and inv.rnics_under_tor(x)) or \
                 sorted(up.get(climb[0], []))
-            below = [x for x in below if f"{x}->{climb[0]}" not in avoid_links] or below
+            kept = [x for x in below if f"{x}->{climb[0]}" not in avoid_links] or below
+            # nor through another member: a climb that crosses two of the group's links splits neither from the
+            # other (a partial loss on P1S2->X4 stayed tied with T8->P1S2 while its bounces climbed from T8)
+            below = [x for x in kept if f"{x}->{climb[0]}" not in members] or kept
             if not below:
                 raise ValueError(f"bounce_entries: no ToR under {lower} to bounce {lk} from")
             climb.insert(0, below[(seed + k) % len(below)])
@@ -349,7 +356,18 @@ class SplitLoop:
                                 max_tuples=self.max_tuples * grow, per_member=self.per_member * grow, avoid=avoid,
                                 avoid_links=named)
         if entries:
-            return self._share(entries), "split"
+            # a member no drawn tuple crosses without the rest (every path on through it crosses a link named
+            # dead: a partial loss on P1S2->X4 beside a dead P0S2->X4 cable, only X4 reached pod 0) is bounced
+            crossed = [set(ps) for ps in self.paths_of(entries)]
+            alone = tuple(m for m in switch if not any(m in ps and not ps >= set(switch) for ps in crossed))
+            entries = self._share(entries)
+            if alone and self.bounce:
+                with contextlib.suppress(ValueError):  # no RNIC to bounce from under its lower end
+                    entries += bounce_entries(self.inv, self.reg, alone, seed=self.seed, generation=generation,
+                                              avoid=avoid, avoid_links=named, per_link=BOUNCE_TUPLES * grow,
+                                              pps=max(BOUNCE_PPS, self.group_pps / len(switch)),
+                                              others=frozenset(switch) - set(alone))
+            return entries, "split"
         if self.bounce:  # structural, or no live RNIC pair splits it now (the far ToRs' hosts are down)
             try:
                 # the group's rate shared by its members, as for its 5-tuples: 200 bounced probes a window

@@ -370,6 +370,38 @@ def test_a_bounced_probe_climbs_through_a_tor_whose_uplink_is_not_named_faulty()
     assert [e["bounce_path"] for e in es] == ["T2,P0S1,X2", "T2,P0S1,X2", "T6,P1S1,X2", "T6,P1S1,X2"]
 
 
+def test_a_bounced_probe_climbs_through_no_other_member_of_its_group():
+    """A tie over a core link and a ToR uplink under it (simulator seed 8554, scenario 178: a partial loss on
+    P1S2->X4, tied with T8->P1S2 three windows): the core link's bounce climbs from another ToR, so its failures
+    cross one member only; the uplink's bounce turns at the aggregation switch."""
+    inv = THREE_TIER(1)
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    es = bounce_entries(inv, reg, ("P0S1->X2", "T1->P0S1"), per_link=1)
+    assert [e["bounce_path"] for e in es] == ["T2,P0S1,X2", "T1,P0S1"]
+    # both choices at once: off the named-faulty uplink first, then off the other member
+    es = bounce_entries(inv, reg, ("P0S1->X2", "T2->P0S1"), per_link=1, avoid_links=frozenset({"T1->P0S1"}))
+    assert es[0]["bounce_path"] not in ("T1,P0S1,X2", "T2,P0S1,X2")
+
+
+def test_a_member_no_split_tuple_crosses_alone_is_bounced_beside_the_split():
+    """2-pod three-tier, P0S2->X4 dead and named, a tie P1S2->X4|T8->P1S2 (seed 8554, scenario 178): tuples from
+    T8 through P1S2 to X3 cross T8->P1S2 alone, but every path on through X4 reaches pod 0 over the dead cable,
+    so none crosses P1S2->X4 alone. The answer keeps the split and bounces P1S2->X4 from another ToR under P1S2."""
+    inv = THREE_TIER(1)
+    reg = ctl.Registry.from_inventory(inv, seed=1)
+    paths_of = entry_links(Topology(inv, 1))
+    loop = SplitLoop(inv, reg, paths_of, seed=1)
+    loop.on_named(["P0S2->X4"], now_ns=0)
+    added = loop.on_requests([{"links": ["P1S2->X4", "T8->P1S2"], "window_start_ns": 0}], now_ns=0)
+    assert loop.log[-1]["how"] == "split"
+    bounced = [e["bounce_path"] for e in added if e.get("bounce_path")]
+    assert len(bounced) == 8 and all(b.endswith(",P1S2,X4") and not b.startswith("T8,") for b in bounced)
+    split = [s & {"P1S2->X4", "T8->P1S2"} for e, s in zip(added, paths_of(added), strict=True)
+             if not e.get("bounce_path")]
+    assert {"T8->P1S2"} in split and {"P1S2->X4"} not in split
+    assert not any("P0S2->X4" in s for e, s in zip(added, paths_of(added), strict=True) if not e.get("bounce_path"))
+
+
 def test_a_bounced_group_shares_the_groups_rate():
     """A core pair is bounced at the group's 320 probes/s shared by its two links: 160/s per link, 20/s for
     each of its eight 5-tuples (R-Pingmesh's 10/s per link gave a 0.8 % lossy core link two or three
