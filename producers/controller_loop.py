@@ -34,7 +34,6 @@ request beyond that is refused (counted). Verification has caps of its own (``ma
 
 from __future__ import annotations
 
-import contextlib
 import random
 from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
@@ -355,29 +354,28 @@ class SplitLoop:
         entries = split_entries(self.inv, self.reg, switch, self.paths_of, seed=seed, tries=tries,
                                 max_tuples=self.max_tuples * grow, per_member=self.per_member * grow, avoid=avoid,
                                 avoid_links=named)
+        def bounced(links: tuple[str, ...]) -> list[dict]:
+            # the group's rate shared by its members, as for its 5-tuples: 200 bounced probes a window
+            # (R-Pingmesh's 10/s) gave a link lossy at 0.8 % two or three failures, too few to set it
+            # apart from its pair (seed 30467, scenario 178); 3,200 at 160/s give sixteen times as many
+            try:
+                return bounce_entries(self.inv, self.reg, links, seed=self.seed, generation=generation, avoid=avoid,
+                                      avoid_links=named, per_link=BOUNCE_TUPLES * grow,
+                                      pps=max(BOUNCE_PPS, self.group_pps / len(switch)),
+                                      others=frozenset(switch) - set(links))
+            except ValueError:  # no RNIC to bounce from under a member's lower end
+                return []
+
         if entries:
             # a member no drawn tuple crosses without the rest (every path on through it crosses a link named
             # dead: a partial loss on P1S2->X4 beside a dead P0S2->X4 cable, only X4 reached pod 0) is bounced
+            whole = set(switch)
             crossed = [set(ps) for ps in self.paths_of(entries)]
-            alone = tuple(m for m in switch if not any(m in ps and not ps >= set(switch) for ps in crossed))
-            entries = self._share(entries)
-            if alone and self.bounce:
-                with contextlib.suppress(ValueError):  # no RNIC to bounce from under its lower end
-                    entries += bounce_entries(self.inv, self.reg, alone, seed=self.seed, generation=generation,
-                                              avoid=avoid, avoid_links=named, per_link=BOUNCE_TUPLES * grow,
-                                              pps=max(BOUNCE_PPS, self.group_pps / len(switch)),
-                                              others=frozenset(switch) - set(alone))
-            return entries, "split"
+            alone = tuple(m for m in switch if not any(m in ps and not ps >= whole for ps in crossed))
+            return self._share(entries) + (bounced(alone) if alone and self.bounce else []), "split"
         if self.bounce:  # structural, or no live RNIC pair splits it now (the far ToRs' hosts are down)
-            try:
-                # the group's rate shared by its members, as for its 5-tuples: 200 bounced probes a window
-                # (R-Pingmesh's 10/s) gave a link lossy at 0.8 % two or three failures, too few to set it
-                # apart from its pair (seed 30467, scenario 178); 3,200 at 160/s give sixteen times as many
-                return bounce_entries(self.inv, self.reg, switch, seed=self.seed, generation=generation,
-                                      avoid=avoid, avoid_links=named, per_link=BOUNCE_TUPLES * grow,
-                                      pps=max(BOUNCE_PPS, self.group_pps / len(switch))), "bounce"
-            except ValueError:  # no RNIC to bounce from under a member's lower end
-                return [], "none"
+            entries = bounced(switch)
+            return entries, "bounce" if entries else "none"
         return [], "none"
 
     def _share(self, entries: list[dict], pps: float | None = None) -> list[dict]:
