@@ -276,6 +276,24 @@ def test_two_partial_loss_tuples_with_different_paths_name_the_one_link_they_sha
     assert r.unexplained == 0
 
 
+def test_two_partial_loss_tuples_beside_a_dead_link_name_the_one_link_they_share():
+    """The same two D-S4 tuples beside a dead A-S2 whose 20 tuples fail every probe (simulator seed 25584,
+    scenario 243: a partial loss on T5->P1S2 beside a dead T2->P0S1 and a flapping P0S1->X2). Tested on the
+    whole window, the dead link's 1,520 failures are the background D-S4 is held against, so D-S4 fails
+    the test there and each tuple stayed a tie of its own paths' links. With the tied links other than
+    D-S4 banned, the cover names A-S2 first, as before, and D-S4 on what is left."""
+    dead = [(f"a{k},A,S2,{'BCE'[k % 3]},{'bce'[k % 3]}{k}", "", 76) for k in range(1, 21)]
+    f = _failing([("b1,B,S3,D,d1", "d1,D,S4,B,b1", 76), ("a6,A,S4,D,d6", "d6,D,S1,A,a6", 149), *dead])
+    cross = {"B->S3": 706, "D->S3": 706, "B->S4": 3000, "D->S4": 3975, "A->S4": 1229, "D->S1": 1229,
+             "A->S1": 1229, "A->S2": 1520, "B->S2": 3000, "C->S2": 3000, "E->S2": 3000,
+             **{f"{r}->{r[0].upper()}": 1229 for r in ("b1", "d1", "a6", "d6")},
+             **{f"a{k}->A": 1229 for k in range(1, 21)},
+             **{f"{'bce'[k % 3]}{k}->{'BCE'[k % 3]}": 1229 for k in range(1, 21)}}
+    r = greedy_cover(f, _crossing(cross), probes=19_000, background=1e-3)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("A->S2", 1520, ()), ("D->S4", 225, ())]
+    assert r.unexplained == 0
+
+
 def test_a_link_with_the_same_failures_and_a_close_score_is_tied_not_outscored():
     """Panel 1, B-S2 flapping and A-S2 2 % lossy (simulator seed 2112, scenario 165). B-S2 is named and
     takes the failures of A-B and B-C through S2; what is left fails on A-C through S2 only, which A-S2 and
