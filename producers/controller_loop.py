@@ -350,6 +350,14 @@ class SplitLoop:
         if len(switch) == 1:  # one switch link tied with access links: tuples through it from other RNICs
             entries = crossing_entries(self.inv, self.reg, switch[0], self.paths_of, seed=seed, avoid=avoid,
                                        max_tuples=self.max_tuples * grow, tries=tries, avoid_links=named)
+            if not entries and parts[1]:
+                # no other live RNIC has a path through it (the rest under its ToR down: seed 1317, scenario
+                # 60, B->S4 flapping beside B3 and H3 down, tied with B4->B two windows): new tuples of the
+                # tied RNICs through it; a fault on the switch link fails every one, a partial loss on an
+                # access link the share it selects, and the RNIC's probes through other links pass
+                entries = crossing_entries(self.inv, self.reg, switch[0], self.paths_of, seed=seed,
+                                           avoid=self._down(now_ns), max_tuples=self.max_tuples * grow, tries=tries,
+                                           avoid_links=named)
             return self._share(entries), "split" if entries else "none"
         entries = split_entries(self.inv, self.reg, switch, self.paths_of, seed=seed, tries=tries,
                                 max_tuples=self.max_tuples * grow, per_member=self.per_member * grow, avoid=avoid,

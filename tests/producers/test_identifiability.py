@@ -273,6 +273,29 @@ def test_a_switch_link_tied_with_an_access_link_gets_tuples_through_it_from_othe
     assert loop.refused == 3 and len(loop.active) == 1
 
 
+def test_a_switch_link_tied_with_the_only_live_rnic_under_its_tor_gets_that_rnics_new_tuples_through_it():
+    """Seed 1317 scenario 60, run 120 s: B->S4 flapping while B3 and host H3 are down; every failing tuple had
+    B4 at one end, so windows ended ``undetermined`` over ``B->S4|B4->B`` and the loop found no other live
+    RNIC under B to probe through B->S4 ("none", four windows in a row). It now draws new tuples of B4
+    through B->S4: a fault there fails every one, a partial loss on B4's access link only those it selects
+    (the window after named B->S4)."""
+    inv = panel1()
+    reg = ctl.Registry.from_inventory(inv, seed=2)
+    paths_of = entry_links(Topology(inv, 2))
+    others = [r for r in inv.rnics if inv.tor_of(r) == "B" and r != "B4"]
+    loop = SplitLoop(inv, reg, paths_of, seed=2)
+    loop.on_down(others, now_ns=0)
+    added = loop.on_requests([{"links": ["B->S4", "B4->B"], "window_start_ns": 0}], now_ns=10)
+    assert added and loop.log[-1]["how"] == "split"
+    assert all("B->S4" in s for s in paths_of(added))
+    assert all("B4" in (e["prober_rnic"], e["responder_rnic"]) for e in added)
+    assert not any({e["prober_rnic"], e["responder_rnic"]} & set(others) for e in added)
+    # with B's other RNICs up, their tuples through B->S4 split the two, and B4's are not drawn
+    fresh = SplitLoop(inv, reg, paths_of, seed=2)
+    split = fresh.on_requests([{"links": ["B->S4", "B4->B"], "window_start_ns": 0}], now_ns=10)
+    assert split and all("B4" not in (e["prober_rnic"], e["responder_rnic"]) for e in split)
+
+
 def test_the_loop_keeps_new_probes_off_rnics_and_hosts_judged_down():
     """Seed 31427 scenario 30: RNIC A3 down, then host H1; the loop's tuples to and from them failed on every
     link they crossed and split nothing. Verdicts ``rnic A3`` and ``host_down H1`` keep new entries off A3
