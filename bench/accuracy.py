@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bench.sim_reducer import SimPipeline
+from producers.controller_ident import standing_bounces as standing_bounces_of
 from producers.controller_loop import SplitLoop
 from producers.sim import (
     BusyHost,
@@ -242,7 +243,7 @@ def draw_scenario(index: int, seed: int, big_every: int = BIG_EVERY, seconds: in
 
 
 def run_scenario(sc: Scenario, seed: int, background_loss: tuple[float, float] | None = None,
-                 loop: bool = False) -> ScenarioResult:
+                 loop: bool = False, standing_bounces: bool = False) -> ScenarioResult:
     """Feed the simulator's uploads through the production :class:`WindowReducer`, one 5 s round at a time.
 
     Each round's probe batches reach one in-process worker (:class:`bench.sim_reducer.SimPipeline`),
@@ -255,6 +256,9 @@ def run_scenario(sc: Scenario, seed: int, background_loss: tuple[float, float] |
 
     ``loop``: run the controller's closed loop in-process (:class:`producers.controller_loop.SplitLoop`):
     a window that ends ``undetermined`` over a group of links changes the probes of the next rounds.
+
+    ``standing_bounces``: the plan keeps bounced probes for the fabric's structural groups from the start
+    (:func:`producers.controller_ident.standing_bounces`: the core pairs of the two-pod three-tier fabric).
     """
     t = time.perf_counter()
     bg = 0.0
@@ -266,7 +270,8 @@ def run_scenario(sc: Scenario, seed: int, background_loss: tuple[float, float] |
     split = SplitLoop(sc.inv, sim.registry, entry_links(sim.topo), seed=seed) if loop else None
     pipe = SimPipeline(sim, watch=frozenset(filter(None, (_fault_link(f, tr) for f, tr in zip(sc.faults, truth,
                                                                                                strict=True)))),
-                       loop=split)
+                       loop=split,
+                       standing=standing_bounces_of(sc.inv, sim.registry, seed=seed) if standing_bounces else [])
     windows = [(ws, res.verdicts.to_pylist()) for ws, res in pipe.run(T0, sc.seconds, tag=f"bench/{sc.index}")]
     return ScenarioResult(sc, truth, windows, time.perf_counter() - t, pipe.link_probes, bg, sim.tuple_drops,
                           pipe.link_failures, pipe.far_probes)
@@ -620,17 +625,19 @@ def hostping_patterns(seeds: tuple[int, ...] = (1, 2, 3), noise: float = HOSTPIN
 def run(n_scenarios: int = 30, seed: int = 1, big_every: int = BIG_EVERY, seconds: int = 80,
         progress: Callable[[ScenarioResult], None] | None = None,
         background_loss: tuple[float, float] | None = BACKGROUND_LOSS, huge: int = 0,
-        seeds: tuple[int, ...] | None = None, jobs: int = 1, loop: bool = False) -> AccuracyReport:
+        seeds: tuple[int, ...] | None = None, jobs: int = 1, loop: bool = False,
+        standing_bounces: bool = False) -> AccuracyReport:
     """Draw and run ``n_scenarios`` scenarios per seed (``seeds``, default ``(seed,)``), plus ``huge``
     scenarios on the 10,240-RNIC fabric per seed, in ``jobs`` processes; score them all; run the
     Hostping patterns. Results do not depend on ``jobs`` (each scenario is seeded on its own).
-    ``loop``: with the controller's closed loop (:func:`run_scenario`)."""
+    ``loop``: with the controller's closed loop; ``standing_bounces``: with standing bounced probes
+    (:func:`run_scenario`)."""
     t = time.perf_counter()
     work = []
     for sd in seeds or (seed,):
         drawn = [draw_scenario(i, sd, big_every, seconds) for i in range(n_scenarios)]
         drawn += [draw_scenario(n_scenarios + j, sd, big_every, seconds, size=HUGE) for j in range(huge)]
-        work += [(sc, sd * 1000 + sc.index, background_loss, loop) for sc in drawn]
+        work += [(sc, sd * 1000 + sc.index, background_loss, loop, standing_bounces) for sc in drawn]
     results = run_scenarios(work, jobs, progress)
     rep = score(results, seeds[0] if seeds else seed, time.perf_counter() - t)
     rep.seeds = tuple(seeds or (seed,))
@@ -638,11 +645,12 @@ def run(n_scenarios: int = 30, seed: int = 1, big_every: int = BIG_EVERY, second
     return rep
 
 
-def run_scenarios(work: list[tuple[Scenario, int, tuple[float, float] | None, bool]], jobs: int = 1,
+def run_scenarios(work: list[tuple[Scenario, int, tuple[float, float] | None, bool, bool]], jobs: int = 1,
                   progress: Callable[[ScenarioResult], None] | None = None) -> list[ScenarioResult]:
-    """Run (scenario, seed, background loss, closed loop) items (:func:`run_scenario`) in ``jobs`` processes, results in
-    the order given. The pool starts its processes from a fork server, never by forking this process (it
-    runs pyarrow's threads); each scenario is seeded on its own, so the results do not depend on ``jobs``."""
+    """Run (scenario, seed, background loss, closed loop, standing bounces) items (:func:`run_scenario`) in
+    ``jobs`` processes, results in the order given. The pool starts its processes from a fork server, never by
+    forking this process (it runs pyarrow's threads); each scenario is seeded on its own, so the results do not
+    depend on ``jobs``."""
     if jobs <= 1:
         out = []
         for w in work:
@@ -662,7 +670,7 @@ def run_scenarios(work: list[tuple[Scenario, int, tuple[float, float] | None, bo
     return out
 
 
-def _run_one(w: tuple[Scenario, int, tuple[float, float] | None, bool]) -> ScenarioResult:
+def _run_one(w: tuple[Scenario, int, tuple[float, float] | None, bool, bool]) -> ScenarioResult:
     return run_scenario(*w)
 
 

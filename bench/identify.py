@@ -25,14 +25,16 @@ from producers.sim import FlappingLink, LinkDown, LossyLink, PartialTupleLoss
 THREE_TIER = SIZES[3]
 
 
-def plan_rows(seed: int = 1) -> list[dict]:
-    """One row per benchmark fabric: identifiability of its Eq. 1 plan before and after the builder."""
+def plan_rows(seed: int = 1, bounce: bool = False) -> list[dict]:
+    """One row per benchmark fabric: identifiability of its Eq. 1 plan before and after the builder (with
+    ``bounce``, standing bounced probes for the groups no 5-tuple splits, as the simulator's agents send)."""
     rows = []
     for name, build in [*SIZES, BIG]:
-        x = explain_plan(build(seed), seed=seed, two_link=True)
+        x = explain_plan(build(seed), seed=seed, two_link=True, bounce=bounce)
         rows.append({"fabric": name, "links": len(x.before.links), "before": x.before, "after": x.after,
                      "two_link": x.two_link, "eq1_tuples": x.augmented.base_entries,
-                     "extra_tuples": len(x.augmented.extra), "extra_pps": x.extra_pps, "eq1_pps": x.eq1_pps})
+                     "extra_tuples": len(x.augmented.extra), "extra_pps": x.extra_pps, "eq1_pps": x.eq1_pps,
+                     "bounce_pps": x.bounce_pps})
     return rows
 
 
@@ -80,12 +82,15 @@ def main() -> None:
     ap.add_argument("--seeds", default="0-15", help="scenario seeds of the loop study, LO-HI inclusive")
     ap.add_argument("--plan-seed", type=int, default=1)
     ap.add_argument("--no-plans", action="store_true")
+    ap.add_argument("--bounce", action="store_true", help="plans keep standing bounced probes (structural groups)")
     a = ap.parse_args()
     if not a.no_plans:
-        for r in plan_rows(a.plan_seed):
+        for r in plan_rows(a.plan_seed, a.bounce):
             print(f"{r['fabric']}: Eq. 1 plan: {r['before'].summary()}; two-link ambiguous {r['two_link']}; "
                   f"builder adds {r['extra_tuples']} tuples to {r['eq1_tuples']} "
-                  f"({r['extra_pps']:.0f} of {r['eq1_pps']:.0f} inter-ToR probes/s); after: {r['after'].summary()}")
+                  f"({r['extra_pps']:.0f} of {r['eq1_pps']:.0f} inter-ToR probes/s)"
+                  + (f", standing bounces {r['bounce_pps']:.0f} probes/s" if a.bounce else "")
+                  + f"; after: {r['after'].summary()}")
             for g in r["after"].structural:
                 print(f"    no 5-tuple splits {'|'.join(g)} (bounced probes do)")
     lo, hi = (int(x) for x in a.seeds.split("-"))

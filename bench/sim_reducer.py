@@ -67,6 +67,9 @@ class SimPipeline:
     probes of round N + 1 (:mod:`producers.controller_loop`); None: the pinglists stay as built."""
     requests: list[dict] = field(default_factory=list)
     """Every probe request the closed windows made (when ``loop`` is set)."""
+    standing: list[dict] = field(default_factory=list)
+    """Bounced probes kept in the plan from the first round on, beside the loop's entries
+    (:func:`producers.controller_ident.standing_bounces`); empty: none."""
 
     def __post_init__(self) -> None:
         self.reducer = WindowReducer(config=self.config, partitions=self.workers, clock=lambda: 0.0)
@@ -91,8 +94,11 @@ class SimPipeline:
                     d[lk] = d.get(lk, 0) + int(n)
 
     def start(self, t_ns: int) -> None:
-        """The controller's registry rows as of ``t_ns`` (before the first upload round)."""
+        """The controller's registry rows as of ``t_ns`` (before the first upload round), and the standing
+        bounced probes."""
         self.reducer.on_registry(table_from_columns("registry.v1", self.sim.registry_columns(t_ns)))
+        if self.standing:
+            self.sim.set_extra(self.standing)
 
     def round(self, t0_ns: int, tag: str = "") -> list[tuple[int, WindowResult]]:
         """One 5 s upload round starting at ``t0_ns``; returns the windows it closed, oldest first."""
@@ -130,7 +136,7 @@ class SimPipeline:
                 self.loop.on_named(named_links(res.verdicts), now)
                 self.loop.on_down(down_endpoints(res.verdicts), now)
                 self.loop.on_requests(reqs, now)
-            self.sim.set_extra(self.loop.entries(now))
+            self.sim.set_extra([*self.standing, *self.loop.entries(now)])
         return out
 
     def _take(self, part: int, n: int) -> dict[int, tuple[int, int]]:

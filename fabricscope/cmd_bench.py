@@ -156,6 +156,9 @@ def accuracy(
     background_loss: bool = typer.Option(True, help="healthy links drop 1e-5..1e-4 of packets"),
     loop: bool = typer.Option(False, help="run the controller's closed loop: undetermined link groups get "
                               "probes that split them in the next windows (docs/identifiability.md)"),
+    standing_bounces: bool = typer.Option(False, help="sim only: the plan keeps bounced probes for the link groups no "
+                                          "5-tuple splits (the two-pod three-tier fabric's core pairs; "
+                                          "docs/identifiability.md)"),
     source: DemoSource = typer.Option("sim", help="sim: the simulator's fabrics | lab: faults injected on the "
                                       "netns lab, real packets through the broker and workers (root; "
                                       "docs/lab-accuracy.md)"),
@@ -176,8 +179,8 @@ def accuracy(
 
     con = Console(width=160)
     if value(source) == "lab":
-        if hostping_only or seeds or huge:
-            raise typer.BadParameter("--hostping-only, --seeds and --huge are for --source sim",
+        if hostping_only or seeds or huge or standing_bounces:
+            raise typer.BadParameter("--hostping-only, --seeds, --huge and --standing-bounces are for --source sim",
                                      param_hint="'--source'")
         if var is not None:
             var.mkdir(mode=0o700, parents=True, exist_ok=True)  # the store of probes is a data directory
@@ -201,7 +204,7 @@ def accuracy(
     rep = bench_accuracy.run(scenarios, seed, big_every, seconds, progress, huge=huge, jobs=jobs, seeds=seed_list,
 
                              background_loss=bench_accuracy.BACKGROUND_LOSS if background_loss else None,
-                             loop=loop)
+                             loop=loop, standing_bounces=standing_bounces)
     bench_accuracy.print_report(rep, con)
 
 

@@ -21,6 +21,8 @@ def explain(
     two_link: bool = typer.Option(False, "--two-link",
                                   help="also count ambiguous two-link faults (slow on big fabrics)"),
     as_json: bool = typer.Option(False, "--json", help="one JSON object instead of tables"),
+    bounce: bool = typer.Option(False, "--bounce", help="keep standing bounced probes for the groups no 5-tuple "
+                                "splits (agents that send IP-in-IP only; the udp and verbs agents do not)"),
 ) -> None:
     """Links covered, identifiable and ambiguous under Eq. 1's plan and with the identifiability builder's tuples.
 
@@ -36,7 +38,7 @@ def explain(
     from schemas.inventory_yaml import load
 
     inv = load(inventory_file) if inventory_file else panel1()
-    x = explain_plan(inv, seed=seed, two_link=two_link)
+    x = explain_plan(inv, seed=seed, two_link=two_link, bounce=bounce)
     if as_json:
         typer.echo(json.dumps(x.as_dict()))
         return
@@ -44,19 +46,22 @@ def explain(
     t = Table(title=f"switch links the probe plan can name ({len(x.before.links)} links)")
     for c in ("plan", "probed 5-tuples", "identifiable", "uncovered", "ambiguous groups", "no 5-tuple splits"):
         t.add_column(c, justify="left" if c == "plan" else "right")
-    for label, r in (("Eq. 1", x.before), ("Eq. 1 + builder", x.after)):
+    for label, r in (("Eq. 1", x.before), ("Eq. 1 + builder" + (" + bounces" if bounce else ""), x.after)):
         t.add_row(label, str(r.entries), str(len(r.identifiable)), str(len(r.uncovered)), str(len(r.groups)),
                   str(len(r.structural)))
     con.print(t)
     extra = len(x.augmented.extra)
     con.print(f"builder: {extra} inter-ToR tuples added to Eq. 1's {x.augmented.base_entries} "
               f"({x.augmented.extra_share:.1%}); {x.extra_pps:.1f} probes/s on {x.eq1_pps:.1f}")
+    if bounce:
+        con.print(f"standing bounces: {len(x.augmented.bounced)} bounced probes, {x.bounce_pps:.1f} probes/s "
+                  f"({x.bounce_pps / max(x.eq1_pps, 1e-9):.1%} of Eq. 1's inter-ToR probes/s)")
     if x.two_link is not None:
         con.print(f"two-link faults Eq. 1's plan cannot tell from another fault: {x.two_link}")
     structural = set(x.after.structural)
     for g in x.after.groups:
-        why = ("no RNIC-to-RNIC 5-tuple splits it; bounced probes would, where agents send IP-in-IP (pinglist "
-               "loop --bounce)") if g in structural else "more 5-tuples would split it"
+        why = ("no RNIC-to-RNIC 5-tuple splits it; bounced probes would, where agents send IP-in-IP (--bounce "
+               "here, pinglist loop --bounce)") if g in structural else "more 5-tuples would split it"
         con.print(f"ambiguous: {'|'.join(g)} ({why}): a fault there is reported undetermined, a probing limit")
     for lk in x.after.uncovered:
         con.print(f"uncovered: {lk}: no probe crosses it")
@@ -70,9 +75,9 @@ def loop(
                                               help="inventory YAML (default Panel 1)"),
     seed: int = typer.Option(1, help="the controller's seed: QPNs, Eq. 1's source ports, the loop's draw"),
     metrics_port: int = typer.Option(0, help="serve Prometheus metrics on 127.0.0.1:PORT (0 = off)"),
-    bounce: bool = typer.Option(False, "--bounce", help="answer groups no 5-tuple splits with bounced probes: "
-                                "only where every agent sends IP-in-IP and the switches decapsulate it (the udp "
-                                "agent does not, and refuses them)"),
+    bounce: bool = typer.Option(False, "--bounce", help="keep standing bounced probes for the groups no 5-tuple "
+                                "splits, and answer such groups with more: only where every agent sends IP-in-IP "
+                                "and the switches decapsulate it (the udp agent does not, and refuses them)"),
 ) -> None:
     """The closed loop: answer undetermined verdicts with split probes on the pinglists topic until SIGTERM/SIGINT.
 

@@ -68,8 +68,10 @@ class LoopService:
         origin: the origin whose verdicts the loop answers (a message without a header is this origin).
         clock: wall clock in ns (tests pass their own).
         loop: a :class:`SplitLoop` to use (default: one over ``inv`` with the documented rate limits).
-        bounce: answer a group no 5-tuple splits with bounced probes (default off: only agents that send
-            IP-in-IP through switches that decapsulate it can, and the udp agent does not; it refuses them).
+        bounce: keep standing bounced probes in the plan for the groups no 5-tuple splits
+            (:func:`producers.controller_ident.standing_bounces`), and answer such a group with more (default
+            off: only agents that send IP-in-IP through switches that decapsulate it can, and the udp agent
+            does not; it refuses them).
 
     Attributes:
         published: agent pinglists published so far.
@@ -91,9 +93,10 @@ class LoopService:
         self.base = ctl.build_pinglists(inv, reg, seed=seed, now_ns=clock())
         self.paths_of = entry_links(Topology(inv, seed))
         base_entries = [e for k in ("tor_mesh", "inter_tor", "service") for e in self.base[k]]
-        # the plan in force is Eq. 1's plus the builder's tuples (every splittable link identifiable)
-        self.base["inter_tor"] = [*self.base["inter_tor"],
-                                  *make_identifiable(inv, reg, base_entries, self.paths_of, seed=seed).extra]
+        # the plan in force is Eq. 1's plus the builder's tuples (every splittable link identifiable), and with
+        # ``bounce`` standing bounced probes for the groups no 5-tuple splits (then every link identifiable)
+        aug = make_identifiable(inv, reg, base_entries, self.paths_of, seed=seed, bounce=bounce)
+        self.base["inter_tor"] = [*self.base["inter_tor"], *aug.extra, *aug.bounced]
         self._base_links = self.paths_of([e for k in ("tor_mesh", "inter_tor", "service") for e in self.base[k]])
         self.hosts = sorted(inv.hosts)
         self._base_of = {h: ctl.pinglist_for_host(self.base, h) for h in self.hosts}  # the plan never changes

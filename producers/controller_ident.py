@@ -15,10 +15,13 @@ This module measures that property of a plan and adds the 5-tuples that restore 
 * :func:`structural_groups`: the finest grouping *any* set of RNIC-to-RNIC probes can reach on the
   fabric: links that every up-down ToR-to-ToR path crosses together (on a three-tier Clos of two
   pods, the two links of a core, one per pod). No 5-tuple separates them; naming one needs probes
-  that turn at the core (TTL-limited or bounced probes), which this project does not send.
+  that turn at the core (TTL-limited or bounced probes), which only the simulator's agents send.
 * :func:`make_identifiable`: extra inter-ToR 5-tuples, chosen against the ECMP paths the tracer sees
   (``paths_of``: entry → links its forward and ACK paths cross), that split every splittable group
-  and cover every uncovered link, within a budget of extra tuples (25 % of the plan's by default).
+  and cover every uncovered link, within a budget of extra tuples (25 % of the plan's by default);
+  when asked, :func:`standing_bounces` for the structural groups.
+* :func:`bounce_entries`: bounced probes up to a link's upper end and back (NetBouncer's packet
+  bouncing), for the closed loop and the standing ones.
 * :func:`split_entries`: the few 5-tuples that split one given group (the closed loop's answer to an
   ``undetermined`` verdict over that group, :mod:`producers.controller_loop`).
 
@@ -288,6 +291,82 @@ def _tor_rates(inv: Inventory, entries: Sequence[dict]) -> dict[str, float]:
     return out
 
 
+BOUNCE_PPS = 10.0
+"""Least rate of one link's bounced probes (probes/s): 200 crossings of its link per 20 s window, the rate
+R-Pingmesh asks of every link above the ToR (§4: more than 10 probes/s each way). :class:`SplitLoop` bounces
+at the group's rate shared by its members (``group_pps / members``) when that is more."""
+
+
+BOUNCE_TUPLES = 8
+"""Bounced 5-tuples per link (source ports differ): a loss that hits only some 5-tuples through the link
+(selecting a share ``f`` of them by hash) misses all eight with probability ``(1 - f)^8``: 1.7 % at
+f = 0.4, 17 % at f = 0.2."""
+
+def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, pps: float = BOUNCE_PPS,
+                   seed: int = 0, per_link: int = BOUNCE_TUPLES, generation: int = 0,
+                   avoid: frozenset[str] = frozenset(), avoid_links: frozenset[str] = frozenset(),
+                   others: frozenset[str] = frozenset()) -> list[dict]:
+    """``per_link`` bounced probes per link ``a->b`` of ``group``: from an RNIC under ``a`` up to ``b`` and
+    back, each at ``pps / per_link`` probes/s (the link sees ``pps`` bounced probes/s in all).
+
+    Each entry is an ``inter_tor`` entry whose prober and responder are the same RNIC, with
+    ``bounce_path`` = the switches from its ToR up to ``b`` through ``a`` (comma-separated), e.g.
+    ``"T1,P0S1,X2"``; its forward path crosses exactly the links of that climb (both ways). Flow labels
+    are drawn from ``(seed, generation, link, j)``: a new ``generation`` gives new source ports (the
+    loop's answer when a group stays undetermined with its probes in force). RNICs of ``avoid`` (judged down
+    or busy) bounce nothing while their ToR has others; a climb keeps off the links of ``avoid_links`` (named
+    faulty: a bounce through one fails there and says nothing of the member), and then off the group's other
+    members and the links of ``others`` (the rest of a tie whose other links are split otherwise), while another
+    ToR is below.
+
+    Raises:
+        ValueError: a link is not a switch link of ``inv``, or no ToR with RNICs is under its lower end.
+    """
+    known, members = set(switch_links(inv)), set(group) | others
+    up: dict[str, list[str]] = {}
+    for ln in inv.links:
+        up.setdefault(ln.b, []).append(ln.a)  # upper -> lower ends
+    out = []
+    for k, lk in enumerate(sorted(group)):
+        if lk not in known:
+            raise ValueError(f"bounce_entries: {lk!r} is not a switch link of {inv.name}")
+        lower, upper = lk.split("->")
+        climb = [lower]
+        while climb[0] not in inv.tors:  # down to a ToR with RNICs, first in name order
+            below = sorted(x for x in up.get(climb[0], []) if x in inv.tors and inv.rnics_under_tor(x)) or \
+                sorted(up.get(climb[0], []))
+            kept = [x for x in below if f"{x}->{climb[0]}" not in avoid_links] or below
+            # nor through another member: a climb that crosses two of the group's links splits neither from the
+            # other (a partial loss on P1S2->X4 stayed tied with T8->P1S2 while its bounces climbed from T8)
+            below = [x for x in kept if f"{x}->{climb[0]}" not in members] or kept
+            if not below:
+                raise ValueError(f"bounce_entries: no ToR under {lower} to bounce {lk} from")
+            climb.insert(0, below[(seed + k) % len(below)])
+        rnics = [r for r in inv.rnics_under_tor(climb[0]) if r not in avoid] or inv.rnics_under_tor(climb[0])
+        if not rnics:
+            raise ValueError(f"bounce_entries: ToR {climb[0]} under {lower} has no RNIC")
+        for j in range(per_link):
+            r = rnics[(seed + k + j) % len(rnics)]
+            fl = random.Random(f"bounce/{seed}/{generation}/{lk}/{j}").randrange(1 << 20)
+            e = ctl.pinglist_entry("inter_tor", inv, reg, r, r, fl, pps / per_link, ctl.DEFAULT_TC)
+            e["bounce_path"] = ",".join([*climb, upper])
+            out.append(e)
+    return out
+
+
+def standing_bounces(inv: Inventory, reg: ctl.Registry, *, seed: int = 0) -> list[dict]:
+    """Bounced probes that stay in the plan for every link of the fabric's structural groups
+    (:func:`structural_groups`): :data:`BOUNCE_TUPLES` per link at :data:`BOUNCE_PPS` per link in all
+    (:func:`bounce_entries`). Empty on a fabric without such groups.
+
+    What NetBouncer (NSDI '19) does for every link, here only where no RNIC-to-RNIC probe can split: on the
+    three-tier fabric of two pods, each core's two links, 8 links and 80 probes/s. Only for agents that send
+    bounced probes (the simulator's; the udp and verbs agents refuse them).
+    """
+    groups = structural_groups(inv)
+    return [e for g in groups for e in bounce_entries(inv, reg, g, seed=seed)]
+
+
 @dataclass(frozen=True)
 class Augmented:
     """Result of :func:`make_identifiable`: the added entries and the reports before and after."""
@@ -296,6 +375,8 @@ class Augmented:
     before: IdentReport
     after: IdentReport
     base_entries: int
+    #: standing bounced probes (:func:`standing_bounces`) when asked for; their rate is reported apart
+    bounced: list[dict] = field(default_factory=list)
 
     @property
     def extra_share(self) -> float:
@@ -304,7 +385,7 @@ class Augmented:
 
 
 def make_identifiable(inv: Inventory, reg: ctl.Registry, entries: list[dict], paths_of: PathsOf, *,
-                      seed: int, budget: float = EXTRA_BUDGET, tries: int = 48) -> Augmented:
+                      seed: int, budget: float = EXTRA_BUDGET, tries: int = 48, bounce: bool = False) -> Augmented:
     """Extra inter-ToR 5-tuples that make every splittable switch link identifiable for a single fault.
 
     Greedy, as deTector's probe selection: while a group of links shares its covering probes (or a
@@ -320,6 +401,8 @@ def make_identifiable(inv: Inventory, reg: ctl.Registry, entries: list[dict], pa
         seed: seeds the candidate draw (the result is a pure function of its inputs).
         budget: most extra tuples, as a share of ``entries``' inter-ToR tuples.
         tries: candidates drawn per group per step.
+        bounce: also keep :func:`standing_bounces` for the structural groups (agents that send bounced
+            probes only): ``bounced``, and ``after`` counts them.
 
     Returns:
         :class:`Augmented`; ``extra`` are ``inter_tor`` entries at their prober ToR's Eq. 1 rate.
@@ -367,8 +450,10 @@ def make_identifiable(inv: Inventory, reg: ctl.Registry, entries: list[dict], pa
             continue
         extra.append(best)
         ref.add(best_set)
-    after = identifiability(inv, [*sets, *paths_of(extra)] if extra else sets)
-    return Augmented(extra, before, after, len(base))
+    bounced = standing_bounces(inv, reg, seed=seed) if bounce else []
+    added = [*extra, *bounced]
+    after = identifiability(inv, [*sets, *paths_of(added)] if added else sets)
+    return Augmented(extra, before, after, len(base), bounced)
 
 
 def split_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], paths_of: PathsOf, *,

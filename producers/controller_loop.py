@@ -34,88 +34,33 @@ request beyond that is refused (counted). Verification has caps of its own (``ma
 
 from __future__ import annotations
 
-import random
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from producers import controller as ctl
-from producers.controller_ident import PathsOf, crossing_entries, split_entries, structural_groups, switch_links
+from producers.controller_ident import (
+    BOUNCE_PPS,
+    BOUNCE_TUPLES,
+    PathsOf,
+    bounce_entries,
+    crossing_entries,
+    split_entries,
+    structural_groups,
+    switch_links,
+)
 from schemas.inventory import Inventory
 
 WINDOW_NS = 20_000_000_000
-BOUNCE_PPS = 10.0
-"""Least rate of one link's bounced probes (probes/s): 200 crossings of its link per 20 s window, the rate
-R-Pingmesh asks of every link above the ToR (§4: more than 10 probes/s each way). :class:`SplitLoop` bounces
-at the group's rate shared by its members (``group_pps / members``) when that is more."""
-
-
 GROUP_PPS = 320.0
 """Probes/s of one group's splitting 5-tuples in all (the rate limit per group): 48 tuples at 6.7 probes/s
 each (133 per window, every one lost when a partial 5-tuple loss selects the tuple), or fewer at
 most ``2 x INTER_TOR_LINK_PPS`` each. Many slow tuples rather than a few fast ones: a partial loss shows
 on a tuple its hash selects, whatever its rate, and a lossy or dead link on the probes crossing it."""
 
-BOUNCE_TUPLES = 8
-"""Bounced 5-tuples per link (source ports differ): a loss that hits only some 5-tuples through the link
-(selecting a share ``f`` of them by hash) misses all eight with probability ``(1 - f)^8``: 1.7 % at
-f = 0.4, 17 % at f = 0.2."""
-
 GROWTH = 3
 """A group renewed while still undetermined gets ``1 + generation`` times its tuples (bounced and split), at most
 this many times, at the same probes/s: ``(1 - f)^16`` of the first set, then ``(1 - f)^32`` and ``(1 - f)^48``."""
-
-
-def bounce_entries(inv: Inventory, reg: ctl.Registry, group: Sequence[str], *, pps: float = BOUNCE_PPS,
-                   seed: int = 0, per_link: int = BOUNCE_TUPLES, generation: int = 0,
-                   avoid: frozenset[str] = frozenset(), avoid_links: frozenset[str] = frozenset(),
-                   others: frozenset[str] = frozenset()) -> list[dict]:
-    """``per_link`` bounced probes per link ``a->b`` of ``group``: from an RNIC under ``a`` up to ``b`` and
-    back, each at ``pps / per_link`` probes/s (the link sees ``pps`` bounced probes/s in all).
-
-    Each entry is an ``inter_tor`` entry whose prober and responder are the same RNIC, with
-    ``bounce_path`` = the switches from its ToR up to ``b`` through ``a`` (comma-separated), e.g.
-    ``"T1,P0S1,X2"``; its forward path crosses exactly the links of that climb (both ways). Flow labels
-    are drawn from ``(seed, generation, link, j)``: a new ``generation`` gives new source ports (the
-    loop's answer when a group stays undetermined with its probes in force). RNICs of ``avoid`` (judged down
-    or busy) bounce nothing while their ToR has others; a climb keeps off the links of ``avoid_links`` (named
-    faulty: a bounce through one fails there and says nothing of the member), and then off the group's other
-    members and the links of ``others`` (the rest of a tie whose other links are split otherwise), while another
-    ToR is below.
-
-    Raises:
-        ValueError: a link is not a switch link of ``inv``, or no ToR with RNICs is under its lower end.
-    """
-    known, members = set(switch_links(inv)), set(group) | others
-    up: dict[str, list[str]] = {}
-    for ln in inv.links:
-        up.setdefault(ln.b, []).append(ln.a)  # upper -> lower ends
-    out = []
-    for k, lk in enumerate(sorted(group)):
-        if lk not in known:
-            raise ValueError(f"bounce_entries: {lk!r} is not a switch link of {inv.name}")
-        lower, upper = lk.split("->")
-        climb = [lower]
-        while climb[0] not in inv.tors:  # down to a ToR with RNICs, first in name order
-            below = sorted(x for x in up.get(climb[0], []) if x in inv.tors and inv.rnics_under_tor(x)) or \
-                sorted(up.get(climb[0], []))
-            kept = [x for x in below if f"{x}->{climb[0]}" not in avoid_links] or below
-            # nor through another member: a climb that crosses two of the group's links splits neither from the
-            # other (a partial loss on P1S2->X4 stayed tied with T8->P1S2 while its bounces climbed from T8)
-            below = [x for x in kept if f"{x}->{climb[0]}" not in members] or kept
-            if not below:
-                raise ValueError(f"bounce_entries: no ToR under {lower} to bounce {lk} from")
-            climb.insert(0, below[(seed + k) % len(below)])
-        rnics = [r for r in inv.rnics_under_tor(climb[0]) if r not in avoid] or inv.rnics_under_tor(climb[0])
-        if not rnics:
-            raise ValueError(f"bounce_entries: ToR {climb[0]} under {lower} has no RNIC")
-        for j in range(per_link):
-            r = rnics[(seed + k + j) % len(rnics)]
-            fl = random.Random(f"bounce/{seed}/{generation}/{lk}/{j}").randrange(1 << 20)
-            e = ctl.pinglist_entry("inter_tor", inv, reg, r, r, fl, pps / per_link, ctl.DEFAULT_TC)
-            e["bounce_path"] = ",".join([*climb, upper])
-            out.append(e)
-    return out
 
 
 @dataclass

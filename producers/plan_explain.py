@@ -28,12 +28,14 @@ class PlanExplanation:
         eq1_pps: probes per second of Eq. 1's inter-ToR pinglist, all agents together.
         extra_pps: probes per second the builder's extra tuples add.
         two_link: two-link faults that look like another fault under Eq. 1's plan (None: not asked).
+        bounce_pps: probes per second of the standing bounced probes (0 unless asked for).
     """
 
     augmented: Augmented
     eq1_pps: float
     extra_pps: float
     two_link: int | None
+    bounce_pps: float = 0.0
 
     @property
     def before(self) -> IdentReport:
@@ -57,10 +59,11 @@ class PlanExplanation:
                 "eq1_inter_tor_tuples": self.augmented.base_entries,
                 "extra_inter_tor_tuples": len(self.augmented.extra),
                 "eq1_inter_tor_pps": round(self.eq1_pps, 3), "extra_pps": round(self.extra_pps, 3),
+                "bounced_tuples": len(self.augmented.bounced), "bounce_pps": round(self.bounce_pps, 3),
                 "two_link_ambiguous": self.two_link}
 
 
-def explain_plan(inv: Inventory, *, seed: int = 1, two_link: bool = False) -> PlanExplanation:
+def explain_plan(inv: Inventory, *, seed: int = 1, two_link: bool = False, bounce: bool = False) -> PlanExplanation:
     """Build the controller's pinglists for ``inv`` and report what they can name, before and after the builder.
 
     Args:
@@ -68,6 +71,8 @@ def explain_plan(inv: Inventory, *, seed: int = 1, two_link: bool = False) -> Pl
         seed: seeds the registry's QPNs, Eq. 1's source ports and the builder's draw.
         two_link: also count two-link faults Eq. 1's plan cannot tell from another (O(links²); skipped,
             None, over :data:`producers.controller_ident.TWO_LINK_MAX_LINKS` links).
+        bounce: keep standing bounced probes for the structural groups
+            (:func:`producers.controller_ident.standing_bounces`), as agents that send them can.
 
     Returns:
         :class:`PlanExplanation`. A pure function of its inputs.
@@ -76,7 +81,8 @@ def explain_plan(inv: Inventory, *, seed: int = 1, two_link: bool = False) -> Pl
     lists = ctl.build_pinglists(inv, reg, seed=seed, now_ns=0)
     entries = [e for k in ("tor_mesh", "inter_tor", "service") for e in lists[k]]
     paths_of = entry_links(Topology(inv, seed))
-    aug = make_identifiable(inv, reg, entries, paths_of, seed=seed)
+    aug = make_identifiable(inv, reg, entries, paths_of, seed=seed, bounce=bounce)
     two = identifiability(inv, paths_of(entries), two_link=True).two_link_ambiguous if two_link else None
     return PlanExplanation(aug, eq1_pps=sum(e["rate_pps"] for e in lists["inter_tor"]),
-                           extra_pps=sum(e["rate_pps"] for e in aug.extra), two_link=two)
+                           extra_pps=sum(e["rate_pps"] for e in aug.extra), two_link=two,
+                           bounce_pps=sum(e["rate_pps"] for e in aug.bounced))

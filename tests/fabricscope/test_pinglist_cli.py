@@ -42,6 +42,17 @@ def test_three_tier_core_pairs_stay_ambiguous_and_are_said_to_be_a_probing_limit
     assert len(x.augmented.extra) <= 0.25 * x.augmented.base_entries
 
 
+def test_three_tier_standing_bounces_make_every_link_identifiable_at_an_eighth_more_probes(cli):
+    d = explain_plan(SIZES[3][1](1), seed=1, bounce=True).as_dict()
+    assert d["with_builder"]["every_link_identifiable"] and d["with_builder"]["ambiguous_groups"] == []
+    assert d["eq1"]["identifiable"] == 16 and d["with_builder"]["identifiable"] == 24
+    assert (d["bounced_tuples"], d["bounce_pps"], d["eq1_inter_tor_pps"]) == (64, 80.0, 640.0)
+    # on Panel 1 (two-tier) there is nothing to bounce, and the table says how much a bounce costs when there is
+    text = cli.invoke(app, ["pinglist", "explain", "--bounce"])
+    assert text.exit_code == 0, text.output
+    assert "standing bounces: 0 bounced probes, 0.0 probes/s" in text.output
+
+
 def test_an_unreadable_inventory_is_named(cli, tmp_path):
     bad = tmp_path / "inv.yaml"
     bad.write_text("tors: [\n")

@@ -223,9 +223,10 @@ def test_a_tie_holding_an_active_group_draws_that_group_anew():
     assert added == [*pair.entries, *loop.active[tuple(sorted(wider))].entries]
 
 
-def _run(fault, loop, seed=1):
+def _run(fault, loop, seed=1, standing=False):
     inv = THREE_TIER(seed)
-    r = run_scenario(Scenario(seed, "3-tier", inv, [fault], 80), seed, BACKGROUND_LOSS, loop=loop)
+    r = run_scenario(Scenario(seed, "3-tier", inv, [fault], 80), seed, BACKGROUND_LOSS, loop=loop,
+                     standing_bounces=standing)
     return [sorted((v["kind"], v["location"]) for v in rows if v["revision_of"] is None and
                    v["location"] != "unexplained") for _, rows in r.windows]
 
@@ -240,6 +241,32 @@ def test_the_loop_names_an_agg_to_core_fault_the_plan_cannot(fault):
     after = _run(fault, loop=True)
     assert after[0] == [("undetermined", pair)]  # the window that asks
     assert after[1:] == [[("switch", link)]] * 3  # named from the next window on, nothing else claimed
+
+
+@pytest.mark.parametrize("fault", [LossyLink("P0S1", "X2", rate=0.05), LossyLink("P1S1", "X2", rate=0.05),
+                                   PartialTupleLoss("P0S2", "X3", fraction=0.4)])
+def test_standing_bounces_name_an_agg_to_core_fault_from_the_first_window(fault):
+    # the plan keeps 8 bounced probes per core link (10 probes/s a link): nothing is left for the loop to ask
+    link = f"{fault.a}->{fault.b}"
+    assert _run(fault, loop=False, standing=True) == [[("switch", link)]] * 4
+
+
+def test_standing_bounces_make_every_link_of_the_two_pod_fabric_identifiable_at_an_eighth_more_probes():
+    inv = THREE_TIER(1)
+    reg, entries = _plan(inv)
+    paths_of = entry_links(Topology(inv, 1))
+    plain = make_identifiable(inv, reg, entries, paths_of, seed=1)
+    bounced = make_identifiable(inv, reg, entries, paths_of, seed=1, bounce=True)
+    assert (len(plain.after.identifiable), len(plain.after.links), plain.bounced) == (16, 24, [])
+    assert bounced.after.all_identifiable and len(bounced.after.identifiable) == 24
+    assert len(bounced.bounced) == 8 * 8 and {e["bounce_path"].split(",")[-1] for e in bounced.bounced} == {
+        "X1", "X2", "X3", "X4"}
+    eq1_pps = sum(e["rate_pps"] for e in entries if e["pinglist"] == "inter_tor")
+    assert sum(e["rate_pps"] for e in bounced.bounced) == pytest.approx(80.0) == pytest.approx(eq1_pps / 8)
+    # a two-tier fabric has no structural group: nothing to bounce
+    two_tier = panel1()
+    assert make_identifiable(two_tier, *_plan(two_tier), entry_links(Topology(two_tier, 1)), seed=1,
+                             bounce=True).bounced == []
 
 
 def test_a_dead_agg_to_core_link_is_named_with_or_without_the_loop():

@@ -144,9 +144,14 @@ def test_the_loop_service_bounces_only_when_told(kafka_bootstrap, topic_prefix):
                "location": group, "votes": 3.0, "confidence": 0.5, "failed_probes": 17, "total_probes": 200,
                "impact": "P2", "job_id": None, "revision_of": None, "evidence": "{}", "emitted_ns": T}
     table = pa.Table.from_pylist([verdict], schema=arrow_schema("verdict.v1"))
-    for bounce, how, bounced in ((False, "none", 0), (True, "bounce", 16)):
+    for bounce, how, bounced, identifiable in ((False, "none", 0, 16), (True, "bounce", 16, 24)):
         svc = LoopService(inv, kafka_bootstrap, topic_prefix, seed=1, clock=lambda: T, bounce=bounce)
         try:
+            # the plan in force: with --bounce, standing bounced probes split every core pair (8 per core link)
+            standing = [e for e in svc.base["inter_tor"] if e.get("bounce_path")]
+            assert len(standing) == (64 if bounce else 0)
+            row = svc.identifiability_row(T, T)
+            assert (row["identifiable"], row["links"]) == (identifiable, 24)
             svc.on_verdicts(table, T)
             assert [a.how for a in svc.loop.active.values()] == [how]  # no 5-tuple splits the pair
             entries = svc.loop.entries(T)
