@@ -381,6 +381,8 @@ def greedy_cover(failing: pa.Table, crossing: pa.Table, cfg: VoteConfig = VoteCo
         out, left = _ties_to_common_link(out, left, explained_of(out), left0, l_idx, rows, links, cover, cfg.min_votes)
     if probes is not None:
         out, left = _swap_claim_for_tie(out, left, left0, links, l_idx, rows, cover, cfg.min_votes, stray_max)
+        out, left = _swap_access_claim(out, left, left0, links, l_idx, rows, local_row, cover, cfg.min_votes,
+                                       stray_max)
     carry_out = None
     if probes is not None and ws is not None:
         far_row = ~local_row if local_probes else np.ones(len(n_g), dtype=bool)
@@ -480,6 +482,74 @@ def _swap_claim_for_tie(out: list[Suspect], left: np.ndarray, left0: np.ndarray,
                 and _new_claims_stand_alone(out2, {c.link for c in claims}, s.link, links, l_idx, rows, heavy)):
             return out2, left2
     return out, left
+
+
+def _swap_access_claim(out: list[Suspect], left: np.ndarray, left0: np.ndarray, links: np.ndarray,
+                       l_idx: np.ndarray, rows: np.ndarray, local_row: np.ndarray,
+                       cover: Callable[[int | None, np.ndarray | None], tuple[list[Suspect], np.ndarray]],
+                       min_votes: int, stray_max: float) -> tuple[list[Suspect], np.ndarray]:
+    """An access link claimed on inter-ToR tuples alone gives way to switch links that explain its failures:
+    the cover is run again without it, and kept when it claims no access link, names no more suspects,
+    keeps every other claim, leaves no heavy group less explained and no more single
+    failures than background loss gives (``stray_max``), and each link it newly claims fails a tuple of its
+    own (:func:`_own_tuples`).
+
+    An RNIC's access link carries every probe of the RNIC, so a few of its tuples failing through one switch
+    link, beside another fault whose failing tuples also had that RNIC at one end, add up on it: a 14 %
+    partial loss on ``B->S3`` that selected three tuples of ``B3``, beside a flapping ``A->S4`` that failed
+    two more of ``B3``'s, made ``B3->B`` outscore ``B->S3`` on five tuples (too many to tie them) and the
+    RNIC rule then left ``undetermined B3`` two windows in a row (simulator seed 6553, scenario 255). The
+    new cover may tie links the first did not (the access claim would end ``undetermined`` at the RNIC
+    anyway, which the closed loop cannot split; a tie of switch links it can). Not
+    applied when a ToR-mesh tuple of the link failed ``min_votes`` or more probes (``local_row``: a fault at
+    the RNIC shows there; a single drop is background).
+
+    Args:
+        out, left: the cover's suspects and the failures it left per failing group.
+        left0: failures per group before the cover; links: link names (sorted).
+        l_idx, rows: the link and the failing group of each (group, link) pair.
+        local_row: whether each failing group is a ToR-mesh one.
+        cover: the cover, given (``first``, ``banned``).
+        min_votes: failures that make a failing group heavy; stray_max: single failures background gives.
+    """
+    heavy = left0 >= min_votes
+    for s in out:
+        if s.access_rnic is None or s.tied_with or s.ratio >= DEAD_RATIO:
+            continue
+        k = int(np.searchsorted(links, s.link))
+        if (local_row & heavy)[rows[l_idx == k]].any():  # its ToR-mesh tuples failed too: the RNIC rule's to judge
+            continue
+        banned = np.zeros(len(links), dtype=bool)
+        banned[k] = True
+        out2, left2 = cover(None, banned)
+        others = {c.link for c in out if c is not s and not c.tied_with}
+        if (not any(c.access_rnic is not None and not c.tied_with for c in out2)
+                and len(out2) <= len(out)
+                and others <= {c.link for c in out2 if not c.tied_with}
+                and not (left2[heavy] > left[heavy]).any()
+                and left2[~heavy].sum() <= left[~heavy].sum() + stray_max
+                and _own_tuples(out2, others, links, l_idx, rows, heavy)):
+            return out2, left2
+    return out, left
+
+
+def _own_tuples(out2: list[Suspect], claimed: set[str], links: np.ndarray, l_idx: np.ndarray, rows: np.ndarray,
+                heavy: np.ndarray) -> bool:
+    """Whether each link ``out2`` newly claims (not in ``claimed``, not tied) fails a heavy group that no
+    other suspect of ``out2`` crosses. Unlike :func:`_new_claims_stand_alone`, the banned link's groups are not
+    set aside: a banned access link is on every group of its RNIC."""
+    on = {str(lk): set(rows[l_idx == i].tolist()) for i, lk in enumerate(links)}
+    for t in out2:
+        if t.tied_with or t.link in claimed:
+            continue
+        others: set[int] = set()
+        for u in out2:
+            if u is not t:
+                for lk in (u.link, *u.tied_with):
+                    others |= on[lk]
+        if not any(heavy[r] for r in on[t.link] - others):
+            return False
+    return True
 
 
 def _new_claims_stand_alone(out2: list[Suspect], claimed: set[str], banned: str, links: np.ndarray,

@@ -294,6 +294,32 @@ def test_two_partial_loss_tuples_beside_a_dead_link_name_the_one_link_they_share
     assert r.unexplained == 0
 
 
+def test_an_access_link_claimed_on_a_partial_loss_and_a_flap_gives_way_to_the_two_switch_links():
+    """Simulator seed 6553, scenario 255, window 2: a 14 % partial loss on B-S3 selected three tuples of b3
+    (one up through S2, its ACK down through S3), and a flapping A-S4 failed eight tuples, two of them b3's.
+    b3's access link carries all five of b3's, so it outscored B-S3 (too many tuples to tie them) and the
+    RNIC rule left ``undetermined b3``. Without it, B-S3 and A-S4 each fail tuples of their own."""
+    f = _failing([("a1,A,S3,B,b3", "b3,B,S3,A,a1", 76), ("b3,B,S3,A,a1", "a1,A,S1,B,b3", 76),
+                  ("b3,B,S2,C,c1", "c1,C,S3,B,b3", 60),
+                  ("a1,A,S1,B,b3", "b3,B,S4,A,a1", 8), ("a3,A,S4,B,b3", "b3,B,S2,A,a3", 8),
+                  ("a2,A,S4,C,c1", "c1,C,S1,A,a2", 8), ("a4,A,S4,C,c1", "c1,C,S2,A,a4", 8),
+                  ("a3,A,S4,C,c3", "c3,C,S2,A,a3", 8), ("c2,C,S2,A,a1", "a1,A,S4,C,c2", 8),
+                  ("a2,A,S2,B,b4", "b4,B,S4,A,a2", 8), ("a4,A,S4,B,b2", "b2,B,S1,A,a4", 7)])
+    cross = {"A->S1": 2500, "A->S2": 2500, "A->S3": 2200, "A->S4": 1500, "B->S1": 2500, "B->S2": 2500,
+             "B->S3": 2110, "B->S4": 2500, "C->S1": 2500, "C->S2": 2500, "C->S3": 2500, "C->S4": 2500,
+             **{f"{x}{k}->{x.upper()}": 2100 for x in "abc" for k in range(1, 5)}, "b3->B": 2042}
+    r = greedy_cover(f, _crossing(cross), probes=13_600, background=1e-3)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [("B->S3", 212, ()), ("A->S4", 63, ())]
+    assert r.unexplained == 0
+    # b3's ToR-mesh tuples failing too: a fault at the RNIC, its access link stays claimed for the RNIC rule
+    local = pa.concat_tables([f.append_column("pinglist", pa.array(["inter_tor"] * f.num_rows)),
+                              pa.table({"fwd_hops": ["b3,B,b1"], "rev_hops": ["b1,B,b3"],
+                                        "n": pa.array([60], pa.int64()), "pinglist": ["tor_mesh"]})])
+    r = greedy_cover(local, _crossing({**cross, "b1->B": 2100}), probes=13_600, background=1e-3,
+                     local_probes=3_000)
+    assert r.suspects[0].link == "b3->B"
+
+
 def test_a_link_with_the_same_failures_and_a_close_score_is_tied_not_outscored():
     """Panel 1, B-S2 flapping and A-S2 2 % lossy (simulator seed 2112, scenario 165). B-S2 is named and
     takes the failures of A-B and B-C through S2; what is left fails on A-C through S2 only, which A-S2 and
