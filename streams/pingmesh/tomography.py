@@ -492,7 +492,7 @@ def _swap_access_claim(out: list[Suspect], left: np.ndarray, left0: np.ndarray, 
     the cover is run again without it, and kept when it claims no access link, names no more suspects,
     keeps every other claim, leaves no heavy group less explained and no more single
     failures than background loss gives (``stray_max``), and each link it newly claims fails a tuple of its
-    own (:func:`_own_tuples`).
+    own that no other suspect crosses (:func:`_new_claims_stand_alone`).
 
     An RNIC's access link carries every probe of the RNIC, so a few of its tuples failing through one switch
     link, beside another fault whose failing tuples also had that RNIC at one end, add up on it: a 14 %
@@ -528,31 +528,12 @@ def _swap_access_claim(out: list[Suspect], left: np.ndarray, left0: np.ndarray, 
                 and others <= {c.link for c in out2 if not c.tied_with}
                 and not (left2[heavy] > left[heavy]).any()
                 and left2[~heavy].sum() <= left[~heavy].sum() + stray_max
-                and _own_tuples(out2, others, links, l_idx, rows, heavy)):
+                and _new_claims_stand_alone(out2, others, None, links, l_idx, rows, heavy)):
             return out2, left2
     return out, left
 
 
-def _own_tuples(out2: list[Suspect], claimed: set[str], links: np.ndarray, l_idx: np.ndarray, rows: np.ndarray,
-                heavy: np.ndarray) -> bool:
-    """Whether each link ``out2`` newly claims (not in ``claimed``, not tied) fails a heavy group that no
-    other suspect of ``out2`` crosses. Unlike :func:`_new_claims_stand_alone`, the banned link's groups are not
-    set aside: a banned access link is on every group of its RNIC."""
-    on = {str(lk): set(rows[l_idx == i].tolist()) for i, lk in enumerate(links)}
-    for t in out2:
-        if t.tied_with or t.link in claimed:
-            continue
-        others: set[int] = set()
-        for u in out2:
-            if u is not t:
-                for lk in (u.link, *u.tied_with):
-                    others |= on[lk]
-        if not any(heavy[r] for r in on[t.link] - others):
-            return False
-    return True
-
-
-def _new_claims_stand_alone(out2: list[Suspect], claimed: set[str], banned: str, links: np.ndarray,
+def _new_claims_stand_alone(out2: list[Suspect], claimed: set[str], banned: str | None, links: np.ndarray,
                             l_idx: np.ndarray, rows: np.ndarray, heavy: np.ndarray) -> bool:
     """Whether each link the swap would newly claim fails a heavy group (a failing 5-tuple) that neither
     the banned claim nor any other suspect of the new cover crosses: failures it alone explains.
@@ -561,12 +542,15 @@ def _new_claims_stand_alone(out2: list[Suspect], claimed: set[str], banned: str,
     among them then explains nothing of its own (a flapping ``A->S3`` banned, its tuples to B and C went
     to ``B->S3`` and ``C->S3``, and ``B->S3`` had no failing tuple that avoided both), whereas each of two
     real faults has tuples that cross neither the other nor the link that outscored them.
+
+    ``banned`` None: the banned link's groups are not set aside (a banned access link is on every group of
+    its RNIC, :func:`_swap_access_claim`).
     """
     on = {str(lk): set(rows[l_idx == i].tolist()) for i, lk in enumerate(links)}
     for t in out2:
         if t.tied_with or t.link in claimed:
             continue
-        others = set(on[banned])
+        others = set(on[banned]) if banned is not None else set()
         for u in out2:
             if u is not t:
                 for lk in (u.link, *u.tied_with):
