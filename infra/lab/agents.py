@@ -137,13 +137,15 @@ def stop_agents(
     """Stop the agents of ``hosts`` (default all); returns the process names stopped."""
     d = lab_dir(directory)
     state = read_state(d)
+    chosen = {name: entry for name, entry in state.get("processes", {}).items()
+              if entry.get("kind") == "agent" and (hosts is None or entry["host"] in hosts) and entry["role"] in roles}
     stopped = []
-    entries = sorted(state.get("processes", {}).items(), key=lambda kv: kv[1].get("role") != "prober")
-    for name, entry in entries:  # probers first: a responder gone before them makes false timeouts
-        if entry.get("kind") == "agent" and (hosts is None or entry["host"] in hosts) and entry["role"] in roles:
-            procs.stop(entry)
+    for role in ("prober", "responder"):  # probers first: a responder gone before them makes false timeouts
+        stage = [name for name, entry in chosen.items() if entry["role"] == role]
+        procs.stop_many([chosen[name] for name in stage])
+        for name in stage:
             del state["processes"][name]
-            stopped.append(name)
+        stopped += stage
     write_state(d, state)
     return stopped
 
