@@ -110,7 +110,11 @@ PROPS
     java -cp "$cp" kafka.tools.StorageTool format -t "$id" -c "$var/server.properties" >>"$log" 2>&1 \
       || { echo "kafka: formatting $var/data failed; see $log" >&2; return 1; }
   fi
-  nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
+  # In a session of its own: a SIGTERM to the group of whoever started it (`kill -- -PGID`, a service
+  # manager) reaches `fabricscope up`, which stops its consumers first and the broker last; stopped
+  # first, the broker left the sink waiting on a coordinator that was gone. As a background job of this
+  # non-interactive shell it is no group leader, so setsid execs in place and $! stays the broker's pid.
+  setsid nohup java -Xms256m -Xmx768m -XX:+UseG1GC -Djava.awt.headless=true \
       -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
       -cp "$cp" kafka.Kafka "$var/server.properties" >"$log" 2>&1 &
   echo $! > "$pidfile"
@@ -258,7 +262,7 @@ cluster_start() {
           -c "$dir/server.properties" >"$dir/format.log" 2>&1 || { cat "$dir/format.log" >&2; return 1; }
     fi
     # Smaller heap than the single broker: three of these share the machine.
-    nohup java -Xms128m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
+    setsid nohup java -Xms128m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true \
         -Dorg.slf4j.simpleLogger.defaultLogLevel=warn \
         -cp "$cp" kafka.Kafka "$dir/server.properties" >"$dir/broker.log" 2>&1 &
     echo $! > "$dir/broker.pid"

@@ -3,7 +3,8 @@
 - Building the lab forks nothing in the calling process (an audit hook on ``os.fork``).
 - ``up`` with the default source (the lab, as root) on a port where no broker runs: it starts its own
   broker, rows arrive and ``fabricscope query`` counts them while it runs, a second ``up`` is refused
-  and the first keeps storing, SIGINT stops everything; no namespace, process or broker is left.
+  and the first keeps storing, SIGTERM to its process group stops everything, each child on its own; no
+  namespace, process or broker is left.
 - SIGTERM in each phase (broker start, lab build, running) ends ``up`` within its clean-up bound; a
   second signal during the clean-up exits at once and names what was left.
 - After ``kill -9`` of ``up``, the next ``up`` says what the dead one left and stops it.
@@ -96,10 +97,14 @@ class Newcomer:
         q = self.run("query", "SELECT count() AS n FROM probes", "--json")
         return json.loads(q.stdout.splitlines()[0])["n"] if q.returncode == 0 and q.stdout.strip() else 0
 
-    def stop(self, p: subprocess.Popen, sig: int = signal.SIGINT) -> tuple[int, float]:
-        """Signal ``p`` alone (as ``kill -INT PID``); returns (exit code, seconds it took)."""
+    def stop(self, p: subprocess.Popen, sig: int = signal.SIGINT, group: bool = False) -> tuple[int, float]:
+        """Signal ``p`` alone (as ``kill -INT PID``), or its whole process group (as ``kill -- -PGID`` and
+        service managers do); returns (exit code, seconds it took)."""
         t0 = time.monotonic()
-        p.send_signal(sig)
+        if group:
+            os.killpg(p.pid, sig)
+        else:
+            p.send_signal(sig)
         code = p.wait(timeout=60)
         return code, time.monotonic() - t0
 
@@ -174,10 +179,13 @@ def test_newcomer_up_stores_rows_without_a_terminal_and_stops_clean(newcomer: Ne
     wait_for(lambda: n.rows() > first, timeout=60, what="the first up still storing after the second was refused")
     assert up.poll() is None
 
-    code, took = n.stop(up, signal.SIGINT)
+    # SIGTERM to the whole group, as a service manager stops it: the broker `up` started is not in that
+    # group, so `up` still stops its consumers before the broker, and each stops on its own
+    code, took = n.stop(up, signal.SIGTERM, group=True)
     assert code == 0, n.err("up")
     assert took < STOP_BOUND_S, (took, n.err("up")[-2000:])
     assert "kafka: stopped" in n.err("up") and "Traceback" not in n.err("up")
+    assert "did not stop within" not in n.err("up") and "overran" not in n.err("up"), n.err("up")
     n.assert_nothing_left()
 
 
