@@ -40,7 +40,9 @@ start() {
     cfg="$var/alertmanager.yml"
     (cd "$root" && "$py" -m infra.alertmanager.render "$cfg")
   fi
-  nohup "$bin" --config.file="$cfg" --storage.path="$var/data" \
+  # a session of its own, as the broker's: a group SIGTERM reaches `fabricscope up`, which stops the
+  # alerts sender before Alertmanager (setsid execs in place: $! stays Alertmanager's pid)
+  setsid nohup "$bin" --config.file="$cfg" --storage.path="$var/data" \
       --web.listen-address="127.0.0.1:$port" --cluster.listen-address= \
       --log.level=info >"$log" 2>&1 &
   echo $! > "$pidfile"
