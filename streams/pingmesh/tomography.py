@@ -53,6 +53,12 @@ DEAD_RATIO = 0.95
 """Failure ratio from which a link looks dead (every probe crossing it fails, bar a few counted before
 the fault): a fault in its own right, never replaced by parsimony nor tied on a few tuples' paths."""
 
+SWAP_RATE_BOUND = 2.0
+"""A claim the swap (:func:`_swap_claim_for_tie`) would replace keeps its place when its failure ratio is over
+this many times the sum of the new cover's ratios: under the new cover a probe crossing it fails with at most
+the sum of the rates of the suspects on its paths (union bound), so it cannot show more on average; the
+factor is for the coarse rates of a few tuples (a partial loss fails whole tuples)."""
+
 
 @dataclass(frozen=True)
 class VoteConfig:
@@ -453,6 +459,11 @@ def _swap_claim_for_tie(out: list[Suspect], left: np.ndarray, left0: np.ndarray,
     explains, is what the probes single out; a tie left over in the new cover goes to the loop as
     before, now without the healthy link's claim beside it.
 
+    Not when the claim fails at over :data:`SWAP_RATE_BOUND` times the sum of the new cover's rates: the new
+    cover cannot give it that many failures. A 50 % partial loss on ``C->S4`` (ratio 0.53) beside a 15 % one
+    on ``A->S3`` (tied on two tuples of ``A3``) gave way to ``B->S4`` (0.088) and ``A->S1`` (0.064), both
+    wrong (seed 6553, scenario 110); the swap of seed 9231 gives 0.27 against 0.13 + 0.12.
+
     Args:
         out, left: the cover's suspects and the failures it left per failing group.
         left0: failures per failing group before the cover; links: link names (sorted).
@@ -476,6 +487,7 @@ def _swap_claim_for_tie(out: list[Suspect], left: np.ndarray, left0: np.ndarray,
         out2, left2 = cover(None, banned)
         fewer = _tied_links(out2) < _tied_links(out) or left2[heavy].sum() < left[heavy].sum()
         if (len(out2) <= len(out) and _tied_links(out2) <= _tied_links(out) and fewer
+                and s.ratio <= SWAP_RATE_BOUND * sum(t.ratio for t in out2)
                 and {c.link for c in claims if c is not s} <= {t.link for t in out2}
                 and not (left2[heavy] > left[heavy]).any()
                 and left2[~heavy].sum() <= left[~heavy].sum() + stray_max

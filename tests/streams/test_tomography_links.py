@@ -399,6 +399,26 @@ def test_a_claim_that_no_two_other_links_explain_stays_beside_its_tie():
         ("A->S1", 120, ()), ("a5->A", 40, ("A->S3", "A->S4", "F->S3", "F->S4", "f3->F"))]
 
 
+def test_a_claim_failing_far_more_often_than_the_cover_that_would_replace_it_stays():
+    """Simulator seed 6553, scenario 110, window 1: a 50 % partial loss on C-S4 (six tuples failing of some
+    eleven crossing it: ratio 0.53) beside a 15 % one on A-S3 that selected two tuples of a3 (a tie of a3's
+    access link with A-S3 and B-S3). Without C-S4, B-S4 (0.088) and A-S1 (0.064) explain every tuple with no
+    tie, each on a tuple of its own, and the swap took them: two wrong claims. Under that cover a probe
+    crossing C-S4 fails with at most 0.088 + 0.064, so C-S4's 0.53 cannot be theirs: the claim stays."""
+    f = _failing([("a3,A,S1,B,b2", "b2,B,S3,A,a3", 77), ("b3,B,S4,A,a3", "a3,A,S3,B,b3", 76),
+                  ("b4,B,S2,C,c2", "c2,C,S4,B,b4", 77), ("c4,C,S4,B,b2", "b2,B,S2,C,c4", 77),
+                  ("b1,B,S3,C,c2", "c2,C,S4,B,b1", 76), ("b2,B,S1,C,c2", "c2,C,S4,B,b2", 76),
+                  ("c3,C,S1,A,a4", "a4,A,S4,C,c3", 76), ("c3,C,S4,B,b1", "b1,B,S3,C,c3", 76)])
+    cross = {"A->S1": 2424, "A->S2": 1831, "A->S3": 2333, "A->S4": 4633, "B->S1": 2744, "B->S2": 2380,
+             "B->S3": 2345, "B->S4": 5228, "C->S1": 2424, "C->S2": 2381, "C->S3": 2848, "C->S4": 869,
+             "a1->A": 2517, "a2->A": 2424, "a3->A": 2002, "a4->A": 2540, "b1->B": 2479, "b2->B": 3053,
+             "b3->B": 1494, "b4->B": 3122, "c1->C": 747, "c2->C": 2202, "c3->C": 1441, "c4->C": 1747}
+    r = greedy_cover(f, _crossing(cross), probes=16_084, background=1e-3)
+    assert [(s.link, s.votes, s.tied_with) for s in r.suspects] == [
+        ("C->S4", 458, ()), ("a3->A", 153, ("A->S3", "B->S3"))]
+    assert r.unexplained == 0
+
+
 def _spine_without_a_route(dark: str) -> tuple[pa.Table, pa.Table]:
     """A-S1 is down and spine S1, routed statically, has no way left to A: what B and C send to A over S1
     dies there, probes and ACKs alike. S1's ICMP answers are rate-limited away, so the re-traces of the
