@@ -139,15 +139,11 @@ def stop_agents(
     state = read_state(d)
     chosen = {name: entry for name, entry in state.get("processes", {}).items()
               if entry.get("kind") == "agent" and (hosts is None or entry["host"] in hosts) and entry["role"] in roles}
-    stopped = []
-    for role in ("prober", "responder"):  # probers first: a responder gone before them makes false timeouts
-        stage = [name for name, entry in chosen.items() if entry["role"] == role]
-        procs.stop_many([chosen[name] for name in stage])
-        for name in stage:
-            del state["processes"][name]
-        stopped += stage
+    procs.stop_in_order(list(chosen.values()))  # probers first: a responder gone before them makes false timeouts
+    for name in chosen:
+        del state["processes"][name]
     write_state(d, state)
-    return stopped
+    return sorted(chosen, key=lambda n: procs.STOP_ORDER.get(chosen[n]["role"], 3))
 
 
 def restart_agents(

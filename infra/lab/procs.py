@@ -117,12 +117,17 @@ STOP_ORDER = {"busy": 0, "prober": 1, "responder": 2}
 responders (a responder gone before its probers makes false timeouts), then anything else."""
 
 
-def stop_all(directory: Path, state: dict[str, Any]) -> None:
-    """Stop every process recorded in ``state``, a stage of :data:`STOP_ORDER` at a time (each stage at once)."""
-    entries = state.get("processes", {})
+def stop_in_order(entries: list[dict[str, Any]]) -> None:
+    """Stop ``entries`` a stage of :data:`STOP_ORDER` at a time, each stage at once (:func:`stop_many`)."""
     stages: dict[int, list[dict[str, Any]]] = {}
-    for entry in entries.values():
+    for entry in entries:
         stages.setdefault(STOP_ORDER.get(entry.get("role") or entry.get("kind"), 3), []).append(entry)
     for stage in sorted(stages):
         stop_many(stages[stage])
+
+
+def stop_all(directory: Path, state: dict[str, Any]) -> None:
+    """Stop every process recorded in ``state`` (:func:`stop_in_order`) and empty the record."""
+    entries = state.get("processes", {})
+    stop_in_order(list(entries.values()))
     entries.clear()
